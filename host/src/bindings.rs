@@ -1,0 +1,40 @@
+//! Host bindings for the `quarry:retrieval` package, generated once here.
+//!
+//! `tool-host` is a host-only world: every import a tool may have from Quarry
+//! (the embedder), and the `tool` export. Tools that import less still match.
+
+#![expect(missing_docs, reason = "generated code")]
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "tool-host",
+    imports: { default: async | trappable },
+    exports: { default: async },
+});
+
+pub use quarry::retrieval::embedder::{EmbedError, Embedding, InputKind, ModelInfo};
+pub use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
+
+impl ToolError {
+    /// The variant's name as WIT spells it, and its message.
+    pub fn parts(&self) -> (&'static str, &str) {
+        match self {
+            ToolError::InvalidArgs(m) => ("invalid-args", m),
+            ToolError::InvalidConfig(m) => ("invalid-config", m),
+            ToolError::NotFound(m) => ("not-found", m),
+            ToolError::Upstream(m) => ("upstream", m),
+            ToolError::Denied(m) => ("denied", m),
+            ToolError::Internal(m) => ("internal", m),
+        }
+    }
+}
+
+impl ToolError {
+    /// `kind: message`, for people.
+    pub fn describe(&self) -> String {
+        let (kind, msg) = self.parts();
+        format!("{kind}: {msg}")
+    }
+}
+
+impl quarry::retrieval::types::Host for crate::sandbox::StoreState {}

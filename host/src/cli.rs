@@ -1,0 +1,168 @@
+//! The `quarry` command line: `list`, `call`, `check`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::instance::CallError;
+use crate::registry::Host;
+
+/// Sandboxed WebAssembly retrieval tools for AI agents.
+#[derive(Parser, Debug)]
+#[command(name = "quarry", version, about)]
+pub struct Cli {
+    /// The host config file (TOML). Defaults to $QUARRY_CONFIG, else ./quarry.toml.
+    #[arg(long, short, global = true)]
+    pub config: Option<PathBuf>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List every tool of every configured instance, with its description and argument schema.
+    List {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call a tool: `quarry call manual.search '{"question": "..."}'`.
+    Call {
+        /// `instance.tool`, or the instance name alone when it offers one tool.
+        tool: String,
+        /// The arguments, a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+        /// Print the whole output (text, hits, extra) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate the config and open every instance; report each failure.
+    Check,
+}
+
+/// Exit status: success.
+pub const EXIT_OK: u8 = 0;
+/// Exit status: the tool ran and returned an error, or an instance failed to load.
+pub const EXIT_TOOL: u8 = 1;
+/// Exit status: bad usage or config.
+pub const EXIT_USAGE: u8 = 2;
+
+/// Runs the CLI; returns the exit status. Errors are printed on one line to stderr.
+pub async fn run(cli: Cli) -> ExitCode {
+    let path = cli
+        .config
+        .or_else(|| {
+            std::env::var_os("QUARRY_CONFIG")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from("quarry.toml"));
+    let config = match Config::load(&path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let host = match Host::new(config) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let failures = host.load_all().await;
+    for (name, e) in &failures {
+        eprintln!("warning: tool instance {name:?} not loaded: {e}");
+    }
+    match cli.command {
+        Command::Check => {
+            let tools = host.tools();
+            let loaded = host.config().tools.len() - failures.len();
+            println!(
+                "{}: {loaded} of {} tool instances opened, {} tools",
+                path.display(),
+                host.config().tools.len(),
+                tools.len()
+            );
+            for t in &tools {
+                println!("  ok  {}", t.qualified);
+            }
+            ExitCode::from(if failures.is_empty() {
+                EXIT_OK
+            } else {
+                EXIT_TOOL
+            })
+        }
+        Command::List { json } => {
+            let tools = host.tools();
+            if json {
+                let v: Vec<serde_json::Value> = tools
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!({
+                            "name": t.qualified,
+                            "instance": t.instance,
+                            "description": t.spec.description,
+                            "args_schema": serde_json::from_str::<serde_json::Value>(&t.spec.args_schema).unwrap_or(serde_json::Value::Null),
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                for t in &tools {
+                    println!(
+                        "{}\n    {}\n    args: {}",
+                        t.qualified, t.spec.description, t.spec.args_schema
+                    );
+                }
+            }
+            ExitCode::from(if failures.is_empty() {
+                EXIT_OK
+            } else {
+                EXIT_TOOL
+            })
+        }
+        Command::Call { tool, args, json } => match host.call(&tool, &args).await {
+            Ok(out) => {
+                if json {
+                    println!("{}", output_json(&out));
+                } else {
+                    println!("{}", out.text);
+                }
+                ExitCode::from(EXIT_OK)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(match e {
+                    CallError::UnknownTool { .. } | CallError::BadArgs { .. } => EXIT_USAGE,
+                    _ => EXIT_TOOL,
+                })
+            }
+        },
+    }
+}
+
+/// The whole output of a call as JSON: `{text, hits: [{content, score, source, metadata}], extra}`.
+pub fn output_json(out: &crate::bindings::ToolOutput) -> String {
+    let parse = |s: &str| {
+        serde_json::from_str::<serde_json::Value>(s)
+            .unwrap_or_else(|_| serde_json::Value::String(s.to_string()))
+    };
+    let v = serde_json::json!({
+        "text": out.text,
+        "hits": out.hits.iter().map(|h| serde_json::json!({
+            "content": h.content,
+            "score": h.score,
+            "source": h.source,
+            "metadata": parse(&h.metadata),
+        })).collect::<Vec<_>>(),
+        "extra": out.extra.as_deref().map(parse),
+    });
+    serde_json::to_string_pretty(&v).unwrap_or_default()
+}

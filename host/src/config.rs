@@ -1,0 +1,505 @@
+//! The host configuration file (TOML): which tool instances to load, and what
+//! each one is granted.
+//!
+//! ```toml
+//! [host]
+//! cache_dir = "/var/cache/quarry"   # precompiled components; default: $XDG_CACHE_HOME/quarry
+//! watch = true                      # hot-swap components when their files change (default)
+//!
+//! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
+//! component = "plugins/chapter-rag.wasm"   # relative to this file
+//! embedder = "minilm"               # an [embedders.*] entry; required if the component imports one
+//! config = { path = "/manual/MANUAL.md" }  # passed to `open` as JSON
+//!
+//! [tools.manual.grants]
+//! dirs = [{ host = "manuals", guest = "/manual", mode = "ro" }]  # mode: "ro" (default) or "rw"
+//! http = ["https://example.com", "http://*.internal.example:8080"]
+//! private_networks = ["127.0.0.1/32"]  # the only way to reach loopback/private/link-local/metadata addresses
+//! memory = "256MiB"                 # linear-memory limit
+//! deadline = "10s"                  # per call, guest time and host calls together
+//! http_timeout = "30s"              # connect / first byte / between bytes
+//! max_output = "16MiB"              # largest result a call may return
+//! ```
+//!
+//! Denied unless granted: every directory, every environment variable, every
+//! outgoing connection, and every loopback, private, link-local or cloud-metadata
+//! address even for an allowlisted host. Unknown keys are errors.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+
+use crate::http::{AllowEntry, Cidr, HttpPolicy};
+
+/// Default linear-memory limit for an instance.
+pub const DEFAULT_MEMORY: u64 = 256 << 20;
+/// Default per-call deadline.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
+/// Default bound on each phase of an outgoing HTTP request.
+pub const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default cap on the size of one call's output.
+pub const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
+/// The largest memory limit a grant may ask for (the pooling allocator reserves this per memory).
+pub const MAX_MEMORY: u64 = 4 << 30;
+
+/// A configuration error, always naming the file and the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The config file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong form.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The config file.
+        path: PathBuf,
+        /// The parser's message, with line, column and key.
+        message: String,
+    },
+    /// A value parsed but is not acceptable.
+    #[error("invalid config file {path}: `{key}`: {message}")]
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// Dotted key, e.g. `tools.echo.grants.http[0]`.
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Where precompiled components are cached.
+    pub cache_dir: PathBuf,
+    /// Whether to watch component files for hot swap.
+    pub watch: bool,
+    /// Tool instances by name.
+    pub tools: BTreeMap<String, InstanceConfig>,
+    /// Embedder instances by name.
+    pub embedders: BTreeMap<String, InstanceConfig>,
+}
+
+/// One configured instance of a component.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceConfig {
+    /// The instance name (the key under `[tools]` or `[embedders]`).
+    pub name: String,
+    /// Absolute path of the component file.
+    pub component: PathBuf,
+    /// The `config` table as a JSON object, passed to `open`/`load`.
+    pub config_json: String,
+    /// The embedder instance serving this tool's `embedder` import.
+    pub embedder: Option<String>,
+    /// What the instance may touch.
+    pub grants: Grants,
+}
+
+/// What an instance may touch. Everything else is denied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grants {
+    /// Preopened directories.
+    pub dirs: Vec<DirGrant>,
+    /// Outgoing HTTP policy.
+    pub http: HttpPolicy,
+    /// Linear-memory limit in bytes.
+    pub memory: u64,
+    /// Per-call deadline.
+    pub deadline: Duration,
+    /// Largest output of one call, in bytes.
+    pub max_output: u64,
+}
+
+/// A directory made visible to the guest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirGrant {
+    /// Absolute host path.
+    pub host: PathBuf,
+    /// Path the guest sees.
+    pub guest: String,
+    /// Whether the guest may write.
+    pub writable: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    host: RawHost,
+    #[serde(default)]
+    tools: BTreeMap<String, RawInstance>,
+    #[serde(default)]
+    embedders: BTreeMap<String, RawInstance>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    cache_dir: Option<PathBuf>,
+    watch: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInstance {
+    component: PathBuf,
+    #[serde(default)]
+    config: toml::Table,
+    embedder: Option<String>,
+    #[serde(default)]
+    grants: RawGrants,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGrants {
+    #[serde(default)]
+    dirs: Vec<RawDir>,
+    #[serde(default)]
+    http: Vec<String>,
+    #[serde(default)]
+    private_networks: Vec<String>,
+    memory: Option<ByteSize>,
+    deadline: Option<HumanDuration>,
+    http_timeout: Option<HumanDuration>,
+    max_output: Option<ByteSize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDir {
+    host: PathBuf,
+    guest: String,
+    #[serde(default)]
+    mode: DirMode,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum DirMode {
+    #[default]
+    Ro,
+    Rw,
+}
+
+/// A byte size written as `"64MiB"`, `"1GiB"`, `"512KiB"`, `"100MB"` or a plain integer of bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ByteSize(pub u64);
+
+impl ByteSize {
+    /// Parses a size, or says what form is accepted.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let unit = unit.trim();
+        let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+            "" | "b" => 1,
+            "kib" => 1 << 10,
+            "mib" => 1 << 20,
+            "gib" => 1 << 30,
+            "kb" => 1_000,
+            "mb" => 1_000_000,
+            "gb" => 1_000_000_000,
+            _ => u64::MAX,
+        };
+        let n: u64 = num.parse().map_err(|_| String::new()).and_then(|n| {
+            if mult == u64::MAX {
+                Err(String::new())
+            } else {
+                Ok(n)
+            }
+        }).map_err(|_| format!("invalid size {s:?}: write a whole number and a unit, like \"64MiB\", \"1GiB\" or \"512KiB\""))?;
+        n.checked_mul(mult)
+            .map(ByteSize)
+            .ok_or_else(|| format!("size {s:?} is too large"))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size such as \"64MiB\" or a number of bytes")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                u64::try_from(v)
+                    .map(ByteSize)
+                    .map_err(|_| E::custom("a size cannot be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                ByteSize::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A duration written as `"500ms"`, `"10s"`, `"2m"` or `"1h"`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HumanDuration(pub Duration);
+
+impl HumanDuration {
+    /// Parses a duration, or says what form is accepted.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let bad = || {
+            format!(
+                "invalid duration {s:?}: write a whole number and a unit, like \"500ms\", \"10s\" or \"2m\""
+            )
+        };
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let d = match unit.trim() {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(bad()),
+        };
+        if d.is_zero() {
+            return Err(format!("duration {s:?} must be greater than zero"));
+        }
+        Ok(HumanDuration(d))
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        HumanDuration::parse(&s).map_err(de::Error::custom)
+    }
+}
+
+impl Config {
+    /// Reads and validates the config file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(path, &text)
+    }
+
+    /// Validates `text` as if read from `path` (relative paths resolve against its directory).
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let base = path
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("."));
+        let base = std::path::absolute(&base).unwrap_or(base);
+        let invalid = |key: String, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            message,
+        };
+
+        let cache_dir = match raw.host.cache_dir {
+            Some(dir) => base.join(dir),
+            None => default_cache_dir(),
+        };
+        let mut embedders = BTreeMap::new();
+        for (name, inst) in raw.embedders {
+            if inst.embedder.is_some() {
+                return Err(invalid(
+                    format!("embedders.{name}.embedder"),
+                    "an embedder cannot itself use an embedder; remove this key".into(),
+                ));
+            }
+            let cfg = validate_instance(&base, "embedders", &name, inst, &invalid)?;
+            embedders.insert(name, cfg);
+        }
+        let mut tools = BTreeMap::new();
+        for (name, inst) in raw.tools {
+            let cfg = validate_instance(&base, "tools", &name, inst, &invalid)?;
+            if let Some(e) = &cfg.embedder
+                && !embedders.contains_key(e)
+            {
+                let known: Vec<_> = embedders.keys().map(String::as_str).collect();
+                return Err(invalid(
+                    format!("tools.{name}.embedder"),
+                    format!(
+                        "no embedder named {e:?}; define [embedders.{e}] or use one of: {}",
+                        if known.is_empty() {
+                            "(none defined)".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    ),
+                ));
+            }
+            tools.insert(name, cfg);
+        }
+        Ok(Config {
+            path: path.to_path_buf(),
+            cache_dir,
+            watch: raw.host.watch.unwrap_or(true),
+            tools,
+            embedders,
+        })
+    }
+}
+
+/// `$QUARRY_CACHE_DIR`, else `$XDG_CACHE_HOME/quarry`, else `~/.cache/quarry`.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("QUARRY_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("quarry");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".cache").join("quarry"),
+        None => std::env::temp_dir().join("quarry-cache"),
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+fn validate_instance(
+    base: &Path,
+    section: &str,
+    name: &str,
+    raw: RawInstance,
+    invalid: &dyn Fn(String, String) -> ConfigError,
+) -> Result<InstanceConfig, ConfigError> {
+    let key = |k: &str| format!("{section}.{name}{k}");
+    if !valid_name(name) {
+        return Err(invalid(
+            format!("{section}.{name}"),
+            "instance names use lowercase letters, digits, `_` and `-` (at most 64)".into(),
+        ));
+    }
+    let component = base.join(&raw.component);
+    if !component.is_file() {
+        return Err(invalid(
+            key(".component"),
+            format!(
+                "component file {} does not exist; build it (see README.md) or fix the path (relative paths start at the config file's directory)",
+                component.display()
+            ),
+        ));
+    }
+    let config_json = serde_json::to_string(&raw.config)
+        .map_err(|e| invalid(key(".config"), format!("cannot be expressed as JSON: {e}")))?;
+
+    let mut dirs: Vec<DirGrant> = Vec::new();
+    for (i, d) in raw.grants.dirs.into_iter().enumerate() {
+        let k = key(&format!(".grants.dirs[{i}]"));
+        let host = base.join(&d.host);
+        if !host.is_dir() {
+            return Err(invalid(
+                format!("{k}.host"),
+                format!(
+                    "{} is not a directory; create it or fix the path",
+                    host.display()
+                ),
+            ));
+        }
+        if !d.guest.starts_with('/') {
+            return Err(invalid(
+                format!("{k}.guest"),
+                format!("guest path {:?} must be absolute, like \"/data\"", d.guest),
+            ));
+        }
+        if dirs.iter().any(|x| x.guest == d.guest) {
+            return Err(invalid(
+                format!("{k}.guest"),
+                format!("guest path {:?} is granted twice", d.guest),
+            ));
+        }
+        dirs.push(DirGrant {
+            host: std::fs::canonicalize(&host).unwrap_or(host),
+            guest: d.guest,
+            writable: matches!(d.mode, DirMode::Rw),
+        });
+    }
+
+    let mut allow = Vec::new();
+    for (i, entry) in raw.grants.http.iter().enumerate() {
+        allow.push(
+            AllowEntry::parse(entry).map_err(|m| invalid(key(&format!(".grants.http[{i}]")), m))?,
+        );
+    }
+    let mut private = Vec::new();
+    for (i, net) in raw.grants.private_networks.iter().enumerate() {
+        private.push(
+            Cidr::parse(net)
+                .map_err(|m| invalid(key(&format!(".grants.private_networks[{i}]")), m))?,
+        );
+    }
+    let memory = raw.grants.memory.map_or(DEFAULT_MEMORY, |b| b.0);
+    if !(1 << 20..=MAX_MEMORY).contains(&memory) {
+        return Err(invalid(
+            key(".grants.memory"),
+            format!("{memory} bytes is out of range: grant between 1MiB and 4GiB"),
+        ));
+    }
+    let http_timeout = raw
+        .grants
+        .http_timeout
+        .map_or(DEFAULT_HTTP_TIMEOUT, |d| d.0);
+    Ok(InstanceConfig {
+        name: name.to_string(),
+        component: std::fs::canonicalize(&component).unwrap_or(component),
+        config_json,
+        embedder: raw.embedder,
+        grants: Grants {
+            dirs,
+            http: HttpPolicy::new(name, allow, private, http_timeout),
+            memory,
+            deadline: raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0),
+            max_output: raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations() {
+        assert_eq!(ByteSize::parse("64MiB").unwrap().0, 64 << 20);
+        assert_eq!(ByteSize::parse("1 GiB").unwrap().0, 1 << 30);
+        assert_eq!(ByteSize::parse("100MB").unwrap().0, 100_000_000);
+        assert!(ByteSize::parse("64 parsecs").unwrap_err().contains("64MiB"));
+        assert!(ByteSize::parse("-1MiB").is_err());
+        assert_eq!(
+            HumanDuration::parse("250ms").unwrap().0,
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            HumanDuration::parse("2m").unwrap().0,
+            Duration::from_secs(120)
+        );
+        assert!(HumanDuration::parse("10").unwrap_err().contains("10s"));
+        assert!(HumanDuration::parse("0s").is_err());
+    }
+}

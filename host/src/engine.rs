@@ -1,0 +1,125 @@
+//! The wasmtime engine: epoch interruption with a ticker thread, the pooling
+//! allocator, and the precompiled-component cache.
+//!
+//! Defaults and why:
+//! - epochs tick every [`EPOCH_TICK`]; each call sets its own deadline (deadlines
+//!   are absolute, so a store's previous deadline must never carry over);
+//! - the pooling allocator reserves address space for [`POOL_MEMORIES`] memories
+//!   of up to [`MAX_MEMORY`] each, so instantiating (and recycling) an instance
+//!   is a few microseconds; the per-instance limit is enforced by the store's
+//!   limiter, not by the pool.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::Component;
+use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use crate::cache::{CacheOutcome, ComponentCache};
+use crate::config::MAX_MEMORY;
+
+/// How often the epoch advances.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// Memories the pool can hold at once (live instances plus recycling headroom).
+pub const POOL_MEMORIES: u32 = 256;
+
+/// Errors building the engine or loading a component.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// wasmtime rejected the engine configuration.
+    #[error("cannot configure the wasm engine: {0}")]
+    Config(String),
+    /// The component file could not be read.
+    #[error("cannot read component {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The bytes are not a valid component for this engine.
+    #[error("{path} is not a valid WebAssembly component: {message}")]
+    Compile {
+        /// The file.
+        path: PathBuf,
+        /// wasmtime's reason.
+        message: String,
+    },
+}
+
+/// The shared engine. Cheap to clone.
+#[derive(Clone)]
+pub struct QuarryEngine {
+    engine: wasmtime::Engine,
+    cache: Arc<ComponentCache>,
+}
+
+impl QuarryEngine {
+    /// Builds the engine and starts its epoch ticker; precompiled components go to `cache_dir`.
+    pub fn new(cache_dir: PathBuf) -> Result<Self, EngineError> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(POOL_MEMORIES)
+            .total_core_instances(POOL_MEMORIES * 8)
+            .total_memories(POOL_MEMORIES)
+            .total_tables(POOL_MEMORIES * 2)
+            .total_stacks(POOL_MEMORIES)
+            .max_memories_per_component(4)
+            .max_tables_per_component(8)
+            .max_core_instances_per_component(32)
+            .max_memory_size(MAX_MEMORY as usize)
+            .table_elements(100_000);
+        let mut cfg = Config::new();
+        cfg.wasm_component_model(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine =
+            wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
+        start_ticker(engine.weak());
+        let cache = Arc::new(ComponentCache::new(cache_dir, &engine));
+        Ok(QuarryEngine { engine, cache })
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &wasmtime::Engine {
+        &self.engine
+    }
+
+    /// Loads the component in `bytes` (read from `path`): from memory or the
+    /// on-disk cache when these exact bytes were compiled before, else compiles
+    /// and caches it. Blocking: call off the async executor.
+    pub fn load_component(
+        &self,
+        path: &std::path::Path,
+        bytes: &[u8],
+    ) -> Result<(Component, CacheOutcome), EngineError> {
+        self.cache
+            .load(&self.engine, bytes)
+            .map_err(|message| EngineError::Compile {
+                path: path.to_path_buf(),
+                message,
+            })
+    }
+
+    /// Number of epoch ticks covering `d`, plus one so a deadline never fires early.
+    pub fn ticks(d: Duration) -> u64 {
+        (d.as_nanos() / EPOCH_TICK.as_nanos()) as u64 + 1
+    }
+}
+
+/// Advances the epoch every tick until the engine is dropped.
+fn start_ticker(weak: wasmtime::EngineWeak) {
+    let spawned = std::thread::Builder::new()
+        .name("quarry-epoch".into())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        });
+    if let Err(e) = spawned {
+        // Without a ticker no deadline would ever fire; say so loudly.
+        tracing::error!("cannot start the epoch ticker, call deadlines will not fire: {e}");
+    }
+}

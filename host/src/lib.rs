@@ -1,0 +1,29 @@
+//! Quarry: a wasmtime host that loads retrieval tools as sandboxed WebAssembly
+//! components and serves them to agent runtimes.
+//!
+//! - [`config`]: the TOML config — instances, their component and their grants;
+//! - [`engine`], [`cache`]: the wasmtime engine (epochs, pooling allocator) and
+//!   the precompiled-component cache;
+//! - [`sandbox`]: per-instance WASI state built from the grants;
+//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`];
+//! - [`instance`]: one component version and one running instance;
+//! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
+//! - [`cli`]: the `quarry` command.
+
+#![deny(missing_docs)]
+
+pub mod bindings;
+pub mod cache;
+pub mod cli;
+pub mod config;
+pub mod embedder;
+pub mod engine;
+pub mod http;
+pub mod instance;
+pub mod registry;
+pub mod sandbox;
+pub mod watch;
+
+pub use config::Config;
+pub use instance::{CallError, Fault, OpenError};
+pub use registry::{Host, ReloadError, SwapReport, ToolEntry};

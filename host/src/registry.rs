@@ -1,0 +1,374 @@
+//! The registry: every configured tool instance, name resolution, calls, and
+//! the atomic swap that hot reload performs.
+//!
+//! Swapping: [`Host::reload`] compiles the new component and opens every
+//! instance that uses it *beside* the running ones; only when all of them open
+//! does it replace them, under a write lock held for a few pointer stores.
+//! Calls already running hold an `Arc` of the old instance and finish on it.
+//! If the new version fails to compile, link or open, nothing changes and the
+//! error says why.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use wasmtime::component::Linker;
+
+use crate::bindings::{ToolHost, ToolOutput, ToolSpec};
+use crate::config::{Config, InstanceConfig};
+use crate::embedder::EmbedderBackend;
+use crate::engine::{EngineError, QuarryEngine};
+use crate::instance::{CallError, OpenError, Plugin, ToolInstance};
+use crate::sandbox::StoreState;
+
+/// One tool as listed to users: `instance.tool`.
+#[derive(Debug, Clone)]
+pub struct ToolEntry {
+    /// `instance.tool`, unique and stable.
+    pub qualified: String,
+    /// The instance name.
+    pub instance: String,
+    /// The tool's spec.
+    pub spec: ToolSpec,
+    /// SHA-256 (hex) of the component version serving it.
+    pub component_hash: String,
+}
+
+/// What a successful swap did.
+#[derive(Debug, Clone)]
+pub struct SwapReport {
+    /// The component file.
+    pub path: PathBuf,
+    /// The instances now running the new version.
+    pub instances: Vec<String>,
+    /// SHA-256 (hex) of the new version.
+    pub hash: String,
+    /// Time from start of reload to the new version serving.
+    pub elapsed: std::time::Duration,
+}
+
+/// Why a reload changed nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// No configured instance uses this file.
+    #[error("{0} is not a configured component")]
+    NotConfigured(PathBuf),
+    /// The file is the version already serving.
+    #[error("{0} is unchanged")]
+    Unchanged(PathBuf),
+    /// The new version was rejected; the old one keeps serving.
+    #[error("new version of {path} rejected, the previous version keeps serving: {source}")]
+    Rejected {
+        /// The component file.
+        path: PathBuf,
+        /// Why.
+        source: OpenError,
+    },
+}
+
+/// Errors creating the host.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The engine could not be built.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Linking WASI or a capability failed (a bug).
+    #[error("cannot link host capabilities: {0}")]
+    Link(String),
+}
+
+/// The Quarry host.
+pub struct Host {
+    config: Config,
+    engine: QuarryEngine,
+    linker: Linker<StoreState>,
+    tools: RwLock<BTreeMap<String, Arc<ToolInstance>>>,
+    failed: Mutex<BTreeMap<String, String>>,
+    changes: tokio::sync::broadcast::Sender<SwapReport>,
+}
+
+impl Host {
+    /// Builds the engine and links every capability. Loads nothing yet.
+    pub fn new(config: Config) -> Result<Arc<Host>, HostError> {
+        let engine = QuarryEngine::new(config.cache_dir.clone())?;
+        let linker =
+            build_linker(engine.engine()).map_err(|e| HostError::Link(format!("{e:#}")))?;
+        let (changes, _) = tokio::sync::broadcast::channel(64);
+        Ok(Arc::new(Host {
+            config,
+            engine,
+            linker,
+            tools: RwLock::default(),
+            failed: Mutex::default(),
+            changes,
+        }))
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &QuarryEngine {
+        &self.engine
+    }
+
+    /// Loads and opens every configured tool instance. Instances that fail are
+    /// logged and returned; the others serve.
+    pub async fn load_all(&self) -> Vec<(String, OpenError)> {
+        let mut failures = Vec::new();
+        let mut plugins: BTreeMap<PathBuf, Arc<Plugin>> = BTreeMap::new();
+        for (name, cfg) in &self.config.tools {
+            let plugin = match plugins.get(&cfg.component) {
+                Some(p) => p.clone(),
+                None => match Plugin::load(&self.engine, &self.linker, &cfg.component).await {
+                    Ok(p) => {
+                        plugins.insert(cfg.component.clone(), p.clone());
+                        p
+                    }
+                    Err(e) => {
+                        self.record_failure(name, &e);
+                        failures.push((name.clone(), e));
+                        continue;
+                    }
+                },
+            };
+            match self.open_instance(cfg, plugin).await {
+                Ok(inst) => {
+                    tracing::info!(target: "quarry::load", instance = %name, tools = inst.specs.len(), "loaded");
+                    self.tools
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name.clone(), Arc::new(inst));
+                }
+                Err(e) => {
+                    self.record_failure(name, &e);
+                    failures.push((name.clone(), e));
+                }
+            }
+        }
+        failures
+    }
+
+    fn record_failure(&self, name: &str, e: &OpenError) {
+        tracing::error!(target: "quarry::load", instance = %name, "not loaded: {e}");
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), e.to_string());
+    }
+
+    async fn open_instance(
+        &self,
+        cfg: &InstanceConfig,
+        plugin: Arc<Plugin>,
+    ) -> Result<ToolInstance, OpenError> {
+        let embedder: Option<Arc<dyn EmbedderBackend>> = None;
+        ToolInstance::open(&self.engine, Arc::new(cfg.clone()), plugin, embedder).await
+    }
+
+    /// Instances that failed to load, with why.
+    pub fn failures(&self) -> BTreeMap<String, String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Every tool of every loaded instance, sorted by qualified name.
+    pub fn tools(&self) -> Vec<ToolEntry> {
+        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<ToolEntry> = tools
+            .values()
+            .flat_map(|inst| {
+                inst.specs.iter().map(|spec| ToolEntry {
+                    qualified: format!("{}.{}", inst.name, spec.name),
+                    instance: inst.name.clone(),
+                    spec: spec.clone(),
+                    component_hash: hex::encode(inst.plugin.hash),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.qualified.cmp(&b.qualified));
+        out
+    }
+
+    /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`.
+    pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
+        let (inst, tool) = self.resolve(name)?;
+        let parsed: serde_json::Value =
+            serde_json::from_str(args).map_err(|e| CallError::BadArgs {
+                tool: format!("{}.{tool}", inst.name),
+                message: e.to_string(),
+            })?;
+        if !parsed.is_object() {
+            return Err(CallError::BadArgs {
+                tool: format!("{}.{tool}", inst.name),
+                message: format!("got {}", json_kind(&parsed)),
+            });
+        }
+        inst.call(&tool, args).await
+    }
+
+    fn resolve(&self, name: &str) -> Result<(Arc<ToolInstance>, String), CallError> {
+        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        let (inst_name, tool) = match name.split_once('.') {
+            Some((i, t)) => (i, Some(t)),
+            None => (name, None),
+        };
+        if let Some(inst) = tools.get(inst_name) {
+            match tool {
+                Some(t) if inst.specs.iter().any(|s| s.name == t) => {
+                    return Ok((inst.clone(), t.to_string()));
+                }
+                None if inst.specs.len() == 1 => {
+                    return Ok((inst.clone(), inst.specs[0].name.clone()));
+                }
+                _ => {}
+            }
+        }
+        drop(tools);
+        let all: Vec<String> = self.tools().into_iter().map(|t| t.qualified).collect();
+        let failed = self.failures();
+        let hint = if let Some(why) = failed.get(inst_name) {
+            format!("instance {inst_name:?} did not load: {why}")
+        } else {
+            let mut near: Vec<&String> = all.iter().filter(|q| similar(q, name)).collect();
+            near.truncate(5);
+            if near.is_empty() {
+                format!("run `quarry list` to see the {} available tools", all.len())
+            } else {
+                format!(
+                    "did you mean {}?",
+                    near.iter()
+                        .map(|s| format!("{s:?}"))
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                )
+            }
+        };
+        Err(CallError::UnknownTool {
+            name: name.to_string(),
+            hint,
+        })
+    }
+
+    /// Subscribes to successful swaps.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<SwapReport> {
+        self.changes.subscribe()
+    }
+
+    /// Reloads the component at `path` (see the module docs).
+    pub async fn reload(&self, path: &Path) -> Result<SwapReport, ReloadError> {
+        let start = Instant::now();
+        let targets: Vec<&InstanceConfig> = self
+            .config
+            .tools
+            .values()
+            .filter(|c| c.component == path)
+            .collect();
+        if targets.is_empty() {
+            return Err(ReloadError::NotConfigured(path.to_path_buf()));
+        }
+        let rejected = |source| ReloadError::Rejected {
+            path: path.to_path_buf(),
+            source,
+        };
+        let plugin = Plugin::load(&self.engine, &self.linker, path)
+            .await
+            .map_err(rejected)?;
+        let current: Vec<Option<[u8; 32]>> = {
+            let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+            targets
+                .iter()
+                .map(|c| tools.get(&c.name).map(|i| i.plugin.hash))
+                .collect()
+        };
+        if current.iter().all(|h| *h == Some(plugin.hash)) {
+            return Err(ReloadError::Unchanged(path.to_path_buf()));
+        }
+        let mut opened = Vec::new();
+        for cfg in &targets {
+            opened.push(
+                self.open_instance(cfg, plugin.clone())
+                    .await
+                    .map_err(rejected)?,
+            );
+        }
+        let instances: Vec<String> = opened.iter().map(|i| i.name.clone()).collect();
+        {
+            let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
+            for inst in opened {
+                tools.insert(inst.name.clone(), Arc::new(inst));
+            }
+        }
+        {
+            let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            for i in &instances {
+                failed.remove(i);
+            }
+        }
+        let report = SwapReport {
+            path: path.to_path_buf(),
+            instances,
+            hash: hex::encode(plugin.hash),
+            elapsed: start.elapsed(),
+        };
+        tracing::info!(target: "quarry::swap", path = %path.display(), instances = ?report.instances, elapsed = ?report.elapsed, "new version serving");
+        let _ = self.changes.send(report.clone());
+        Ok(report)
+    }
+}
+
+/// Links WASI 0.2, wasi-http and Quarry's own capabilities: the whole grant
+/// surface, in one place. What each instance may actually use is decided per
+/// store by its [`StoreState`].
+fn build_linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<StoreState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    ToolHost::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
+    Ok(linker)
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Near-miss test for suggestions: a shared prefix of the instance part, or a small edit distance.
+fn similar(candidate: &str, asked: &str) -> bool {
+    let (ci, ai) = (
+        candidate.split('.').next().unwrap_or(""),
+        asked.split('.').next().unwrap_or(""),
+    );
+    ci == ai
+        || candidate.ends_with(&format!(".{asked}"))
+        || edit_distance(ci, ai) <= 2
+        || edit_distance(candidate, asked) <= 2
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push(
+                (prev[j] + usize::from(ca != *cb))
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
