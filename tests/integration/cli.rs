@@ -1,0 +1,115 @@
+//! The `quarry` binary as a user drives it.
+
+use std::process::Command;
+
+use quarry_tests::{ECHO_V1, HOSTILE, TestEnv, quarry_bin};
+
+fn run(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(quarry_bin())
+        .current_dir(env.dir.path())
+        .args(args)
+        .env_remove("QUARRY_CONFIG")
+        .output()
+        .expect("run quarry");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn echo_env() -> TestEnv {
+    let env = TestEnv::new();
+    env.plugin(ECHO_V1, "echo");
+    env.config(
+        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nconfig = { greeting = \"hey\" }\n",
+    );
+    env
+}
+
+#[test]
+fn list_call_and_json() {
+    let env = echo_env();
+    let (code, out, err) = run(&env, &["list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("echo.echo") && out.contains("Echoes `text`"),
+        "{out}"
+    );
+    let (code, out, _) = run(&env, &["list", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["name"], "echo.echo");
+    assert_eq!(v[0]["args_schema"]["type"], "object");
+
+    let (code, out, err) = run(&env, &["call", "echo", r#"{"text":"there"}"#]);
+    assert_eq!((code, out.trim()), (0, "hey there [v1]"), "{err}");
+    let (code, out, _) = run(
+        &env,
+        &["call", "echo.echo", r#"{"text":"there"}"#, "--json"],
+    );
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["text"], "hey there [v1]");
+    assert_eq!(v["hits"][0]["source"], "echo-v1");
+    assert_eq!(v["hits"][0]["metadata"]["version"], "v1");
+}
+
+#[test]
+fn usage_errors_exit_2_with_a_hint() {
+    let env = echo_env();
+    let (code, _, err) = run(&env, &["call", "ecko", r#"{"text":"x"}"#]);
+    assert_eq!(code, 2);
+    assert!(err.contains("did you mean \"echo.echo\""), "{err}");
+    let (code, _, err) = run(&env, &["call", "echo", "[1,2]"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("must be a JSON object") && err.contains("an array"),
+        "{err}"
+    );
+    let (code, _, err) = run(&env, &["call", "echo", "{not json"]);
+    assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn tool_errors_exit_1() {
+    let env = echo_env();
+    let (code, _, err) = run(&env, &["call", "echo", r#"{"txt":"x"}"#]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("invalid-args") && err.contains("`text`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_errors_exit_2_naming_file_and_key() {
+    let env = echo_env();
+    env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\ndeadline = \"forever\"\n");
+    let (code, _, err) = run(&env, &["check"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("quarry.toml") && err.contains("deadline") && err.contains("\"10s\""),
+        "{err}"
+    );
+    let (code, _, err) = run(&env, &["--config", "nope.toml", "list"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("nope.toml"), "{err}");
+}
+
+#[test]
+fn check_opens_every_instance() {
+    let env = echo_env();
+    env.plugin(HOSTILE, "hostile");
+    let (code, out, err) = run(&env, &["check"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 of 1 tool instances opened"), "{out}");
+    env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\nconfig = { nope = 1 }\n");
+    let (code, out, err) = run(&env, &["check"]);
+    assert_eq!(code, 1);
+    assert!(out.contains("1 of 2"), "{out}");
+    assert!(
+        err.contains("\"h\"") && err.contains("unknown config key `nope`"),
+        "{err}"
+    );
+}

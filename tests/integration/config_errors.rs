@@ -1,0 +1,151 @@
+//! Each kind of config error gets a message naming the file, the key and the fix.
+
+use quarry_tests::{ECHO_V1, TestEnv};
+
+fn error_for(env: &TestEnv, body: &str) -> String {
+    let path = env.config(body);
+    let err = quarry::Config::load(&path)
+        .expect_err("config should be rejected")
+        .to_string();
+    assert!(
+        err.contains(&path.display().to_string()),
+        "message does not name the file: {err}"
+    );
+    err
+}
+
+fn echo_env() -> TestEnv {
+    let env = TestEnv::new();
+    env.plugin(ECHO_V1, "echo");
+    std::fs::create_dir_all(env.path("data")).unwrap();
+    env
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let env = echo_env();
+    let e = error_for(&env, "[tool.echo]\ncomponent = \"plugins/echo.wasm\"\n");
+    assert!(e.contains("unknown field `tool`"), "{e}");
+    let e = error_for(
+        &env,
+        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\nmemroy = \"1GiB\"\n",
+    );
+    assert!(
+        e.contains("unknown field `memroy`") && e.contains("memory"),
+        "{e}"
+    );
+    let e = error_for(
+        &env,
+        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\ngrants = { dirs = [{ host = \"data\", guest = \"/d\", mdoe = \"rw\" }] }\n",
+    );
+    assert!(e.contains("unknown field `mdoe`"), "{e}");
+}
+
+#[test]
+fn bad_values_say_the_accepted_form() {
+    let env = echo_env();
+    let cases = [
+        ("memory = \"64 parsecs\"", "\"64MiB\""),
+        ("memory = \"8GiB\"", "tools.echo.grants.memory"),
+        ("deadline = \"soon\"", "\"10s\""),
+        ("deadline = 5", "invalid type"),
+        ("max_output = -1", "negative"),
+        ("http = [\"example.com\"]", "tools.echo.grants.http[0]"),
+        ("http = [\"ftp://example.com\"]", "scheme"),
+        ("http = [\"https://example.com/path\"]", "no path"),
+        (
+            "private_networks = [\"localhost\"]",
+            "tools.echo.grants.private_networks[0]",
+        ),
+        (
+            "dirs = [{ host = \"data\", guest = \"/d\", mode = \"rwx\" }]",
+            "unknown variant `rwx`",
+        ),
+        (
+            "dirs = [{ host = \"missing\", guest = \"/d\" }]",
+            "tools.echo.grants.dirs[0].host",
+        ),
+        (
+            "dirs = [{ host = \"data\", guest = \"d\" }]",
+            "must be absolute",
+        ),
+        (
+            "dirs = [{ host = \"data\", guest = \"/d\" }, { host = \"data\", guest = \"/d\" }]",
+            "granted twice",
+        ),
+    ];
+    for (grant, expect) in cases {
+        let e = error_for(
+            &env,
+            &format!(
+                "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\n{grant}\n"
+            ),
+        );
+        assert!(e.contains(expect), "{grant}: {e}");
+    }
+}
+
+#[test]
+fn references_and_files_are_checked() {
+    let env = echo_env();
+    let e = error_for(&env, "[tools.echo]\ncomponent = \"plugins/nope.wasm\"\n");
+    assert!(
+        e.contains("tools.echo.component") && e.contains("does not exist"),
+        "{e}"
+    );
+    let e = error_for(
+        &env,
+        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nembedder = \"minilm\"\n",
+    );
+    assert!(
+        e.contains("tools.echo.embedder") && e.contains("no embedder named \"minilm\""),
+        "{e}"
+    );
+    let e = error_for(&env, "[tools.Echo]\ncomponent = \"plugins/echo.wasm\"\n");
+    assert!(e.contains("tools.Echo") && e.contains("lowercase"), "{e}");
+    let e = error_for(
+        &env,
+        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nconfig = 3\n",
+    );
+    assert!(e.contains("invalid type"), "{e}");
+    let e = error_for(&env, "[tools.echo\ncomponent = 1");
+    assert!(
+        e.contains("TOML parse error at line") && e.contains("unclosed table"),
+        "{e}"
+    );
+}
+
+#[test]
+fn missing_file_is_a_read_error() {
+    let err = quarry::Config::load(std::path::Path::new("/nonexistent/quarry.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/nonexistent/quarry.toml"), "{err}");
+}
+
+#[tokio::test]
+async fn open_rejecting_its_config_is_reported_and_others_serve() {
+    let env = echo_env();
+    env.plugin(quarry_tests::HOSTILE, "hostile");
+    let cfg = quarry::Config::load(&env.config(
+        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.bad]\ncomponent = \"plugins/hostile.wasm\"\nconfig = { colour = \"red\" }\n",
+    ))
+    .unwrap();
+    let host = quarry::Host::new(cfg).unwrap();
+    let failures = host.load_all().await;
+    assert_eq!(failures.len(), 1);
+    let msg = failures[0].1.to_string();
+    assert!(
+        msg.contains("\"bad\"") && msg.contains("unknown config key `colour`"),
+        "{msg}"
+    );
+    assert_eq!(
+        host.call("echo", r#"{"text":"x"}"#).await.unwrap().text,
+        "hello x [v1]"
+    );
+    let err = host.call("bad.echo", "{}").await.unwrap_err().to_string();
+    assert!(
+        err.contains("did not load") && err.contains("colour"),
+        "{err}"
+    );
+}

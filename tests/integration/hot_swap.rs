@@ -1,0 +1,156 @@
+//! Replacing a component while calls run: no call fails, the new version
+//! becomes visible, and a broken replacement leaves the old one serving.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use quarry_tests::{ECHO_V1, ECHO_V2, HOSTILE, TestEnv, within};
+
+const ECHO: &str = r#"
+[tools.echo]
+component = "plugins/echo.wasm"
+config = { greeting = "hi" }
+"#;
+
+/// Calls `echo` in a loop on `tasks` tasks until `stop`; returns every answer (or error) per task.
+fn load(
+    host: &Arc<quarry::Host>,
+    tasks: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Result<String, String>>>> {
+    (0..tasks)
+        .map(|i| {
+            let (host, stop) = (host.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = host.call("echo", &format!(r#"{{"text":"t{i}"}}"#)).await;
+                    seen.push(r.map(|o| o.text).map_err(|e| e.to_string()));
+                }
+                seen
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn swap_under_load_loses_no_call() {
+    let env = TestEnv::new();
+    let plugin = env.plugin(ECHO_V1, "echo");
+    let host = env.host(ECHO).await;
+    let _watcher = quarry::watch::watch(host.clone()).expect("watch");
+    let mut swaps = host.subscribe();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = load(&host, 4, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    env.replace(&plugin, &std::fs::read(ECHO_V2).unwrap());
+    let report = within(60, swaps.recv()).await.expect("swap event");
+    assert_eq!(report.instances, vec!["echo".to_string()]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut total = 0;
+    for w in workers {
+        let seen = within(30, w).await.unwrap();
+        total += seen.len();
+        let failures: Vec<_> = seen.iter().filter(|r| r.is_err()).collect();
+        assert!(
+            failures.is_empty(),
+            "calls failed during the swap: {failures:?}"
+        );
+        let texts: Vec<&String> = seen.iter().flatten().collect();
+        assert!(
+            texts.first().unwrap().ends_with("[v1]"),
+            "{:?}",
+            texts.first()
+        );
+        assert!(
+            texts.last().unwrap().ends_with("[v2]"),
+            "{:?}",
+            texts.last()
+        );
+        // Once a task has seen v2, it never sees v1 again.
+        let first_v2 = texts.iter().position(|t| t.ends_with("[v2]")).unwrap();
+        assert!(texts[first_v2..].iter().all(|t| t.ends_with("[v2]")));
+    }
+    assert!(total > 20, "the load loop barely ran: {total} calls");
+    let listed = host.tools();
+    assert!(
+        listed[0].spec.description.contains("(v2)"),
+        "{:?}",
+        listed[0].spec.description
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broken_replacement_keeps_the_old_version() {
+    let env = TestEnv::new();
+    let plugin = env.plugin(ECHO_V1, "echo");
+    let host = env.host(ECHO).await;
+    let _watcher = quarry::watch::watch(host.clone()).expect("watch");
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers = load(&host, 2, &stop);
+
+    // Not a component at all.
+    env.replace(&plugin, b"\0asm garbage that is not a component");
+    let err = within(60, host.reload(&plugin.canonicalize().unwrap()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not a valid WebAssembly component"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("previous version keeps serving"),
+        "{err}"
+    );
+
+    // A valid component whose instances refuse the config (`greeting` is unknown to it).
+    env.replace(&plugin, &std::fs::read(HOSTILE).unwrap());
+    let err = within(60, host.reload(&plugin.canonicalize().unwrap()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown config key `greeting`"),
+        "{err}"
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await; // let the watcher see both too
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        for r in within(30, w).await.unwrap() {
+            assert_eq!(
+                r.as_deref(),
+                Ok(format!("hi {} [v1]", r.as_ref().unwrap().split(' ').nth(1).unwrap()).as_str())
+            );
+        }
+    }
+    assert_eq!(
+        host.call("echo", r#"{"text":"x"}"#).await.unwrap().text,
+        "hi x [v1]"
+    );
+
+    // And a good version after the bad ones still goes live.
+    let mut swaps = host.subscribe();
+    env.replace(&plugin, &std::fs::read(ECHO_V2).unwrap());
+    within(60, swaps.recv()).await.expect("swap event");
+    assert_eq!(
+        host.call("echo", r#"{"text":"x"}"#).await.unwrap().text,
+        "hi x [v2]"
+    );
+}
+
+#[tokio::test]
+async fn same_bytes_are_not_swapped_or_recompiled() {
+    let env = TestEnv::new();
+    let plugin = env.plugin(ECHO_V1, "echo");
+    let host = env.host(ECHO).await;
+    let err = host
+        .reload(&plugin.canonicalize().unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, quarry::ReloadError::Unchanged(_)), "{err}");
+}

@@ -1,0 +1,105 @@
+//! Shared test harness: fixture components, a temp-dir environment that writes
+//! a config the way a user would, and helpers to drive the host and the CLI.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use quarry::{CallError, Config, Fault, Host};
+
+/// The hostile fixture (see components/hostile).
+pub const HOSTILE: &str = env!("QUARRY_FIXTURE_HOSTILE");
+/// Echo, version 1.
+pub const ECHO_V1: &str = env!("QUARRY_FIXTURE_ECHO_V1");
+/// Echo, version 2.
+pub const ECHO_V2: &str = env!("QUARRY_FIXTURE_ECHO_V2");
+
+/// A temporary directory with `plugins/`, a config file and a private cache.
+pub struct TestEnv {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestEnv {
+    pub fn new() -> TestEnv {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        TestEnv { dir }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Copies a fixture to `plugins/<name>.wasm` and returns its path.
+    pub fn plugin(&self, fixture: &str, name: &str) -> PathBuf {
+        let dest = self.path(&format!("plugins/{name}.wasm"));
+        std::fs::copy(fixture, &dest).expect("copy fixture");
+        dest
+    }
+
+    /// Replaces a file atomically (write beside, then rename), as a deploy would.
+    pub fn replace(&self, dest: &Path, bytes: &[u8]) {
+        let tmp = dest.with_extension("tmp-new");
+        std::fs::write(&tmp, bytes).expect("write new version");
+        std::fs::rename(&tmp, dest).expect("rename new version");
+    }
+
+    /// Writes `quarry.toml` with a `[host]` section using a shared test cache.
+    pub fn config(&self, body: &str) -> PathBuf {
+        let path = self.path("quarry.toml");
+        let text = format!(
+            "[host]\ncache_dir = {:?}\n\n{body}",
+            shared_cache().display()
+        );
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+
+    /// Loads the config and every instance; panics on a config error.
+    pub async fn host(&self, body: &str) -> Arc<Host> {
+        let cfg = Config::load(&self.config(body)).expect("valid config");
+        let host = Host::new(cfg).expect("host");
+        let failures = host.load_all().await;
+        assert!(
+            failures.is_empty(),
+            "instances failed to load: {failures:?}"
+        );
+        host
+    }
+}
+
+impl Default for TestEnv {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One precompiled-component cache for the whole test run, so each fixture is compiled once.
+pub fn shared_cache() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-cache");
+    std::fs::create_dir_all(&dir).expect("cache dir");
+    dir.canonicalize().expect("cache dir")
+}
+
+/// The `quarry` binary beside the test executable (target/<profile>/quarry).
+pub fn quarry_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/..");
+    let bin = dir.join("quarry");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build -p quarry` first (`make test` does)",
+        bin.display()
+    );
+    bin
+}
+
+/// Runs `fut` with a timeout, so a hung host fails the test instead of the run.
+pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), fut)
+        .await
+        .expect("timed out")
+}
