@@ -5,62 +5,39 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const FIXTURES: &[&str] = &["hostile", "echo-v1", "echo-v2"];
+const FIXTURES: &[&str] = &["hostile", "echo-v1", "echo-v2", "toy-embedder", "embed-probe"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
-    let root = manifest
-        .parent()
-        .expect("tests/ is inside the workspace")
-        .to_path_buf();
-    let target_dir = root.join("target").join("test-components");
-    println!(
-        "cargo:rerun-if-changed={}",
-        manifest.join("components").display()
-    );
+    let root = manifest.parent().expect("tests/ is inside the workspace").to_path_buf();
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|d| if d.is_absolute() { d } else { root.join(d) })
+        .unwrap_or_else(|| root.join("target"))
+        .join("test-components");
+    println!("cargo:rerun-if-changed={}", manifest.join("components").display());
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(&target_dir);
+    cmd.current_dir(&root).args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"]).arg(&target_dir);
     for f in FIXTURES {
         cmd.args(["-p", f]);
     }
     // The outer build's flags and profile settings are for the host, not the guests.
-    for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
-        "RUSTFLAGS",
-        "CARGO_BUILD_RUSTFLAGS",
-        "CARGO_TARGET_DIR",
-        "CARGO_BUILD_TARGET",
-    ] {
+    for var in
+        ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_BUILD_RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET"]
+    {
         cmd.env_remove(var);
     }
-    let status = cmd
-        .status()
-        .expect("cannot run cargo to build the test components");
+    let status = cmd.status().expect("cannot run cargo to build the test components");
     if !status.success() {
         panic!(
             "building the test components for wasm32-wasip2 failed; if the target is missing, run `rustup target add wasm32-wasip2` (`make setup` does)"
         );
     }
     for f in FIXTURES {
-        let wasm = target_dir
-            .join("wasm32-wasip2")
-            .join("release")
-            .join(format!("{}.wasm", f.replace('-', "_")));
+        let wasm = target_dir.join("wasm32-wasip2").join("release").join(format!("{}.wasm", f.replace('-', "_")));
         assert!(wasm.is_file(), "{} was not built", wasm.display());
-        println!(
-            "cargo:rustc-env=QUARRY_FIXTURE_{}={}",
-            f.replace('-', "_").to_uppercase(),
-            wasm.display()
-        );
+        println!("cargo:rustc-env=QUARRY_FIXTURE_{}={}", f.replace('-', "_").to_uppercase(), wasm.display());
     }
 }

@@ -13,6 +13,10 @@ pub const HOSTILE: &str = env!("QUARRY_FIXTURE_HOSTILE");
 pub const ECHO_V1: &str = env!("QUARRY_FIXTURE_ECHO_V1");
 /// Echo, version 2.
 pub const ECHO_V2: &str = env!("QUARRY_FIXTURE_ECHO_V2");
+/// A deterministic toy embedder (exports `model` and `embedder`).
+pub const TOY_EMBEDDER: &str = env!("QUARRY_FIXTURE_TOY_EMBEDDER");
+/// A tool importing `embedder`.
+pub const EMBED_PROBE: &str = env!("QUARRY_FIXTURE_EMBED_PROBE");
 
 /// A temporary directory with `plugins/`, a config file and a private cache.
 pub struct TestEnv {
@@ -47,10 +51,7 @@ impl TestEnv {
     /// Writes `quarry.toml` with a `[host]` section using a shared test cache.
     pub fn config(&self, body: &str) -> PathBuf {
         let path = self.path("quarry.toml");
-        let text = format!(
-            "[host]\ncache_dir = {:?}\n\n{body}",
-            shared_cache().display()
-        );
+        let text = format!("[host]\ncache_dir = {:?}\n\n{body}", shared_cache().display());
         std::fs::write(&path, text).expect("write config");
         path
     }
@@ -60,10 +61,7 @@ impl TestEnv {
         let cfg = Config::load(&self.config(body)).expect("valid config");
         let host = Host::new(cfg).expect("host");
         let failures = host.load_all().await;
-        assert!(
-            failures.is_empty(),
-            "instances failed to load: {failures:?}"
-        );
+        assert!(failures.is_empty(), "instances failed to load: {failures:?}");
         host
     }
 }
@@ -84,22 +82,13 @@ pub fn shared_cache() -> PathBuf {
 /// The `quarry` binary beside the test executable (target/<profile>/quarry).
 pub fn quarry_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/..");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/..");
     let bin = dir.join("quarry");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build -p quarry` first (`make test` does)",
-        bin.display()
-    );
+    assert!(bin.is_file(), "{} is missing: run `cargo build -p quarry` first (`make test` does)", bin.display());
     bin
 }
 
 /// Runs `fut` with a timeout, so a hung host fails the test instead of the run.
 pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), fut)
-        .await
-        .expect("timed out")
+    tokio::time::timeout(Duration::from_secs(secs), fut).await.expect("timed out")
 }

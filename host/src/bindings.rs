@@ -1,7 +1,7 @@
 //! Host bindings for the `quarry:retrieval` package, generated once here.
 //!
-//! `tool-host` is a host-only world: every import a tool may have from Quarry
-//! (the embedder), and the `tool` export. Tools that import less still match.
+//! `tool-host` and `embedder-host` are host-only worlds: everything a component
+//! may import from Quarry plus its export. Components that import less still match.
 
 #![expect(missing_docs, reason = "generated code")]
 
@@ -15,6 +15,15 @@ wasmtime::component::bindgen!({
 pub use quarry::retrieval::embedder::{EmbedError, Embedding, InputKind, ModelInfo};
 pub use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
 
+/// Bindings for embedder components (`model` + `embedder` exports).
+pub mod embedder_world {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "embedder-host",
+        exports: { default: async },
+    });
+}
+
 impl ToolError {
     /// The variant's name as WIT spells it, and its message.
     pub fn parts(&self) -> (&'static str, &str) {
@@ -27,13 +36,22 @@ impl ToolError {
             ToolError::Internal(m) => ("internal", m),
         }
     }
-}
 
-impl ToolError {
     /// `kind: message`, for people.
     pub fn describe(&self) -> String {
         let (kind, msg) = self.parts();
         format!("{kind}: {msg}")
+    }
+}
+
+impl EmbedError {
+    /// `kind: message`, for people.
+    pub fn describe(&self) -> String {
+        match self {
+            EmbedError::InvalidInput(m) => format!("invalid-input: {m}"),
+            EmbedError::Unavailable(m) => format!("unavailable: {m}"),
+            EmbedError::Internal(m) => format!("internal: {m}"),
+        }
     }
 }
 

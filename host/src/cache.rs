@@ -44,11 +44,7 @@ impl ComponentCache {
     pub fn new(dir: PathBuf, engine: &wasmtime::Engine) -> Self {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        ComponentCache {
-            dir,
-            engine_key: format!("{:016x}", h.finish()),
-            memo: Mutex::new(HashMap::new()),
-        }
+        ComponentCache { dir, engine_key: format!("{:016x}", h.finish()), memo: Mutex::new(HashMap::new()) }
     }
 
     /// The SHA-256 of `bytes`, the cache's content key.
@@ -58,16 +54,11 @@ impl ComponentCache {
 
     /// Path of the cache entry for `hash`.
     pub fn entry_path(&self, hash: &[u8; 32]) -> PathBuf {
-        self.dir
-            .join(format!("{}-{}.cwasm", hex::encode(hash), self.engine_key))
+        self.dir.join(format!("{}-{}.cwasm", hex::encode(hash), self.engine_key))
     }
 
     /// Loads `bytes` as a component; see the module docs. The error is wasmtime's reason.
-    pub fn load(
-        &self,
-        engine: &wasmtime::Engine,
-        bytes: &[u8],
-    ) -> Result<(Component, CacheOutcome), String> {
+    pub fn load(&self, engine: &wasmtime::Engine, bytes: &[u8]) -> Result<(Component, CacheOutcome), String> {
         let hash = Self::content_hash(bytes);
         // Held across compilation on purpose: two loads of the same new bytes
         // must not both compile them.
@@ -91,25 +82,19 @@ impl ComponentCache {
                 }
             }
         }
-        let compiled = engine
-            .precompile_component(bytes)
-            .map_err(|e| format!("{e:#}"))?;
+        let compiled = engine.precompile_component(bytes).map_err(|e| format!("{e:#}"))?;
         if let Err(e) = self.store(&path, &compiled) {
             tracing::warn!("cannot write cache entry {}: {e}", path.display());
         }
         // SAFETY: `compiled` was produced by this engine just now.
-        let c =
-            unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
+        let c = unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
         memo.insert(hash, c.clone());
         Ok((c, CacheOutcome::Compiled))
     }
 
     /// Forgets in-memory components whose hash is not in `keep` (after a swap).
     pub fn retain(&self, keep: &[[u8; 32]]) {
-        self.memo
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|h, _| keep.contains(h));
+        self.memo.lock().unwrap_or_else(|p| p.into_inner()).retain(|h, _| keep.contains(h));
     }
 
     fn store(&self, path: &std::path::Path, compiled: &[u8]) -> std::io::Result<()> {

@@ -56,11 +56,7 @@ pub const EXIT_USAGE: u8 = 2;
 pub async fn run(cli: Cli) -> ExitCode {
     let path = cli
         .config
-        .or_else(|| {
-            std::env::var_os("QUARRY_CONFIG")
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
+        .or_else(|| std::env::var_os("QUARRY_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("quarry.toml"));
     let config = match Config::load(&path) {
         Ok(c) => c,
@@ -93,11 +89,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             for t in &tools {
                 println!("  ok  {}", t.qualified);
             }
-            ExitCode::from(if failures.is_empty() {
-                EXIT_OK
-            } else {
-                EXIT_TOOL
-            })
+            ExitCode::from(if failures.is_empty() { EXIT_OK } else { EXIT_TOOL })
         }
         Command::List { json } => {
             let tools = host.tools();
@@ -116,17 +108,10 @@ pub async fn run(cli: Cli) -> ExitCode {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
                 for t in &tools {
-                    println!(
-                        "{}\n    {}\n    args: {}",
-                        t.qualified, t.spec.description, t.spec.args_schema
-                    );
+                    println!("{}\n    {}\n    args: {}", t.qualified, t.spec.description, t.spec.args_schema);
                 }
             }
-            ExitCode::from(if failures.is_empty() {
-                EXIT_OK
-            } else {
-                EXIT_TOOL
-            })
+            ExitCode::from(if failures.is_empty() { EXIT_OK } else { EXIT_TOOL })
         }
         Command::Call { tool, args, json } => match host.call(&tool, &args).await {
             Ok(out) => {
@@ -151,8 +136,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// The whole output of a call as JSON: `{text, hits: [{content, score, source, metadata}], extra}`.
 pub fn output_json(out: &crate::bindings::ToolOutput) -> String {
     let parse = |s: &str| {
-        serde_json::from_str::<serde_json::Value>(s)
-            .unwrap_or_else(|_| serde_json::Value::String(s.to_string()))
+        serde_json::from_str::<serde_json::Value>(s).unwrap_or_else(|_| serde_json::Value::String(s.to_string()))
     };
     let v = serde_json::json!({
         "text": out.text,

@@ -215,16 +215,14 @@ impl ByteSize {
             "gb" => 1_000_000_000,
             _ => u64::MAX,
         };
-        let n: u64 = num.parse().map_err(|_| String::new()).and_then(|n| {
-            if mult == u64::MAX {
-                Err(String::new())
-            } else {
-                Ok(n)
-            }
-        }).map_err(|_| format!("invalid size {s:?}: write a whole number and a unit, like \"64MiB\", \"1GiB\" or \"512KiB\""))?;
-        n.checked_mul(mult)
-            .map(ByteSize)
-            .ok_or_else(|| format!("size {s:?} is too large"))
+        let n: u64 = num
+            .parse()
+            .map_err(|_| String::new())
+            .and_then(|n| if mult == u64::MAX { Err(String::new()) } else { Ok(n) })
+            .map_err(|_| {
+                format!("invalid size {s:?}: write a whole number and a unit, like \"64MiB\", \"1GiB\" or \"512KiB\"")
+            })?;
+        n.checked_mul(mult).map(ByteSize).ok_or_else(|| format!("size {s:?} is too large"))
     }
 }
 
@@ -237,9 +235,7 @@ impl<'de> Deserialize<'de> for ByteSize {
                 f.write_str("a size such as \"64MiB\" or a number of bytes")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
-                u64::try_from(v)
-                    .map(ByteSize)
-                    .map_err(|_| E::custom("a size cannot be negative"))
+                u64::try_from(v).map(ByteSize).map_err(|_| E::custom("a size cannot be negative"))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
                 ByteSize::parse(v).map_err(E::custom)
@@ -259,11 +255,8 @@ impl HumanDuration {
         let t = s.trim();
         let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
-        let bad = || {
-            format!(
-                "invalid duration {s:?}: write a whole number and a unit, like \"500ms\", \"10s\" or \"2m\""
-            )
-        };
+        let bad =
+            || format!("invalid duration {s:?}: write a whole number and a unit, like \"500ms\", \"10s\" or \"2m\"");
         let n: u64 = num.parse().map_err(|_| bad())?;
         let d = match unit.trim() {
             "ms" => Duration::from_millis(n),
@@ -289,10 +282,8 @@ impl<'de> Deserialize<'de> for HumanDuration {
 impl Config {
     /// Reads and validates the config file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         Config::parse(path, &text)
     }
 
@@ -308,11 +299,7 @@ impl Config {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or_else(|| PathBuf::from("."));
         let base = std::path::absolute(&base).unwrap_or(base);
-        let invalid = |key: String, message: String| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            key,
-            message,
-        };
+        let invalid = |key: String, message: String| ConfigError::Invalid { path: path.to_path_buf(), key, message };
 
         let cache_dir = match raw.host.cache_dir {
             Some(dir) => base.join(dir),
@@ -340,23 +327,13 @@ impl Config {
                     format!("tools.{name}.embedder"),
                     format!(
                         "no embedder named {e:?}; define [embedders.{e}] or use one of: {}",
-                        if known.is_empty() {
-                            "(none defined)".to_string()
-                        } else {
-                            known.join(", ")
-                        }
+                        if known.is_empty() { "(none defined)".to_string() } else { known.join(", ") }
                     ),
                 ));
             }
             tools.insert(name, cfg);
         }
-        Ok(Config {
-            path: path.to_path_buf(),
-            cache_dir,
-            watch: raw.host.watch.unwrap_or(true),
-            tools,
-            embedders,
-        })
+        Ok(Config { path: path.to_path_buf(), cache_dir, watch: raw.host.watch.unwrap_or(true), tools, embedders })
     }
 }
 
@@ -377,9 +354,7 @@ pub fn default_cache_dir() -> PathBuf {
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 fn validate_instance(
@@ -416,10 +391,7 @@ fn validate_instance(
         if !host.is_dir() {
             return Err(invalid(
                 format!("{k}.host"),
-                format!(
-                    "{} is not a directory; create it or fix the path",
-                    host.display()
-                ),
+                format!("{} is not a directory; create it or fix the path", host.display()),
             ));
         }
         if !d.guest.starts_with('/') {
@@ -429,10 +401,7 @@ fn validate_instance(
             ));
         }
         if dirs.iter().any(|x| x.guest == d.guest) {
-            return Err(invalid(
-                format!("{k}.guest"),
-                format!("guest path {:?} is granted twice", d.guest),
-            ));
+            return Err(invalid(format!("{k}.guest"), format!("guest path {:?} is granted twice", d.guest)));
         }
         dirs.push(DirGrant {
             host: std::fs::canonicalize(&host).unwrap_or(host),
@@ -443,16 +412,11 @@ fn validate_instance(
 
     let mut allow = Vec::new();
     for (i, entry) in raw.grants.http.iter().enumerate() {
-        allow.push(
-            AllowEntry::parse(entry).map_err(|m| invalid(key(&format!(".grants.http[{i}]")), m))?,
-        );
+        allow.push(AllowEntry::parse(entry).map_err(|m| invalid(key(&format!(".grants.http[{i}]")), m))?);
     }
     let mut private = Vec::new();
     for (i, net) in raw.grants.private_networks.iter().enumerate() {
-        private.push(
-            Cidr::parse(net)
-                .map_err(|m| invalid(key(&format!(".grants.private_networks[{i}]")), m))?,
-        );
+        private.push(Cidr::parse(net).map_err(|m| invalid(key(&format!(".grants.private_networks[{i}]")), m))?);
     }
     let memory = raw.grants.memory.map_or(DEFAULT_MEMORY, |b| b.0);
     if !(1 << 20..=MAX_MEMORY).contains(&memory) {
@@ -461,10 +425,7 @@ fn validate_instance(
             format!("{memory} bytes is out of range: grant between 1MiB and 4GiB"),
         ));
     }
-    let http_timeout = raw
-        .grants
-        .http_timeout
-        .map_or(DEFAULT_HTTP_TIMEOUT, |d| d.0);
+    let http_timeout = raw.grants.http_timeout.map_or(DEFAULT_HTTP_TIMEOUT, |d| d.0);
     Ok(InstanceConfig {
         name: name.to_string(),
         component: std::fs::canonicalize(&component).unwrap_or(component),
@@ -491,14 +452,8 @@ mod tests {
         assert_eq!(ByteSize::parse("100MB").unwrap().0, 100_000_000);
         assert!(ByteSize::parse("64 parsecs").unwrap_err().contains("64MiB"));
         assert!(ByteSize::parse("-1MiB").is_err());
-        assert_eq!(
-            HumanDuration::parse("250ms").unwrap().0,
-            Duration::from_millis(250)
-        );
-        assert_eq!(
-            HumanDuration::parse("2m").unwrap().0,
-            Duration::from_secs(120)
-        );
+        assert_eq!(HumanDuration::parse("250ms").unwrap().0, Duration::from_millis(250));
+        assert_eq!(HumanDuration::parse("2m").unwrap().0, Duration::from_secs(120));
         assert!(HumanDuration::parse("10").unwrap_err().contains("10s"));
         assert!(HumanDuration::parse("0s").is_err());
     }

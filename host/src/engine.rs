@@ -73,8 +73,7 @@ impl QuarryEngine {
         cfg.wasm_component_model(true)
             .epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine =
-            wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
+        let engine = wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         start_ticker(engine.weak());
         let cache = Arc::new(ComponentCache::new(cache_dir, &engine));
         Ok(QuarryEngine { engine, cache })
@@ -95,10 +94,7 @@ impl QuarryEngine {
     ) -> Result<(Component, CacheOutcome), EngineError> {
         self.cache
             .load(&self.engine, bytes)
-            .map_err(|message| EngineError::Compile {
-                path: path.to_path_buf(),
-                message,
-            })
+            .map_err(|message| EngineError::Compile { path: path.to_path_buf(), message })
     }
 
     /// Number of epoch ticks covering `d`, plus one so a deadline never fires early.
@@ -109,15 +105,13 @@ impl QuarryEngine {
 
 /// Advances the epoch every tick until the engine is dropped.
 fn start_ticker(weak: wasmtime::EngineWeak) {
-    let spawned = std::thread::Builder::new()
-        .name("quarry-epoch".into())
-        .spawn(move || {
-            while let Some(engine) = weak.upgrade() {
-                engine.increment_epoch();
-                drop(engine);
-                std::thread::sleep(EPOCH_TICK);
-            }
-        });
+    let spawned = std::thread::Builder::new().name("quarry-epoch".into()).spawn(move || {
+        while let Some(engine) = weak.upgrade() {
+            engine.increment_epoch();
+            drop(engine);
+            std::thread::sleep(EPOCH_TICK);
+        }
+    });
     if let Err(e) = spawned {
         // Without a ticker no deadline would ever fire; say so loudly.
         tracing::error!("cannot start the epoch ticker, call deadlines will not fire: {e}");

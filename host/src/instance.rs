@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::component::{Linker, ResourceAny};
+use wasmtime::component::{Component, Linker, ResourceAny};
 use wasmtime::{Store, Trap};
 
 use crate::bindings::{ToolError, ToolHost, ToolHostPre, ToolOutput, ToolSpec};
@@ -25,7 +25,7 @@ use crate::engine::{EngineError, QuarryEngine};
 use crate::sandbox::StoreState;
 
 /// Extra wall-clock time beyond the deadline before a call blocked in the host is abandoned.
-const WALL_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const WALL_GRACE: Duration = Duration::from_millis(500);
 
 /// One version of a component, compiled and pre-instantiated.
 pub struct Plugin {
@@ -61,6 +61,24 @@ pub enum OpenError {
     NoEmbedder {
         /// The instance.
         instance: String,
+    },
+    /// The embedder this tool names did not load.
+    #[error("tool instance {instance:?} needs embedder {embedder:?}, which did not load: {reason}")]
+    EmbedderUnavailable {
+        /// The instance.
+        instance: String,
+        /// The embedder it names.
+        embedder: String,
+        /// Why the embedder failed.
+        reason: String,
+    },
+    /// An embedder component's `load` returned an error.
+    #[error("embedder {instance:?} could not load its model: {reason}")]
+    ModelRejected {
+        /// The embedder instance.
+        instance: String,
+        /// The component's reason.
+        reason: String,
     },
     /// The grants could not be applied.
     #[error("tool instance {instance:?}: {source}")]
@@ -103,9 +121,7 @@ pub enum Fault {
     #[error("missed its {0:?} deadline (raise grants.deadline if the work is legitimate)")]
     Deadline(Duration),
     /// The memory grant was exhausted.
-    #[error(
-        "ran out of memory: it asked for {asked} bytes, over its grants.memory of {limit} bytes"
-    )]
+    #[error("ran out of memory: it asked for {asked} bytes, over its grants.memory of {limit} bytes")]
     OutOfMemory {
         /// The size it tried to grow to.
         asked: usize,
@@ -182,6 +198,20 @@ pub enum CallError {
     },
 }
 
+/// Reads and compiles (or loads from cache) the component at `path`; returns it with its content hash.
+pub(crate) async fn compile(
+    engine: &QuarryEngine,
+    path: &Path,
+) -> Result<(Component, [u8; 32], CacheOutcome), OpenError> {
+    let bytes = tokio::fs::read(path).await.map_err(|source| EngineError::Read { path: path.to_path_buf(), source })?;
+    let hash = ComponentCache::content_hash(&bytes);
+    let (engine2, path2) = (engine.clone(), path.to_path_buf());
+    let (component, outcome) = tokio::task::spawn_blocking(move || engine2.load_component(&path2, &bytes))
+        .await
+        .map_err(|e| OpenError::Link { path: path.to_path_buf(), message: format!("compiler task failed: {e}") })??;
+    Ok((component, hash, outcome))
+}
+
 impl Plugin {
     /// Reads, compiles (or loads from cache) and pre-instantiates the component at `path`.
     pub async fn load(
@@ -189,44 +219,15 @@ impl Plugin {
         linker: &Linker<StoreState>,
         path: &Path,
     ) -> Result<Arc<Plugin>, OpenError> {
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|source| EngineError::Read {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let hash = ComponentCache::content_hash(&bytes);
-        let (engine2, path2) = (engine.clone(), path.to_path_buf());
-        let (component, outcome) =
-            tokio::task::spawn_blocking(move || engine2.load_component(&path2, &bytes))
-                .await
-                .map_err(|e| OpenError::Link {
-                    path: path.to_path_buf(),
-                    message: format!("compiler task failed: {e}"),
-                })??;
-        let imports_embedder = component
-            .component_type()
-            .imports(engine.engine())
-            .any(|(name, _)| name == EMBEDDER_IMPORT);
-        let link = |message: String| OpenError::Link {
-            path: path.to_path_buf(),
-            message,
-        };
-        let pre = linker
-            .instantiate_pre(&component)
-            .map_err(|e| link(format!("{e:#}")))?;
+        let (component, hash, outcome) = compile(engine, path).await?;
+        let imports_embedder =
+            component.component_type().imports(engine.engine()).any(|(name, _)| name == EMBEDDER_IMPORT);
+        let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
+        let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
         let pre = ToolHostPre::new(pre).map_err(|e| {
-            link(format!(
-                "{e:#} (a tool component must export `quarry:retrieval/tool@0.1.0`; see wit/)"
-            ))
+            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.1.0`; see wit/)"))
         })?;
-        Ok(Arc::new(Plugin {
-            path: path.to_path_buf(),
-            hash,
-            outcome,
-            imports_embedder,
-            pre,
-        }))
+        Ok(Arc::new(Plugin { path: path.to_path_buf(), hash, outcome, imports_embedder, pre }))
     }
 }
 
@@ -268,20 +269,12 @@ impl ToolInstance {
         live.store.set_epoch_deadline(QuarryEngine::ticks(deadline));
         let res = tokio::time::timeout(
             deadline + WALL_GRACE,
-            live.bindings
-                .quarry_retrieval_tool()
-                .instance()
-                .call_specs(&mut live.store, live.handle),
+            live.bindings.quarry_retrieval_tool().instance().call_specs(&mut live.store, live.handle),
         )
         .await;
-        let specs = settle(&mut live.store, deadline, res).map_err(|fault| OpenError::Fault {
-            instance: name.clone(),
-            fault,
-        })?;
-        check_specs(&specs).map_err(|message| OpenError::BadSpec {
-            instance: name.clone(),
-            message,
-        })?;
+        let specs = settle(&mut live.store, deadline, res)
+            .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
+        check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
         Ok(ToolInstance {
             name,
             config,
@@ -298,17 +291,9 @@ impl ToolInstance {
         let qualified = format!("{}.{tool}", self.name);
         let mut guard = self.live.lock().await;
         if guard.is_none() {
-            let live = start(
-                &self.engine,
-                &self.config,
-                &self.plugin,
-                self.embedder.clone(),
-            )
-            .await
-            .map_err(|e| CallError::Restart {
-                tool: qualified.clone(),
-                source: Box::new(e),
-            })?;
+            let live = start(&self.engine, &self.config, &self.plugin, self.embedder.clone())
+                .await
+                .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?;
             *guard = Some(live);
         }
         let Some(live) = guard.as_mut() else {
@@ -318,12 +303,7 @@ impl ToolInstance {
         live.store.set_epoch_deadline(QuarryEngine::ticks(deadline));
         let res = tokio::time::timeout(
             deadline + WALL_GRACE,
-            live.bindings.quarry_retrieval_tool().instance().call_call(
-                &mut live.store,
-                live.handle,
-                tool,
-                args,
-            ),
+            live.bindings.quarry_retrieval_tool().instance().call_call(&mut live.store, live.handle, tool, args),
         )
         .await;
         let outcome = settle(&mut live.store, deadline, res);
@@ -332,15 +312,9 @@ impl ToolInstance {
             Err(fault) => {
                 *guard = None;
                 tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance");
-                Err(CallError::Fault {
-                    tool: qualified,
-                    fault,
-                })
+                Err(CallError::Fault { tool: qualified, fault })
             }
-            Ok(Err(error)) => Err(CallError::Tool {
-                tool: qualified,
-                error: with_denials(error, &denials),
-            }),
+            Ok(Err(error)) => Err(CallError::Tool { tool: qualified, error: with_denials(error, &denials) }),
             Ok(Ok(out)) => {
                 let size = output_size(&out);
                 if size as u64 > self.config.grants.max_output {
@@ -364,55 +338,44 @@ async fn start(
     embedder: Option<Arc<dyn EmbedderBackend>>,
 ) -> Result<Live, OpenError> {
     let name = config.name.clone();
-    let state = StoreState::new(config, embedder).map_err(|source| OpenError::Sandbox {
-        instance: name.clone(),
-        source,
-    })?;
-    let mut store = Store::new(engine.engine(), state);
-    store.limiter(StoreState::limiter);
-    store.epoch_deadline_trap();
+    let mut store = new_store(engine, config, embedder)?;
     let deadline = config.grants.deadline;
     store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-    let res = tokio::time::timeout(
-        deadline + WALL_GRACE,
-        plugin.pre.instantiate_async(&mut store),
-    )
-    .await;
-    let bindings = settle(&mut store, deadline, res).map_err(|fault| OpenError::Fault {
-        instance: name.clone(),
-        fault,
-    })?;
+    let res = tokio::time::timeout(deadline + WALL_GRACE, plugin.pre.instantiate_async(&mut store)).await;
+    let bindings =
+        settle(&mut store, deadline, res).map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
     store.set_epoch_deadline(QuarryEngine::ticks(deadline));
     let res = tokio::time::timeout(
         deadline + WALL_GRACE,
-        bindings
-            .quarry_retrieval_tool()
-            .instance()
-            .call_open(&mut store, &config.config_json),
+        bindings.quarry_retrieval_tool().instance().call_open(&mut store, &config.config_json),
     )
     .await;
     match settle(&mut store, deadline, res) {
-        Err(fault) => Err(OpenError::Fault {
-            instance: name,
-            fault,
-        }),
-        Ok(Err(error)) => Err(OpenError::Rejected {
-            instance: name,
-            error,
-        }),
-        Ok(Ok(handle)) => Ok(Live {
-            store,
-            bindings,
-            handle,
-        }),
+        Err(fault) => Err(OpenError::Fault { instance: name, fault }),
+        Ok(Err(error)) => Err(OpenError::Rejected { instance: name, error }),
+        Ok(Ok(handle)) => Ok(Live { store, bindings, handle }),
     }
 }
 
-type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elapsed>;
+/// A fresh store sandboxed by `config`'s grants, trapping at epoch deadlines.
+pub(crate) fn new_store(
+    engine: &QuarryEngine,
+    config: &InstanceConfig,
+    embedder: Option<Arc<dyn EmbedderBackend>>,
+) -> Result<Store<StoreState>, OpenError> {
+    let state = StoreState::new(config, embedder)
+        .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
+    let mut store = Store::new(engine.engine(), state);
+    store.limiter(StoreState::limiter);
+    store.epoch_deadline_trap();
+    Ok(store)
+}
+
+pub(crate) type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elapsed>;
 
 /// Turns the outcome of a guarded guest call into a value or a [`Fault`],
 /// logging what the guest wrote to stderr.
-fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
+pub(crate) fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
     let stderr = store.data().stderr.take();
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
         tracing::info!(target: "quarry::guest", "{line}");
@@ -423,10 +386,7 @@ fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -
         Ok(Err(e)) => e,
     };
     if let Some(asked) = store.data_mut().limiter.denied.take() {
-        return Err(Fault::OutOfMemory {
-            asked,
-            limit: store.data().limiter.limit(),
-        });
+        return Err(Fault::OutOfMemory { asked, limit: store.data().limiter.limit() });
     }
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => Err(Fault::Deadline(deadline)),
@@ -442,10 +402,7 @@ fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -
                 Some(t) => t.to_string(),
                 None => format!("{err:#}"),
             };
-            Err(Fault::Trap {
-                message,
-                stderr: last_words(&stderr),
-            })
+            Err(Fault::Trap { message, stderr: last_words(&stderr) })
         }
     }
 }
@@ -494,15 +451,10 @@ fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
     }
     let mut seen = std::collections::BTreeSet::new();
     for s in specs {
-        let ok = !s.name.is_empty()
-            && s.name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        let ok =
+            !s.name.is_empty() && s.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !ok {
-            return Err(format!(
-                "tool name {:?} must use lowercase letters, digits and `_`",
-                s.name
-            ));
+            return Err(format!("tool name {:?} must use lowercase letters, digits and `_`", s.name));
         }
         if !seen.insert(s.name.as_str()) {
             return Err(format!("tool name {:?} appears twice", s.name));
@@ -510,10 +462,7 @@ fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
         let schema: serde_json::Value = serde_json::from_str(&s.args_schema)
             .map_err(|e| format!("tool {:?}: args-schema is not JSON: {e}", s.name))?;
         if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
-            return Err(format!(
-                "tool {:?}: args-schema must be a JSON Schema with \"type\": \"object\"",
-                s.name
-            ));
+            return Err(format!("tool {:?}: args-schema must be a JSON Schema with \"type\": \"object\"", s.name));
         }
     }
     Ok(())

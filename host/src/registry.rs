@@ -17,7 +17,7 @@ use wasmtime::component::Linker;
 
 use crate::bindings::{ToolHost, ToolOutput, ToolSpec};
 use crate::config::{Config, InstanceConfig};
-use crate::embedder::EmbedderBackend;
+use crate::embedder::{ComponentEmbedder, EmbedderBackend, EmbedderSlot};
 use crate::engine::{EngineError, QuarryEngine};
 use crate::instance::{CallError, OpenError, Plugin, ToolInstance};
 use crate::sandbox::StoreState;
@@ -84,6 +84,7 @@ pub struct Host {
     engine: QuarryEngine,
     linker: Linker<StoreState>,
     tools: RwLock<BTreeMap<String, Arc<ToolInstance>>>,
+    embedders: RwLock<BTreeMap<String, Arc<EmbedderSlot>>>,
     failed: Mutex<BTreeMap<String, String>>,
     changes: tokio::sync::broadcast::Sender<SwapReport>,
 }
@@ -92,14 +93,14 @@ impl Host {
     /// Builds the engine and links every capability. Loads nothing yet.
     pub fn new(config: Config) -> Result<Arc<Host>, HostError> {
         let engine = QuarryEngine::new(config.cache_dir.clone())?;
-        let linker =
-            build_linker(engine.engine()).map_err(|e| HostError::Link(format!("{e:#}")))?;
+        let linker = build_linker(engine.engine()).map_err(|e| HostError::Link(format!("{e:#}")))?;
         let (changes, _) = tokio::sync::broadcast::channel(64);
         Ok(Arc::new(Host {
             config,
             engine,
             linker,
             tools: RwLock::default(),
+            embedders: RwLock::default(),
             failed: Mutex::default(),
             changes,
         }))
@@ -115,10 +116,26 @@ impl Host {
         &self.engine
     }
 
-    /// Loads and opens every configured tool instance. Instances that fail are
-    /// logged and returned; the others serve.
+    /// Loads every embedder, then opens every configured tool instance.
+    /// Instances that fail are logged and returned; the others serve.
     pub async fn load_all(&self) -> Vec<(String, OpenError)> {
         let mut failures = Vec::new();
+        for (name, cfg) in &self.config.embedders {
+            match ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await {
+                Ok(e) => {
+                    let info = e.info();
+                    tracing::info!(target: "quarry::load", embedder = %name, model = %info.id, dimension = info.dimension, "loaded");
+                    self.embedders
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(name.clone(), Arc::new(EmbedderSlot::new(e)));
+                }
+                Err(e) => {
+                    self.record_failure(&format!("embedders.{name}"), &e);
+                    failures.push((format!("embedders.{name}"), e));
+                }
+            }
+        }
         let mut plugins: BTreeMap<PathBuf, Arc<Plugin>> = BTreeMap::new();
         for (name, cfg) in &self.config.tools {
             let plugin = match plugins.get(&cfg.component) {
@@ -138,10 +155,7 @@ impl Host {
             match self.open_instance(cfg, plugin).await {
                 Ok(inst) => {
                     tracing::info!(target: "quarry::load", instance = %name, tools = inst.specs.len(), "loaded");
-                    self.tools
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(name.clone(), Arc::new(inst));
+                    self.tools.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::new(inst));
                 }
                 Err(e) => {
                     self.record_failure(name, &e);
@@ -154,27 +168,80 @@ impl Host {
 
     fn record_failure(&self, name: &str, e: &OpenError) {
         tracing::error!(target: "quarry::load", instance = %name, "not loaded: {e}");
-        self.failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_string(), e.to_string());
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), e.to_string());
     }
 
-    async fn open_instance(
-        &self,
-        cfg: &InstanceConfig,
-        plugin: Arc<Plugin>,
-    ) -> Result<ToolInstance, OpenError> {
-        let embedder: Option<Arc<dyn EmbedderBackend>> = None;
+    async fn open_instance(&self, cfg: &InstanceConfig, plugin: Arc<Plugin>) -> Result<ToolInstance, OpenError> {
+        let embedder: Option<Arc<dyn EmbedderBackend>> = match &cfg.embedder {
+            None => None,
+            Some(e) => {
+                let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(e).cloned();
+                match slot {
+                    Some(slot) => Some(slot),
+                    None => {
+                        return Err(OpenError::EmbedderUnavailable {
+                            instance: cfg.name.clone(),
+                            embedder: e.clone(),
+                            reason: self
+                                .failures()
+                                .get(&format!("embedders.{e}"))
+                                .cloned()
+                                .unwrap_or_else(|| "not loaded".into()),
+                        });
+                    }
+                }
+            }
+        };
         ToolInstance::open(&self.engine, Arc::new(cfg.clone()), plugin, embedder).await
+    }
+
+    /// The model behind embedder `name`, if it is loaded.
+    pub fn embedder_info(&self, name: &str) -> Option<crate::bindings::ModelInfo> {
+        let slots = self.embedders.read().unwrap_or_else(|p| p.into_inner());
+        slots.get(name).map(|s| s.info())
+    }
+
+    /// Reloads every embedder instance whose component is `path`; tools keep
+    /// their link (an [`EmbedderSlot`]) and see the new version on their next embed.
+    async fn reload_embedder(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
+        let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
+        let new_hash = tokio::fs::read(path).await.map(|b| crate::cache::ComponentCache::content_hash(&b)).ok();
+        let mut instances = Vec::new();
+        let mut hash = String::new();
+        for cfg in self.config.embedders.values().filter(|c| c.component == path) {
+            let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(&cfg.name).cloned();
+            if let (Some(slot), Some(h)) = (&slot, new_hash)
+                && slot.current().hash == h
+            {
+                continue;
+            }
+            let e =
+                ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await.map_err(rejected)?;
+            hash = hex::encode(e.hash);
+            match slot {
+                Some(slot) => slot.replace(e),
+                None => {
+                    self.embedders
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(cfg.name.clone(), Arc::new(EmbedderSlot::new(e)));
+                }
+            }
+            self.failed.lock().unwrap_or_else(|p| p.into_inner()).remove(&format!("embedders.{}", cfg.name));
+            instances.push(cfg.name.clone());
+        }
+        if instances.is_empty() {
+            return Err(ReloadError::Unchanged(path.to_path_buf()));
+        }
+        let report = SwapReport { path: path.to_path_buf(), instances, hash, elapsed: start.elapsed() };
+        tracing::info!(target: "quarry::swap", path = %path.display(), embedders = ?report.instances, "new embedder version serving");
+        let _ = self.changes.send(report.clone());
+        Ok(report)
     }
 
     /// Instances that failed to load, with why.
     pub fn failures(&self) -> BTreeMap<String, String> {
-        self.failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every tool of every loaded instance, sorted by qualified name.
@@ -198,11 +265,8 @@ impl Host {
     /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`.
     pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
         let (inst, tool) = self.resolve(name)?;
-        let parsed: serde_json::Value =
-            serde_json::from_str(args).map_err(|e| CallError::BadArgs {
-                tool: format!("{}.{tool}", inst.name),
-                message: e.to_string(),
-            })?;
+        let parsed: serde_json::Value = serde_json::from_str(args)
+            .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })?;
         if !parsed.is_object() {
             return Err(CallError::BadArgs {
                 tool: format!("{}.{tool}", inst.name),
@@ -240,19 +304,10 @@ impl Host {
             if near.is_empty() {
                 format!("run `quarry list` to see the {} available tools", all.len())
             } else {
-                format!(
-                    "did you mean {}?",
-                    near.iter()
-                        .map(|s| format!("{s:?}"))
-                        .collect::<Vec<_>>()
-                        .join(" or ")
-                )
+                format!("did you mean {}?", near.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" or "))
             }
         };
-        Err(CallError::UnknownTool {
-            name: name.to_string(),
-            hint,
-        })
+        Err(CallError::UnknownTool { name: name.to_string(), hint })
     }
 
     /// Subscribes to successful swaps.
@@ -263,39 +318,25 @@ impl Host {
     /// Reloads the component at `path` (see the module docs).
     pub async fn reload(&self, path: &Path) -> Result<SwapReport, ReloadError> {
         let start = Instant::now();
-        let targets: Vec<&InstanceConfig> = self
-            .config
-            .tools
-            .values()
-            .filter(|c| c.component == path)
-            .collect();
+        if self.config.embedders.values().any(|c| c.component == path) {
+            return self.reload_embedder(path, start).await;
+        }
+        let targets: Vec<&InstanceConfig> = self.config.tools.values().filter(|c| c.component == path).collect();
         if targets.is_empty() {
             return Err(ReloadError::NotConfigured(path.to_path_buf()));
         }
-        let rejected = |source| ReloadError::Rejected {
-            path: path.to_path_buf(),
-            source,
-        };
-        let plugin = Plugin::load(&self.engine, &self.linker, path)
-            .await
-            .map_err(rejected)?;
+        let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
+        let plugin = Plugin::load(&self.engine, &self.linker, path).await.map_err(rejected)?;
         let current: Vec<Option<[u8; 32]>> = {
             let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
-            targets
-                .iter()
-                .map(|c| tools.get(&c.name).map(|i| i.plugin.hash))
-                .collect()
+            targets.iter().map(|c| tools.get(&c.name).map(|i| i.plugin.hash)).collect()
         };
         if current.iter().all(|h| *h == Some(plugin.hash)) {
             return Err(ReloadError::Unchanged(path.to_path_buf()));
         }
         let mut opened = Vec::new();
         for cfg in &targets {
-            opened.push(
-                self.open_instance(cfg, plugin.clone())
-                    .await
-                    .map_err(rejected)?,
-            );
+            opened.push(self.open_instance(cfg, plugin.clone()).await.map_err(rejected)?);
         }
         let instances: Vec<String> = opened.iter().map(|i| i.name.clone()).collect();
         {
@@ -325,7 +366,7 @@ impl Host {
 /// Links WASI 0.2, wasi-http and Quarry's own capabilities: the whole grant
 /// surface, in one place. What each instance may actually use is decided per
 /// store by its [`StoreState`].
-fn build_linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<StoreState>> {
+pub fn build_linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<StoreState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
@@ -346,10 +387,7 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
 
 /// Near-miss test for suggestions: a shared prefix of the instance part, or a small edit distance.
 fn similar(candidate: &str, asked: &str) -> bool {
-    let (ci, ai) = (
-        candidate.split('.').next().unwrap_or(""),
-        asked.split('.').next().unwrap_or(""),
-    );
+    let (ci, ai) = (candidate.split('.').next().unwrap_or(""), asked.split('.').next().unwrap_or(""));
     ci == ai
         || candidate.ends_with(&format!(".{asked}"))
         || edit_distance(ci, ai) <= 2
@@ -362,11 +400,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur.push(
-                (prev[j] + usize::from(ca != *cb))
-                    .min(prev[j + 1] + 1)
-                    .min(cur[j] + 1),
-            );
+            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
         }
         prev = cur;
     }

@@ -48,10 +48,7 @@ pub struct SandboxError {
 
 impl StoreState {
     /// A sandbox holding exactly what `cfg` grants.
-    pub fn new(
-        cfg: &InstanceConfig,
-        embedder: Option<Arc<dyn EmbedderBackend>>,
-    ) -> Result<Self, SandboxError> {
+    pub fn new(cfg: &InstanceConfig, embedder: Option<Arc<dyn EmbedderBackend>>) -> Result<Self, SandboxError> {
         let stderr = GuestLog::default();
         let mut b = WasiCtxBuilder::new();
         b.stderr(stderr.clone())
@@ -60,27 +57,19 @@ impl StoreState {
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
         for d in &cfg.grants.dirs {
-            let perms = if d.writable {
-                FsPerms::ReadWrite
-            } else {
-                FsPerms::ReadOnly
-            };
-            b.preopened_dir(&d.host, &d.guest, perms)
-                .map_err(|e| SandboxError {
-                    host: d.host.display().to_string(),
-                    guest: d.guest.clone(),
-                    message: format!("{e:#}"),
-                })?;
+            let perms = if d.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            b.preopened_dir(&d.host, &d.guest, perms).map_err(|e| SandboxError {
+                host: d.host.display().to_string(),
+                guest: d.guest.clone(),
+                message: format!("{e:#}"),
+            })?;
         }
         Ok(StoreState {
             wasi: b.build(),
             http: WasiHttpCtx::new(),
             hooks: PolicyHooks::new(Arc::new(cfg.grants.http.clone())),
             table: ResourceTable::new(),
-            limiter: MemoryLimiter {
-                limit: cfg.grants.memory as usize,
-                denied: None,
-            },
+            limiter: MemoryLimiter { limit: cfg.grants.memory as usize, denied: None },
             stderr,
             embedder,
         })
@@ -94,20 +83,13 @@ impl StoreState {
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
 impl WasiHttpView for StoreState {
     fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: &mut self.hooks,
-        }
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.hooks }
     }
 }
 
@@ -127,12 +109,7 @@ impl MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         // Refuse rather than trap: a guest that handles allocation failure keeps
         // working; one that aborts is reported as out of memory.
         if desired > self.limit {
@@ -142,12 +119,7 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }
@@ -212,11 +184,7 @@ impl Pollable for GuestLog {
 }
 
 impl tokio::io::AsyncWrite for GuestLog {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         self.append(buf);
         Poll::Ready(Ok(buf.len()))
     }

@@ -32,16 +32,10 @@ impl Drop for Watcher {
 
 /// Starts watching `host`'s component directories. Must run inside a tokio runtime.
 pub fn watch(host: Arc<Host>) -> Result<Watcher, notify::Error> {
-    let components: BTreeSet<PathBuf> = host
-        .config()
-        .tools
-        .values()
-        .map(|c| c.component.clone())
-        .collect();
-    let dirs: BTreeSet<PathBuf> = components
-        .iter()
-        .filter_map(|c| c.parent().map(PathBuf::from))
-        .collect();
+    let config = host.config();
+    let components: BTreeSet<PathBuf> =
+        config.tools.values().chain(config.embedders.values()).map(|c| c.component.clone()).collect();
+    let dirs: BTreeSet<PathBuf> = components.iter().filter_map(|c| c.parent().map(PathBuf::from)).collect();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if let Ok(ev) = res
@@ -59,10 +53,7 @@ pub fn watch(host: Arc<Host>) -> Result<Watcher, notify::Error> {
     let task = tokio::spawn(async move {
         let mut pending: BTreeMap<PathBuf, Instant> = BTreeMap::new();
         loop {
-            let wait = pending
-                .values()
-                .min()
-                .map(|t| (*t + DEBOUNCE).saturating_duration_since(Instant::now()));
+            let wait = pending.values().min().map(|t| (*t + DEBOUNCE).saturating_duration_since(Instant::now()));
             let event = match wait {
                 Some(w) => tokio::time::timeout(w, rx.recv()).await.ok(),
                 None => Some(rx.recv().await),
@@ -75,11 +66,8 @@ pub fn watch(host: Arc<Host>) -> Result<Watcher, notify::Error> {
                 Some(Some(_)) | None => {}
             }
             let now = Instant::now();
-            let due: Vec<PathBuf> = pending
-                .iter()
-                .filter(|(_, t)| now >= **t + DEBOUNCE)
-                .map(|(p, _)| p.clone())
-                .collect();
+            let due: Vec<PathBuf> =
+                pending.iter().filter(|(_, t)| now >= **t + DEBOUNCE).map(|(p, _)| p.clone()).collect();
             for path in due {
                 pending.remove(&path);
                 if !path.is_file() {
@@ -92,8 +80,5 @@ pub fn watch(host: Arc<Host>) -> Result<Watcher, notify::Error> {
             }
         }
     });
-    Ok(Watcher {
-        _watcher: watcher,
-        task,
-    })
+    Ok(Watcher { _watcher: watcher, task })
 }

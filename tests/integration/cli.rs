@@ -21,9 +21,7 @@ fn run(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
 fn echo_env() -> TestEnv {
     let env = TestEnv::new();
     env.plugin(ECHO_V1, "echo");
-    env.config(
-        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nconfig = { greeting = \"hey\" }\n",
-    );
+    env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nconfig = { greeting = \"hey\" }\n");
     env
 }
 
@@ -32,10 +30,7 @@ fn list_call_and_json() {
     let env = echo_env();
     let (code, out, err) = run(&env, &["list"]);
     assert_eq!(code, 0, "{err}");
-    assert!(
-        out.contains("echo.echo") && out.contains("Echoes `text`"),
-        "{out}"
-    );
+    assert!(out.contains("echo.echo") && out.contains("Echoes `text`"), "{out}");
     let (code, out, _) = run(&env, &["list", "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -44,10 +39,7 @@ fn list_call_and_json() {
 
     let (code, out, err) = run(&env, &["call", "echo", r#"{"text":"there"}"#]);
     assert_eq!((code, out.trim()), (0, "hey there [v1]"), "{err}");
-    let (code, out, _) = run(
-        &env,
-        &["call", "echo.echo", r#"{"text":"there"}"#, "--json"],
-    );
+    let (code, out, _) = run(&env, &["call", "echo.echo", r#"{"text":"there"}"#, "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["text"], "hey there [v1]");
@@ -63,10 +55,7 @@ fn usage_errors_exit_2_with_a_hint() {
     assert!(err.contains("did you mean \"echo.echo\""), "{err}");
     let (code, _, err) = run(&env, &["call", "echo", "[1,2]"]);
     assert_eq!(code, 2);
-    assert!(
-        err.contains("must be a JSON object") && err.contains("an array"),
-        "{err}"
-    );
+    assert!(err.contains("must be a JSON object") && err.contains("an array"), "{err}");
     let (code, _, err) = run(&env, &["call", "echo", "{not json"]);
     assert_eq!(code, 2, "{err}");
 }
@@ -76,10 +65,7 @@ fn tool_errors_exit_1() {
     let env = echo_env();
     let (code, _, err) = run(&env, &["call", "echo", r#"{"txt":"x"}"#]);
     assert_eq!(code, 1);
-    assert!(
-        err.contains("invalid-args") && err.contains("`text`"),
-        "{err}"
-    );
+    assert!(err.contains("invalid-args") && err.contains("`text`"), "{err}");
 }
 
 #[test]
@@ -88,10 +74,7 @@ fn config_errors_exit_2_naming_file_and_key() {
     env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\ndeadline = \"forever\"\n");
     let (code, _, err) = run(&env, &["check"]);
     assert_eq!(code, 2);
-    assert!(
-        err.contains("quarry.toml") && err.contains("deadline") && err.contains("\"10s\""),
-        "{err}"
-    );
+    assert!(err.contains("quarry.toml") && err.contains("deadline") && err.contains("\"10s\""), "{err}");
     let (code, _, err) = run(&env, &["--config", "nope.toml", "list"]);
     assert_eq!(code, 2);
     assert!(err.contains("nope.toml"), "{err}");
@@ -108,8 +91,5 @@ fn check_opens_every_instance() {
     let (code, out, err) = run(&env, &["check"]);
     assert_eq!(code, 1);
     assert!(out.contains("1 of 2"), "{out}");
-    assert!(
-        err.contains("\"h\"") && err.contains("unknown config key `nope`"),
-        "{err}"
-    );
+    assert!(err.contains("\"h\"") && err.contains("unknown config key `nope`"), "{err}");
 }

@@ -4,13 +4,8 @@ use quarry_tests::{ECHO_V1, TestEnv};
 
 fn error_for(env: &TestEnv, body: &str) -> String {
     let path = env.config(body);
-    let err = quarry::Config::load(&path)
-        .expect_err("config should be rejected")
-        .to_string();
-    assert!(
-        err.contains(&path.display().to_string()),
-        "message does not name the file: {err}"
-    );
+    let err = quarry::Config::load(&path).expect_err("config should be rejected").to_string();
+    assert!(err.contains(&path.display().to_string()), "message does not name the file: {err}");
     err
 }
 
@@ -26,14 +21,9 @@ fn unknown_keys_are_named() {
     let env = echo_env();
     let e = error_for(&env, "[tool.echo]\ncomponent = \"plugins/echo.wasm\"\n");
     assert!(e.contains("unknown field `tool`"), "{e}");
-    let e = error_for(
-        &env,
-        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\nmemroy = \"1GiB\"\n",
-    );
-    assert!(
-        e.contains("unknown field `memroy`") && e.contains("memory"),
-        "{e}"
-    );
+    let e =
+        error_for(&env, "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\nmemroy = \"1GiB\"\n");
+    assert!(e.contains("unknown field `memroy`") && e.contains("memory"), "{e}");
     let e = error_for(
         &env,
         "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\ngrants = { dirs = [{ host = \"data\", guest = \"/d\", mdoe = \"rw\" }] }\n",
@@ -53,33 +43,16 @@ fn bad_values_say_the_accepted_form() {
         ("http = [\"example.com\"]", "tools.echo.grants.http[0]"),
         ("http = [\"ftp://example.com\"]", "scheme"),
         ("http = [\"https://example.com/path\"]", "no path"),
-        (
-            "private_networks = [\"localhost\"]",
-            "tools.echo.grants.private_networks[0]",
-        ),
-        (
-            "dirs = [{ host = \"data\", guest = \"/d\", mode = \"rwx\" }]",
-            "unknown variant `rwx`",
-        ),
-        (
-            "dirs = [{ host = \"missing\", guest = \"/d\" }]",
-            "tools.echo.grants.dirs[0].host",
-        ),
-        (
-            "dirs = [{ host = \"data\", guest = \"d\" }]",
-            "must be absolute",
-        ),
-        (
-            "dirs = [{ host = \"data\", guest = \"/d\" }, { host = \"data\", guest = \"/d\" }]",
-            "granted twice",
-        ),
+        ("private_networks = [\"localhost\"]", "tools.echo.grants.private_networks[0]"),
+        ("dirs = [{ host = \"data\", guest = \"/d\", mode = \"rwx\" }]", "unknown variant `rwx`"),
+        ("dirs = [{ host = \"missing\", guest = \"/d\" }]", "tools.echo.grants.dirs[0].host"),
+        ("dirs = [{ host = \"data\", guest = \"d\" }]", "must be absolute"),
+        ("dirs = [{ host = \"data\", guest = \"/d\" }, { host = \"data\", guest = \"/d\" }]", "granted twice"),
     ];
     for (grant, expect) in cases {
         let e = error_for(
             &env,
-            &format!(
-                "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\n{grant}\n"
-            ),
+            &format!("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\n{grant}\n"),
         );
         assert!(e.contains(expect), "{grant}: {e}");
     }
@@ -89,37 +62,20 @@ fn bad_values_say_the_accepted_form() {
 fn references_and_files_are_checked() {
     let env = echo_env();
     let e = error_for(&env, "[tools.echo]\ncomponent = \"plugins/nope.wasm\"\n");
-    assert!(
-        e.contains("tools.echo.component") && e.contains("does not exist"),
-        "{e}"
-    );
-    let e = error_for(
-        &env,
-        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nembedder = \"minilm\"\n",
-    );
-    assert!(
-        e.contains("tools.echo.embedder") && e.contains("no embedder named \"minilm\""),
-        "{e}"
-    );
+    assert!(e.contains("tools.echo.component") && e.contains("does not exist"), "{e}");
+    let e = error_for(&env, "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nembedder = \"minilm\"\n");
+    assert!(e.contains("tools.echo.embedder") && e.contains("no embedder named \"minilm\""), "{e}");
     let e = error_for(&env, "[tools.Echo]\ncomponent = \"plugins/echo.wasm\"\n");
     assert!(e.contains("tools.Echo") && e.contains("lowercase"), "{e}");
-    let e = error_for(
-        &env,
-        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nconfig = 3\n",
-    );
+    let e = error_for(&env, "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nconfig = 3\n");
     assert!(e.contains("invalid type"), "{e}");
     let e = error_for(&env, "[tools.echo\ncomponent = 1");
-    assert!(
-        e.contains("TOML parse error at line") && e.contains("unclosed table"),
-        "{e}"
-    );
+    assert!(e.contains("TOML parse error at line") && e.contains("unclosed table"), "{e}");
 }
 
 #[test]
 fn missing_file_is_a_read_error() {
-    let err = quarry::Config::load(std::path::Path::new("/nonexistent/quarry.toml"))
-        .unwrap_err()
-        .to_string();
+    let err = quarry::Config::load(std::path::Path::new("/nonexistent/quarry.toml")).unwrap_err().to_string();
     assert!(err.contains("/nonexistent/quarry.toml"), "{err}");
 }
 
@@ -135,17 +91,8 @@ async fn open_rejecting_its_config_is_reported_and_others_serve() {
     let failures = host.load_all().await;
     assert_eq!(failures.len(), 1);
     let msg = failures[0].1.to_string();
-    assert!(
-        msg.contains("\"bad\"") && msg.contains("unknown config key `colour`"),
-        "{msg}"
-    );
-    assert_eq!(
-        host.call("echo", r#"{"text":"x"}"#).await.unwrap().text,
-        "hello x [v1]"
-    );
+    assert!(msg.contains("\"bad\"") && msg.contains("unknown config key `colour`"), "{msg}");
+    assert_eq!(host.call("echo", r#"{"text":"x"}"#).await.unwrap().text, "hello x [v1]");
     let err = host.call("bad.echo", "{}").await.unwrap_err().to_string();
-    assert!(
-        err.contains("did not load") && err.contains("colour"),
-        "{err}"
-    );
+    assert!(err.contains("did not load") && err.contains("colour"), "{err}");
 }

@@ -56,32 +56,17 @@ async fn swap_under_load_loses_no_call() {
         let seen = within(30, w).await.unwrap();
         total += seen.len();
         let failures: Vec<_> = seen.iter().filter(|r| r.is_err()).collect();
-        assert!(
-            failures.is_empty(),
-            "calls failed during the swap: {failures:?}"
-        );
+        assert!(failures.is_empty(), "calls failed during the swap: {failures:?}");
         let texts: Vec<&String> = seen.iter().flatten().collect();
-        assert!(
-            texts.first().unwrap().ends_with("[v1]"),
-            "{:?}",
-            texts.first()
-        );
-        assert!(
-            texts.last().unwrap().ends_with("[v2]"),
-            "{:?}",
-            texts.last()
-        );
+        assert!(texts.first().unwrap().ends_with("[v1]"), "{:?}", texts.first());
+        assert!(texts.last().unwrap().ends_with("[v2]"), "{:?}", texts.last());
         // Once a task has seen v2, it never sees v1 again.
         let first_v2 = texts.iter().position(|t| t.ends_with("[v2]")).unwrap();
         assert!(texts[first_v2..].iter().all(|t| t.ends_with("[v2]")));
     }
     assert!(total > 20, "the load loop barely ran: {total} calls");
     let listed = host.tools();
-    assert!(
-        listed[0].spec.description.contains("(v2)"),
-        "{:?}",
-        listed[0].spec.description
-    );
+    assert!(listed[0].spec.description.contains("(v2)"), "{:?}", listed[0].spec.description);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,28 +80,14 @@ async fn broken_replacement_keeps_the_old_version() {
 
     // Not a component at all.
     env.replace(&plugin, b"\0asm garbage that is not a component");
-    let err = within(60, host.reload(&plugin.canonicalize().unwrap()))
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("not a valid WebAssembly component"),
-        "{err}"
-    );
-    assert!(
-        err.to_string().contains("previous version keeps serving"),
-        "{err}"
-    );
+    let err = within(60, host.reload(&plugin.canonicalize().unwrap())).await.unwrap_err();
+    assert!(err.to_string().contains("not a valid WebAssembly component"), "{err}");
+    assert!(err.to_string().contains("previous version keeps serving"), "{err}");
 
     // A valid component whose instances refuse the config (`greeting` is unknown to it).
     env.replace(&plugin, &std::fs::read(HOSTILE).unwrap());
-    let err = within(60, host.reload(&plugin.canonicalize().unwrap()))
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("unknown config key `greeting`"),
-        "{err}"
-    );
+    let err = within(60, host.reload(&plugin.canonicalize().unwrap())).await.unwrap_err();
+    assert!(err.to_string().contains("unknown config key `greeting`"), "{err}");
 
     tokio::time::sleep(Duration::from_millis(400)).await; // let the watcher see both too
     stop.store(true, Ordering::Relaxed);
@@ -128,19 +99,13 @@ async fn broken_replacement_keeps_the_old_version() {
             );
         }
     }
-    assert_eq!(
-        host.call("echo", r#"{"text":"x"}"#).await.unwrap().text,
-        "hi x [v1]"
-    );
+    assert_eq!(host.call("echo", r#"{"text":"x"}"#).await.unwrap().text, "hi x [v1]");
 
     // And a good version after the bad ones still goes live.
     let mut swaps = host.subscribe();
     env.replace(&plugin, &std::fs::read(ECHO_V2).unwrap());
     within(60, swaps.recv()).await.expect("swap event");
-    assert_eq!(
-        host.call("echo", r#"{"text":"x"}"#).await.unwrap().text,
-        "hi x [v2]"
-    );
+    assert_eq!(host.call("echo", r#"{"text":"x"}"#).await.unwrap().text, "hi x [v2]");
 }
 
 #[tokio::test]
@@ -148,9 +113,6 @@ async fn same_bytes_are_not_swapped_or_recompiled() {
     let env = TestEnv::new();
     let plugin = env.plugin(ECHO_V1, "echo");
     let host = env.host(ECHO).await;
-    let err = host
-        .reload(&plugin.canonicalize().unwrap())
-        .await
-        .unwrap_err();
+    let err = host.reload(&plugin.canonicalize().unwrap()).await.unwrap_err();
     assert!(matches!(err, quarry::ReloadError::Unchanged(_)), "{err}");
 }

@@ -3,5 +3,6 @@
 
 mod cli;
 mod config_errors;
+mod embedder;
 mod hot_swap;
 mod sandbox;

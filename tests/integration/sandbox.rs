@@ -33,16 +33,8 @@ async fn call(host: &quarry::Host, tool: &str, args: &str) -> Result<String, Cal
 
 /// The control call every containment test ends with.
 async fn still_serves(host: &quarry::Host) {
-    assert_eq!(
-        call(host, "h.echo", r#"{"text":"after"}"#).await.unwrap(),
-        "after"
-    );
-    assert_eq!(
-        call(host, "h.read_file", r#"{"path":"/data/ok.txt"}"#)
-            .await
-            .unwrap(),
-        "granted content"
-    );
+    assert_eq!(call(host, "h.echo", r#"{"text":"after"}"#).await.unwrap(), "after");
+    assert_eq!(call(host, "h.read_file", r#"{"path":"/data/ok.txt"}"#).await.unwrap(), "granted content");
 }
 
 fn tool_error(r: Result<String, CallError>) -> ToolError {
@@ -64,20 +56,8 @@ async fn read_outside_preopen_is_denied() {
     let env = TestEnv::new();
     let host = hostile(&env, "").await;
     let secret = env.path("secret.txt");
-    for path in [
-        secret.to_str().unwrap(),
-        "/etc/passwd",
-        "/data/../secret.txt",
-        "secret.txt",
-    ] {
-        let err = tool_error(
-            call(
-                &host,
-                "h.read_file",
-                &serde_json::json!({ "path": path }).to_string(),
-            )
-            .await,
-        );
+    for path in [secret.to_str().unwrap(), "/etc/passwd", "/data/../secret.txt", "secret.txt"] {
+        let err = tool_error(call(&host, "h.read_file", &serde_json::json!({ "path": path }).to_string()).await);
         let (_, msg) = err.parts();
         assert!(!msg.contains("outside the grant"), "{path}: leaked {msg}");
         assert!(msg.contains("read failed"), "{path}: {msg}");
@@ -89,44 +69,15 @@ async fn read_outside_preopen_is_denied() {
 async fn write_into_read_only_preopen_is_denied() {
     let env = TestEnv::new();
     let host = hostile(&env, "").await;
-    let err = tool_error(
-        call(
-            &host,
-            "h.write_file",
-            r#"{"path":"/data/new.txt","content":"x"}"#,
-        )
-        .await,
-    );
+    let err = tool_error(call(&host, "h.write_file", r#"{"path":"/data/new.txt","content":"x"}"#).await);
     assert!(err.parts().1.contains("write failed"), "{err:?}");
-    assert!(
-        !env.path("data/new.txt").exists(),
-        "a read-only grant was written to"
-    );
-    let err = tool_error(
-        call(
-            &host,
-            "h.write_file",
-            r#"{"path":"/data/ok.txt","content":"x"}"#,
-        )
-        .await,
-    );
+    assert!(!env.path("data/new.txt").exists(), "a read-only grant was written to");
+    let err = tool_error(call(&host, "h.write_file", r#"{"path":"/data/ok.txt","content":"x"}"#).await);
     assert!(err.parts().1.contains("write failed"), "{err:?}");
-    assert_eq!(
-        std::fs::read_to_string(env.path("data/ok.txt")).unwrap(),
-        "granted content"
-    );
+    assert_eq!(std::fs::read_to_string(env.path("data/ok.txt")).unwrap(), "granted content");
     // The writable grant does work, so the refusal above is the grant, not a broken guest.
-    call(
-        &host,
-        "h.write_file",
-        r#"{"path":"/scratch/new.txt","content":"x"}"#,
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        std::fs::read_to_string(env.path("scratch/new.txt")).unwrap(),
-        "x"
-    );
+    call(&host, "h.write_file", r#"{"path":"/scratch/new.txt","content":"x"}"#).await.unwrap();
+    assert_eq!(std::fs::read_to_string(env.path("scratch/new.txt")).unwrap(), "x");
     still_serves(&host).await;
 }
 
@@ -142,40 +93,18 @@ async fn no_environment_reaches_the_guest() {
 async fn http_to_forbidden_addresses_is_refused_before_connecting() {
     let env = TestEnv::new();
     // Even allowlisted, these addresses need a private_networks grant.
-    let host = hostile(
-        &env,
-        r#"http = ["http://169.254.169.254", "http://127.0.0.1:9", "http://10.0.0.1"]"#,
-    )
-    .await;
+    let host = hostile(&env, r#"http = ["http://169.254.169.254", "http://127.0.0.1:9", "http://10.0.0.1"]"#).await;
     for (url, kind, net) in [
-        (
-            "http://169.254.169.254/latest/meta-data/",
-            "cloud metadata",
-            "169.254.169.254/32",
-        ),
+        ("http://169.254.169.254/latest/meta-data/", "cloud metadata", "169.254.169.254/32"),
         ("http://127.0.0.1:9/", "loopback", "127.0.0.1/32"),
         ("http://10.0.0.1/", "private", "10.0.0.1/32"),
     ] {
         let started = Instant::now();
-        let err = tool_error(
-            call(
-                &host,
-                "h.http_get",
-                &serde_json::json!({ "url": url }).to_string(),
-            )
-            .await,
-        );
+        let err = tool_error(call(&host, "h.http_get", &serde_json::json!({ "url": url }).to_string()).await);
         let (k, msg) = err.parts();
         assert_eq!(k, "denied", "{msg}");
-        assert!(
-            msg.contains(kind) && msg.contains(net) && msg.contains("grants.private_networks"),
-            "{url}: {msg}"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{url} took {:?}: it tried to connect",
-            started.elapsed()
-        );
+        assert!(msg.contains(kind) && msg.contains(net) && msg.contains("grants.private_networks"), "{url}: {msg}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{url} took {:?}: it tried to connect", started.elapsed());
     }
     still_serves(&host).await;
 }
@@ -187,8 +116,7 @@ async fn http_without_allowlist_entry_names_the_entry_to_add() {
     let err = tool_error(call(&host, "h.http_get", r#"{"url":"http://10.0.0.1/x"}"#).await);
     let msg = err.parts().1;
     assert!(
-        msg.contains("not in the allowlist")
-            && msg.contains(r#"add "http://10.0.0.1" to its grants.http"#),
+        msg.contains("not in the allowlist") && msg.contains(r#"add "http://10.0.0.1" to its grants.http"#),
         "{msg}"
     );
     still_serves(&host).await;
@@ -203,10 +131,7 @@ async fn tiny_server(body: &'static str) -> u16 {
         while let Ok((mut s, _)) = listener.accept().await {
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf).await;
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let resp = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
             let _ = s.write_all(resp.as_bytes()).await;
         }
     });
@@ -218,31 +143,19 @@ async fn name_resolving_to_loopback_is_refused_unless_granted() {
     let port = tiny_server("from loopback").await;
     let env = TestEnv::new();
     let host = hostile(&env, &format!(r#"http = ["http://localhost:{port}"]"#)).await;
-    let err = tool_error(
-        call(
-            &host,
-            "h.http_get",
-            &format!(r#"{{"url":"http://localhost:{port}/"}}"#),
-        )
-        .await,
-    );
+    let err = tool_error(call(&host, "h.http_get", &format!(r#"{{"url":"http://localhost:{port}/"}}"#)).await);
     let msg = err.parts().1;
-    assert!(
-        msg.contains("localhost resolves to it") && msg.contains("loopback"),
-        "{msg}"
-    );
+    assert!(msg.contains("localhost resolves to it") && msg.contains("loopback"), "{msg}");
     still_serves(&host).await;
 
     // With the network granted, the same request goes through: the policy, not the guest, refused it.
     let env = TestEnv::new();
-    let host = hostile(&env, &format!("http = [\"http://localhost:{port}\"]\nprivate_networks = [\"127.0.0.0/8\", \"::1/128\"]")).await;
-    let body = call(
-        &host,
-        "h.http_get",
-        &format!(r#"{{"url":"http://localhost:{port}/"}}"#),
+    let host = hostile(
+        &env,
+        &format!("http = [\"http://localhost:{port}\"]\nprivate_networks = [\"127.0.0.0/8\", \"::1/128\"]"),
     )
-    .await
-    .unwrap();
+    .await;
+    let body = call(&host, "h.http_get", &format!(r#"{{"url":"http://localhost:{port}/"}}"#)).await.unwrap();
     assert_eq!(body, "status 200: from loopback");
 }
 
@@ -252,15 +165,8 @@ async fn endless_loop_misses_its_deadline() {
     let host = hostile(&env, "").await;
     let started = Instant::now();
     let f = fault(call(&host, "h.spin", "{}").await);
-    assert!(
-        matches!(f, Fault::Deadline(d) if d == Duration::from_secs(1)),
-        "{f:?}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "deadline fired after {:?}",
-        started.elapsed()
-    );
+    assert!(matches!(f, Fault::Deadline(d) if d == Duration::from_secs(1)), "{f:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "deadline fired after {:?}", started.elapsed());
     still_serves(&host).await;
 }
 
@@ -269,15 +175,9 @@ async fn memory_bomb_is_out_of_memory() {
     let env = TestEnv::new();
     let host = hostile(&env, "").await;
     let f = fault(call(&host, "h.alloc", r#"{"mb": 4096}"#).await);
-    assert!(
-        matches!(f, Fault::OutOfMemory { limit, .. } if limit == 64 << 20),
-        "{f:?}"
-    );
+    assert!(matches!(f, Fault::OutOfMemory { limit, .. } if limit == 64 << 20), "{f:?}");
     // Within the grant, allocation works.
-    assert_eq!(
-        call(&host, "h.alloc", r#"{"mb": 16}"#).await.unwrap(),
-        "allocated 16 MiB"
-    );
+    assert_eq!(call(&host, "h.alloc", r#"{"mb": 16}"#).await.unwrap(), "allocated 16 MiB");
     still_serves(&host).await;
 }
 
@@ -320,10 +220,7 @@ async fn hundred_megabyte_output_is_refused() {
         }
         other => panic!("expected OutputTooLarge, got {other:?}"),
     }
-    assert_eq!(
-        call(&host, "h.echo", r#"{"text":"after"}"#).await.unwrap(),
-        "after"
-    );
+    assert_eq!(call(&host, "h.echo", r#"{"text":"after"}"#).await.unwrap(), "after");
 }
 
 #[tokio::test]

@@ -28,24 +28,19 @@ pub struct AllowEntry {
 impl AllowEntry {
     /// Parses `https://example.com`, `http://127.0.0.1:8080`, `*://*.example.com`.
     pub fn parse(entry: &str) -> Result<Self, String> {
-        let form = "write entries as scheme://host[:port], like \"https://api.example.com\" or \"http://127.0.0.1:8080\"";
-        let (scheme, rest) = entry
-            .split_once("://")
-            .ok_or_else(|| format!("{entry:?} has no scheme; {form}"))?;
+        let form =
+            "write entries as scheme://host[:port], like \"https://api.example.com\" or \"http://127.0.0.1:8080\"";
+        let (scheme, rest) = entry.split_once("://").ok_or_else(|| format!("{entry:?} has no scheme; {form}"))?;
         let scheme = match scheme.to_ascii_lowercase().as_str() {
             "http" | "https" => Some(scheme.to_ascii_lowercase()),
             "*" => None,
             other => {
-                return Err(format!(
-                    "{entry:?}: scheme {other:?} is not allowed (http, https or *); {form}"
-                ));
+                return Err(format!("{entry:?}: scheme {other:?} is not allowed (http, https or *); {form}"));
             }
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if rest.is_empty() || rest.contains('/') || rest.contains('@') || rest.contains('?') {
-            return Err(format!(
-                "{entry:?} must name only a host and port, no path or user; {form}"
-            ));
+            return Err(format!("{entry:?} must name only a host and port, no path or user; {form}"));
         }
         let (host, port) = split_host_port(rest).map_err(|m| format!("{entry:?}: {m}; {form}"))?;
         let host = if let Some(suffix) = host.strip_prefix("*.") {
@@ -74,14 +69,10 @@ impl AllowEntry {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         match &self.host {
             HostPattern::Name(n) => *n == host,
-            HostPattern::Subdomains(s) => {
-                host.len() > s.len() + 1 && host.ends_with(&format!(".{s}"))
+            HostPattern::Subdomains(s) => host.len() > s.len() + 1 && host.ends_with(&format!(".{s}")),
+            HostPattern::Ip(ip) => {
+                host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>().is_ok_and(|h| h == *ip)
             }
-            HostPattern::Ip(ip) => host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<IpAddr>()
-                .is_ok_and(|h| h == *ip),
         }
     }
 }
@@ -104,10 +95,7 @@ pub(crate) fn split_host_port(s: &str) -> Result<(&str, Option<u16>), String> {
         }
     };
     let port = match port {
-        Some(p) => Some(
-            p.parse::<u16>()
-                .map_err(|_| format!("invalid port {p:?}"))?,
-        ),
+        Some(p) => Some(p.parse::<u16>().map_err(|_| format!("invalid port {p:?}"))?),
         None => None,
     };
     if host.is_empty() {
@@ -119,16 +107,10 @@ pub(crate) fn split_host_port(s: &str) -> Result<(&str, Option<u16>), String> {
 fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 253
-        && name.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        });
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{name:?} is not a valid host name"))
-    }
+        && name
+            .split('.')
+            .all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+    if ok { Ok(()) } else { Err(format!("{name:?} is not a valid host name")) }
 }
 
 /// An IP network, `10.0.0.0/8` or `::1/128`; a bare address means a single host.
@@ -141,11 +123,7 @@ pub struct Cidr {
 impl Cidr {
     /// Parses `addr/prefix` or a bare address.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let bad = || {
-            format!(
-                "{s:?} is not a network; write it like \"127.0.0.1/32\", \"10.0.0.0/8\" or \"::1/128\""
-            )
-        };
+        let bad = || format!("{s:?} is not a network; write it like \"127.0.0.1/32\", \"10.0.0.0/8\" or \"::1/128\"");
         let (addr, prefix) = match s.split_once('/') {
             Some((a, p)) => (a, Some(p)),
             None => (s, None),
@@ -153,12 +131,7 @@ impl Cidr {
         let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
-            Some(p) => p
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|p| *p <= max)
-                .ok_or_else(bad)?,
+            Some(p) => p.trim().parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?,
             None => max,
         };
         Ok(Cidr { addr, prefix })
@@ -169,19 +142,11 @@ impl Cidr {
         let ip = canonical(ip);
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u32::MAX << (32 - self.prefix)
-                };
+                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
                 u32::from(net) & mask == u32::from(ip) & mask
             }
             (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = if self.prefix == 0 {
-                    0
-                } else {
-                    u128::MAX << (128 - self.prefix)
-                };
+                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
                 u128::from(net) & mask == u128::from(ip) & mask
             }
             _ => false,
@@ -238,11 +203,7 @@ mod tests {
         assert!(c.contains("10.1.2.3".parse().unwrap()));
         assert!(c.contains("::ffff:10.1.2.3".parse().unwrap()));
         assert!(!c.contains("11.0.0.1".parse().unwrap()));
-        assert!(
-            Cidr::parse("127.0.0.1")
-                .unwrap()
-                .contains("127.0.0.1".parse().unwrap())
-        );
+        assert!(Cidr::parse("127.0.0.1").unwrap().contains("127.0.0.1".parse().unwrap()));
         assert!(Cidr::parse("::1/129").is_err());
         assert!(Cidr::parse("localhost").is_err());
     }

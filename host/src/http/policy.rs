@@ -66,18 +66,8 @@ pub fn special_range(ip: IpAddr) -> Option<&'static str> {
 
 impl HttpPolicy {
     /// A policy for `instance` (named in messages).
-    pub fn new(
-        instance: &str,
-        allow: Vec<AllowEntry>,
-        private: Vec<Cidr>,
-        timeout: Duration,
-    ) -> Self {
-        HttpPolicy {
-            instance: instance.to_string(),
-            allow,
-            private,
-            timeout,
-        }
+    pub fn new(instance: &str, allow: Vec<AllowEntry>, private: Vec<Cidr>, timeout: Duration) -> Self {
+        HttpPolicy { instance: instance.to_string(), allow, private, timeout }
     }
 
     /// A policy that allows nothing.
@@ -96,11 +86,8 @@ impl HttpPolicy {
             return Ok(());
         }
         let default_port = if scheme == "https" { 443 } else { 80 };
-        let entry = if port == default_port {
-            format!("{scheme}://{host}")
-        } else {
-            format!("{scheme}://{host}:{port}")
-        };
+        let entry =
+            if port == default_port { format!("{scheme}://{host}") } else { format!("{scheme}://{host}:{port}") };
         Err(Denial(format!(
             "HTTP to {scheme}://{host}:{port} refused: not in the allowlist of tool instance {:?}; to allow it, add {entry:?} to its grants.http",
             self.instance
@@ -118,11 +105,7 @@ impl HttpPolicy {
             return Ok(());
         }
         let ip = canonical(ip);
-        let net = if ip.is_ipv4() {
-            format!("{ip}/32")
-        } else {
-            format!("{ip}/128")
-        };
+        let net = if ip.is_ipv4() { format!("{ip}/32") } else { format!("{ip}/128") };
         let via = if host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok() {
             String::new()
         } else {
@@ -178,10 +161,7 @@ mod tests {
     fn policy(allow: &[&str], private: &[&str]) -> HttpPolicy {
         HttpPolicy::new(
             "t",
-            allow
-                .iter()
-                .map(|a| AllowEntry::parse(a).unwrap())
-                .collect(),
+            allow.iter().map(|a| AllowEntry::parse(a).unwrap()).collect(),
             private.iter().map(|p| Cidr::parse(p).unwrap()).collect(),
             Duration::from_secs(2),
         )
@@ -209,39 +189,22 @@ mod tests {
         for ip in ["8.8.8.8", "1.1.1.1", "2606:4700::1111"] {
             assert!(special_range(ip.parse().unwrap()).is_none(), "{ip}");
         }
-        assert_eq!(
-            special_range("169.254.169.254".parse().unwrap()),
-            Some("a cloud metadata address")
-        );
+        assert_eq!(special_range("169.254.169.254".parse().unwrap()), Some("a cloud metadata address"));
     }
 
     #[test]
     fn grants_name_private_addresses() {
         let p = policy(&["http://localhost:8080"], &[]);
-        let d = p
-            .check_addr("localhost", "127.0.0.1".parse().unwrap())
-            .unwrap_err();
+        let d = p.check_addr("localhost", "127.0.0.1".parse().unwrap()).unwrap_err();
         assert!(d.0.contains("\"127.0.0.1/32\""), "{d}");
         assert!(d.0.contains("localhost resolves to it"), "{d}");
         let p = policy(&["http://localhost:8080"], &["127.0.0.0/8"]);
-        assert!(
-            p.check_addr("localhost", "127.0.0.1".parse().unwrap())
-                .is_ok()
-        );
+        assert!(p.check_addr("localhost", "127.0.0.1".parse().unwrap()).is_ok());
         let p = policy(&["http://127.0.0.1:8080"], &[]);
-        assert!(
-            p.check_addr("127.0.0.1", "127.0.0.1".parse().unwrap())
-                .is_err()
-        );
+        assert!(p.check_addr("127.0.0.1", "127.0.0.1".parse().unwrap()).is_err());
         let p = policy(&["http://127.0.0.1:8080"], &["127.0.0.1/32"]);
-        assert!(
-            p.check_addr("127.0.0.1", "127.0.0.1".parse().unwrap())
-                .is_ok()
-        );
-        assert!(
-            p.check_addr("127.0.0.1", "127.0.0.2".parse().unwrap())
-                .is_err()
-        );
+        assert!(p.check_addr("127.0.0.1", "127.0.0.1".parse().unwrap()).is_ok());
+        assert!(p.check_addr("127.0.0.1", "127.0.0.2".parse().unwrap()).is_err());
     }
 
     #[test]
@@ -254,10 +217,7 @@ mod tests {
     #[tokio::test]
     async fn resolves_only_to_vetted_addresses() {
         let p = policy(&["http://localhost:1"], &[]);
-        assert!(matches!(
-            p.resolve("localhost", 1).await,
-            Err(ResolveError::Denied(_))
-        ));
+        assert!(matches!(p.resolve("localhost", 1).await, Err(ResolveError::Denied(_))));
         let p = policy(&["http://localhost:1"], &["127.0.0.0/8", "::1/128"]);
         let a = p.resolve("localhost", 1).await.unwrap();
         assert!(a.ip().is_loopback());

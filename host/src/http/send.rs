@@ -34,10 +34,7 @@ pub struct PolicyHooks {
 impl PolicyHooks {
     /// Hooks enforcing `policy`.
     pub fn new(policy: Arc<HttpPolicy>) -> Self {
-        PolicyHooks {
-            policy,
-            denials: Arc::default(),
-        }
+        PolicyHooks { policy, denials: Arc::default() }
     }
 
     /// Takes the refusals recorded since the last call.
@@ -66,35 +63,21 @@ impl WasiHttpHooks for PolicyHooks {
             let use_tls = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
             let scheme = if use_tls { "https" } else { "http" };
             let authority = uri.authority().ok_or(Error::HttpRequestUriInvalid)?;
-            let (host, port) =
-                split_host_port(authority.as_str()).map_err(|_| Error::HttpRequestUriInvalid)?;
+            let (host, port) = split_host_port(authority.as_str()).map_err(|_| Error::HttpRequestUriInvalid)?;
             let host = host.to_string();
             let port = port.unwrap_or(if use_tls { 443 } else { 80 });
-            policy
-                .check_target(scheme, &host, port)
-                .map_err(|d| deny(d.0))?;
+            policy.check_target(scheme, &host, port).map_err(|d| deny(d.0))?;
             let addr = match policy.resolve(&host, port).await {
                 Ok(a) => a,
                 Err(ResolveError::Denied(d)) => return Err(deny(d.0)),
                 Err(ResolveError::Timeout) => return Err(Error::DnsTimeout),
                 Err(ResolveError::NotFound) => return Err(Error::DestinationNotFound),
             };
-            let bound = |requested: Option<Duration>| {
-                requested.map_or(policy.timeout(), |d| d.min(policy.timeout()))
-            };
+            let bound = |requested: Option<Duration>| requested.map_or(policy.timeout(), |d| d.min(policy.timeout()));
             let connect_timeout = bound(options.and_then(|o| o.connect_timeout));
             let first_byte_timeout = bound(options.and_then(|o| o.first_byte_timeout));
             let between_bytes_timeout = bound(options.and_then(|o| o.between_bytes_timeout));
-            send_to(
-                request,
-                addr,
-                &host,
-                use_tls,
-                connect_timeout,
-                first_byte_timeout,
-                between_bytes_timeout,
-            )
-            .await
+            send_to(request, addr, &host, use_tls, connect_timeout, first_byte_timeout, between_bytes_timeout).await
         })
     }
 }
@@ -116,22 +99,17 @@ async fn send_to(
         Err(_) => return Err(Error::ConnectionTimeout),
     };
     let stream: Box<dyn Stream> = if use_tls {
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.into(),
-        };
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls(std::io::Error::other(e)))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Tls(std::io::Error::other(e)))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
         let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let name = match bare.parse::<std::net::IpAddr>() {
             Ok(ip) => rustls::pki_types::ServerName::from(ip),
-            Err(_) => rustls::pki_types::ServerName::try_from(bare.to_string())
-                .map_err(Error::InvalidDnsNameError)?,
+            Err(_) => rustls::pki_types::ServerName::try_from(bare.to_string()).map_err(Error::InvalidDnsNameError)?,
         };
         match tokio::time::timeout(connect_timeout, connector.connect(name, tcp)).await {
             Ok(s) => Box::new(s.map_err(Error::Tls)?),
@@ -148,15 +126,8 @@ async fn send_to(
     .map_err(|_| Error::ConnectionTimeout)??;
 
     // The request carries scheme and authority; on the wire only the path belongs.
-    let path = req
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
-    *req.uri_mut() = http::Uri::builder()
-        .path_and_query(path)
-        .build()
-        .map_err(|_| Error::HttpRequestUriInvalid)?;
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+    *req.uri_mut() = http::Uri::builder().path_and_query(path).build().map_err(|_| Error::HttpRequestUriInvalid)?;
 
     let mut conn = Some(conn);
     let send = async {
@@ -187,13 +158,7 @@ async fn send_to(
     let io: IoFuture = Box::new(async move {
         match conn.take() {
             None => Ok(()),
-            Some(c) => c.await.map_err(|e| {
-                if e.is_timeout() {
-                    Error::HttpResponseTimeout
-                } else {
-                    e.into()
-                }
-            }),
+            Some(c) => c.await.map_err(|e| if e.is_timeout() { Error::HttpResponseTimeout } else { e.into() }),
         }
     });
     Ok((res.map(BodyExt::boxed_unsync), io))
@@ -215,11 +180,9 @@ impl http_body::Body for TimedBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Error>>> {
         match Pin::new(&mut self.incoming).poll_frame(cx) {
             Poll::Ready(None) => Poll::Ready(None),
-            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(if e.is_timeout() {
-                Error::HttpResponseTimeout
-            } else {
-                Error::from(e)
-            }))),
+            Poll::Ready(Some(Err(e))) => {
+                Poll::Ready(Some(Err(if e.is_timeout() { Error::HttpResponseTimeout } else { Error::from(e) })))
+            }
             Poll::Ready(Some(Ok(frame))) => {
                 self.timeout.reset();
                 Poll::Ready(Some(Ok(frame)))

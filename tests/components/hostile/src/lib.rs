@@ -28,16 +28,8 @@ const TOOLS: &[(&str, &str, &str)] = &[
         "Returns `text` unchanged.",
         r#"{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}"#,
     ),
-    (
-        "env",
-        "Lists the environment variables the guest can see.",
-        r#"{"type":"object","properties":{}}"#,
-    ),
-    (
-        "read_file",
-        "Reads a file.",
-        r#"{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}"#,
-    ),
+    ("env", "Lists the environment variables the guest can see.", r#"{"type":"object","properties":{}}"#),
+    ("read_file", "Reads a file.", r#"{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}"#),
     (
         "write_file",
         "Writes a file.",
@@ -48,21 +40,13 @@ const TOOLS: &[(&str, &str, &str)] = &[
         "GETs an http:// URL and returns the body.",
         r#"{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}"#,
     ),
-    (
-        "spin",
-        "Loops forever.",
-        r#"{"type":"object","properties":{}}"#,
-    ),
+    ("spin", "Loops forever.", r#"{"type":"object","properties":{}}"#),
     (
         "alloc",
         "Allocates and touches `mb` MiB.",
         r#"{"type":"object","properties":{"mb":{"type":"integer"}},"required":["mb"]}"#,
     ),
-    (
-        "recurse",
-        "Recurses without bound on the wasm stack.",
-        r#"{"type":"object","properties":{}}"#,
-    ),
+    ("recurse", "Recurses without bound on the wasm stack.", r#"{"type":"object","properties":{}}"#),
     (
         "recurse_shadow",
         "Recurses without bound on the linear-memory (shadow) stack.",
@@ -87,33 +71,20 @@ fn bad_args(msg: impl Into<String>) -> ToolError {
 fn text(s: String) -> ToolOutput {
     ToolOutput {
         text: s.clone(),
-        hits: vec![Hit {
-            content: s,
-            score: None,
-            source: None,
-            metadata: "{}".into(),
-        }],
+        hits: vec![Hit { content: s, score: None, source: None, metadata: "{}".into() }],
         extra: None,
     }
 }
 
 impl GuestInstance for Hostile {
     fn open(config: String) -> Result<Instance, ToolError> {
-        let cfg: Value = serde_json::from_str(&config)
-            .map_err(|e| ToolError::InvalidConfig(format!("config is not JSON: {e}")))?;
-        let obj = cfg
-            .as_object()
-            .ok_or_else(|| ToolError::InvalidConfig("config must be an object".into()))?;
+        let cfg: Value =
+            serde_json::from_str(&config).map_err(|e| ToolError::InvalidConfig(format!("config is not JSON: {e}")))?;
+        let obj = cfg.as_object().ok_or_else(|| ToolError::InvalidConfig("config must be an object".into()))?;
         if let Some(k) = obj.keys().find(|k| *k != "label") {
-            return Err(ToolError::InvalidConfig(format!(
-                "unknown config key `{k}`; accepted: label"
-            )));
+            return Err(ToolError::InvalidConfig(format!("unknown config key `{k}`; accepted: label")));
         }
-        let label = obj
-            .get("label")
-            .and_then(Value::as_str)
-            .unwrap_or("hostile")
-            .to_string();
+        let label = obj.get("label").and_then(Value::as_str).unwrap_or("hostile").to_string();
         Ok(Instance::new(Hostile { label }))
     }
 
@@ -129,24 +100,17 @@ impl GuestInstance for Hostile {
     }
 
     fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
-        let args: Value =
-            serde_json::from_str(&args).map_err(|e| bad_args(format!("args are not JSON: {e}")))?;
+        let args: Value = serde_json::from_str(&args).map_err(|e| bad_args(format!("args are not JSON: {e}")))?;
         let s = |k: &str| {
             args.get(k)
                 .and_then(Value::as_str)
                 .map(str::to_owned)
                 .ok_or_else(|| bad_args(format!("missing string `{k}`")))
         };
-        let n = |k: &str| {
-            args.get(k)
-                .and_then(Value::as_u64)
-                .ok_or_else(|| bad_args(format!("missing integer `{k}`")))
-        };
+        let n = |k: &str| args.get(k).and_then(Value::as_u64).ok_or_else(|| bad_args(format!("missing integer `{k}`")));
         match tool.as_str() {
             "echo" => Ok(text(s("text")?)),
-            "env" => Ok(text(
-                json!(std::env::vars().collect::<Vec<_>>()).to_string(),
-            )),
+            "env" => Ok(text(json!(std::env::vars().collect::<Vec<_>>()).to_string())),
             "read_file" => std::fs::read_to_string(s("path")?)
                 .map(text)
                 .map_err(|e| ToolError::Denied(format!("read failed: {e}"))),
@@ -166,18 +130,13 @@ impl GuestInstance for Hostile {
                 for _ in 0..mb {
                     keep.push(vec![1u8; 1 << 20]);
                 }
-                Ok(text(format!(
-                    "allocated {} MiB",
-                    std::hint::black_box(keep).len()
-                )))
+                Ok(text(format!("allocated {} MiB", std::hint::black_box(keep).len())))
             }
             "recurse" => Ok(text(format!("{}", recurse(std::hint::black_box(0))))),
             "recurse_shadow" => Ok(text(format!("{}", recurse_shadow(std::hint::black_box(0))))),
-            "big_output" => Ok(ToolOutput {
-                text: "x".repeat(n("mb")? as usize * (1 << 20)),
-                hits: vec![],
-                extra: None,
-            }),
+            "big_output" => {
+                Ok(ToolOutput { text: "x".repeat(n("mb")? as usize * (1 << 20)), hits: vec![], extra: None })
+            }
             "panic" => panic!("hostile component panicked on purpose"),
             other => Err(ToolError::NotFound(format!("no tool `{other}`"))),
         }
@@ -186,28 +145,18 @@ impl GuestInstance for Hostile {
 
 /// Frames live on the wasm stack only (no addressable locals).
 fn recurse(depth: u64) -> u64 {
-    if std::hint::black_box(false) {
-        depth
-    } else {
-        recurse(depth + 1).wrapping_add(1)
-    }
+    if std::hint::black_box(false) { depth } else { recurse(depth + 1).wrapping_add(1) }
 }
 
 /// Each frame takes an addressable array, so it lives on the shadow stack in linear memory.
 fn recurse_shadow(depth: u64) -> u64 {
     let pad = std::hint::black_box([depth; 64]);
-    if std::hint::black_box(false) {
-        pad[3]
-    } else {
-        recurse_shadow(depth + 1).wrapping_add(pad[3])
-    }
+    if std::hint::black_box(false) { pad[3] } else { recurse_shadow(depth + 1).wrapping_add(pad[3]) }
 }
 
 /// GET `url` through wasi:http (http:// only, which is all the tests need).
 fn http_get(url: &str) -> Result<String, ToolError> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| bad_args("only http:// URLs"))?;
+    let rest = url.strip_prefix("http://").ok_or_else(|| bad_args("only http:// URLs"))?;
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -225,9 +174,7 @@ fn http_get(url: &str) -> Result<String, ToolError> {
         .map_err(|()| upstream("response taken twice".into()))?
         .map_err(|e| upstream(format!("{e:?}")))?;
     let body = resp.consume().map_err(|()| upstream("no body".into()))?;
-    let stream = body
-        .stream()
-        .map_err(|()| upstream("no body stream".into()))?;
+    let stream = body.stream().map_err(|()| upstream("no body stream".into()))?;
     let mut buf = Vec::new();
     loop {
         match stream.blocking_read(64 * 1024) {
@@ -236,11 +183,7 @@ fn http_get(url: &str) -> Result<String, ToolError> {
             Err(e) => return Err(upstream(format!("{e:?}"))),
         }
     }
-    Ok(format!(
-        "status {}: {}",
-        resp.status(),
-        String::from_utf8_lossy(&buf)
-    ))
+    Ok(format!("status {}: {}", resp.status(), String::from_utf8_lossy(&buf)))
 }
 
 export!(Component);

@@ -1,0 +1,59 @@
+//! A tool that imports `embedder`: reports the model and embeds its arguments,
+//! so tests can see a tool's import served by an embedder component.
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "chapter-rag",
+    generate_all,
+});
+
+use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
+use quarry::retrieval::embedder::{self, InputKind};
+use quarry::retrieval::types::{ToolError, ToolOutput, ToolSpec};
+
+struct Component;
+struct Probe;
+
+impl Guest for Component {
+    type Instance = Probe;
+}
+
+impl GuestInstance for Probe {
+    fn open(_config: String) -> Result<Instance, ToolError> {
+        // Fail fast, as a real RAG tool would, if the model is unusable.
+        if embedder::info().dimension == 0 {
+            return Err(ToolError::InvalidConfig("the embedder reports dimension 0".into()));
+        }
+        Ok(Instance::new(Probe))
+    }
+
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "embed".into(),
+            description: "Embeds `texts` with the linked embedder.".into(),
+            args_schema: r#"{"type":"object","properties":{"texts":{"type":"array","items":{"type":"string"}}},"required":["texts"]}"#.into(),
+        }]
+    }
+
+    fn call(&self, _tool: String, args: String) -> Result<ToolOutput, ToolError> {
+        let args: serde_json::Value = serde_json::from_str(&args).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        let texts: Vec<String> = args
+            .get("texts")
+            .and_then(|t| t.as_array())
+            .ok_or_else(|| ToolError::InvalidArgs("`texts` (an array of strings) is required".into()))?
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect();
+        let info = embedder::info();
+        let vectors = embedder::embed(&texts, InputKind::Query).map_err(|e| ToolError::Upstream(format!("{e:?}")))?;
+        let out = serde_json::json!({
+            "model": info.id,
+            "dimension": info.dimension,
+            "vectors": vectors.iter().map(|v| &v.vector).collect::<Vec<_>>(),
+            "truncated": vectors.iter().map(|v| v.truncated).collect::<Vec<_>>(),
+        });
+        Ok(ToolOutput { text: out.to_string(), hits: vec![], extra: None })
+    }
+}
+
+export!(Component);

@@ -1,0 +1,83 @@
+//! A deterministic toy embedder for host tests: hashes word trigrams into
+//! `dimension` buckets and L2-normalises. Not a language model; it exists to
+//! test how the host links a tool's `embedder` import to an embedder component.
+//!
+//! Config: `{"dimension": 8, "max_tokens": 16, "model_id": "toy"}` (all optional).
+//! A text of more than `max_tokens` words is truncated and flagged.
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "embedding-model",
+    generate_all,
+});
+
+use std::cell::RefCell;
+
+use exports::quarry::retrieval::embedder::{EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo};
+use exports::quarry::retrieval::model::Guest as ModelGuest;
+
+struct Component;
+
+thread_local! {
+    static INFO: RefCell<Option<ModelInfo>> = const { RefCell::new(None) };
+}
+
+impl ModelGuest for Component {
+    fn load(config: String) -> Result<ModelInfo, EmbedError> {
+        let cfg: serde_json::Value =
+            serde_json::from_str(&config).map_err(|e| EmbedError::InvalidInput(format!("config is not JSON: {e}")))?;
+        let get = |k: &str, d: u64| cfg.get(k).and_then(|v| v.as_u64()).unwrap_or(d) as u32;
+        let info = ModelInfo {
+            id: cfg.get("model_id").and_then(|v| v.as_str()).unwrap_or("toy-trigram").to_string(),
+            dimension: get("dimension", 8),
+            max_tokens: get("max_tokens", 16),
+        };
+        if info.dimension == 0 {
+            return Err(EmbedError::InvalidInput("dimension must be at least 1".into()));
+        }
+        INFO.with(|i| *i.borrow_mut() = Some(info.clone()));
+        Ok(info)
+    }
+}
+
+impl EmbedderGuest for Component {
+    fn info() -> ModelInfo {
+        INFO.with(|i| i.borrow().clone()).unwrap_or(ModelInfo { id: "unloaded".into(), dimension: 0, max_tokens: 0 })
+    }
+
+    fn embed(texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
+        let info =
+            INFO.with(|i| i.borrow().clone()).ok_or_else(|| EmbedError::Unavailable("model not loaded".into()))?;
+        let prefix = match kind {
+            InputKind::Query => "q",
+            InputKind::Document => "d",
+        };
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let words: Vec<&str> = t.split_whitespace().collect();
+                let truncated = words.len() > info.max_tokens as usize;
+                let words = &words[..words.len().min(info.max_tokens as usize)];
+                let mut v = vec![0f32; info.dimension as usize];
+                for w in words {
+                    let chars: Vec<char> = format!("#{}#", w.to_lowercase()).chars().collect();
+                    for tri in chars.windows(3) {
+                        let mut h: u64 = 0xcbf29ce484222325;
+                        for c in tri {
+                            h = (h ^ *c as u64).wrapping_mul(0x100000001b3);
+                        }
+                        v[(h % info.dimension as u64) as usize] += 1.0;
+                    }
+                }
+                let _ = prefix; // both kinds embed alike here
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+                Embedding { vector: v, truncated }
+            })
+            .collect())
+    }
+}
+
+export!(Component);

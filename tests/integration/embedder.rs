@@ -1,0 +1,78 @@
+//! A tool's `embedder` import is served by the embedder component its config names.
+
+use quarry_tests::{EMBED_PROBE, HOSTILE, TOY_EMBEDDER, TestEnv, within};
+
+const LINKED: &str = r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 8, max_tokens = 16 }
+
+[tools.probe]
+component = "plugins/probe.wasm"
+embedder = "toy"
+"#;
+
+fn env() -> TestEnv {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(EMBED_PROBE, "probe");
+    env
+}
+
+#[tokio::test]
+async fn tool_import_is_served_by_the_named_embedder() {
+    let env = env();
+    let host = env.host(LINKED).await;
+    let info = host.embedder_info("toy").expect("loaded");
+    assert_eq!((info.id.as_str(), info.dimension, info.max_tokens), ("toy-trigram", 8, 16));
+    let long = vec!["word"; 20].join(" ");
+    let args = serde_json::json!({ "texts": ["hello world", "hello world", "entirely different text", long] });
+    let out = within(30, host.call("probe", &args.to_string())).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out.text).unwrap();
+    assert_eq!(v["model"], "toy-trigram");
+    assert_eq!(v["dimension"], 8);
+    let vectors: Vec<Vec<f64>> = serde_json::from_value(v["vectors"].clone()).unwrap();
+    assert_eq!(vectors.len(), 4);
+    for vec in &vectors {
+        assert_eq!(vec.len(), 8);
+        let norm: f64 = vec.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "not normalised: {norm}");
+    }
+    assert_eq!(vectors[0], vectors[1]);
+    assert_ne!(vectors[0], vectors[2]);
+    assert_eq!(v["truncated"], serde_json::json!([false, false, false, true]));
+}
+
+#[tokio::test]
+async fn a_tool_importing_an_embedder_must_name_one() {
+    let env = env();
+    let cfg = quarry::Config::load(&env.config("[tools.probe]\ncomponent = \"plugins/probe.wasm\"\n")).unwrap();
+    let host = quarry::Host::new(cfg).unwrap();
+    let failures = host.load_all().await;
+    let msg = failures[0].1.to_string();
+    assert!(msg.contains("imports `quarry:retrieval/embedder@0.1.0`") && msg.contains("embedder = \"NAME\""), "{msg}");
+}
+
+#[tokio::test]
+async fn a_failed_embedder_fails_its_tools_with_the_reason() {
+    let env = env();
+    let cfg = quarry::Config::load(&env.config(&LINKED.replace("dimension = 8", "dimension = 0"))).unwrap();
+    let host = quarry::Host::new(cfg).unwrap();
+    let failures = host.load_all().await;
+    let names: Vec<&str> = failures.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["embedders.toy", "probe"]);
+    let msg = failures[1].1.to_string();
+    assert!(msg.contains("needs embedder \"toy\"") && msg.contains("dimension must be at least 1"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_broken_embedder_version_is_rejected_and_the_old_keeps_serving() {
+    let env = env();
+    let host = env.host(LINKED).await;
+    let toy = env.path("plugins/toy.wasm");
+    env.replace(&toy, &std::fs::read(HOSTILE).unwrap());
+    let err = within(60, host.reload(&toy.canonicalize().unwrap())).await.unwrap_err().to_string();
+    assert!(err.contains("previous version keeps serving") && err.contains("quarry:retrieval/model"), "{err}");
+    let out = within(30, host.call("probe", r#"{"texts":["still here"]}"#)).await.unwrap();
+    assert!(out.text.contains("toy-trigram"), "{}", out.text);
+}
