@@ -4,7 +4,6 @@
 //! ```toml
 //! [host]
 //! cache_dir = "/var/cache/quarry"   # precompiled components; default: $XDG_CACHE_HOME/quarry
-//! watch = true                      # hot-swap components when their files change (default)
 //!
 //! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
 //! component = "plugins/chapter-rag.wasm"   # relative to this file
@@ -84,8 +83,6 @@ pub struct Config {
     pub path: PathBuf,
     /// Where precompiled components are cached.
     pub cache_dir: PathBuf,
-    /// Whether to watch component files for hot swap.
-    pub watch: bool,
     /// Tool instances by name.
     pub tools: BTreeMap<String, InstanceConfig>,
     /// Embedder instances by name.
@@ -148,7 +145,6 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawHost {
     cache_dir: Option<PathBuf>,
-    watch: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -333,7 +329,7 @@ impl Config {
             }
             tools.insert(name, cfg);
         }
-        Ok(Config { path: path.to_path_buf(), cache_dir, watch: raw.host.watch.unwrap_or(true), tools, embedders })
+        Ok(Config { path: path.to_path_buf(), cache_dir, tools, embedders })
     }
 }
 

@@ -10,8 +10,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
-use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -25,6 +25,8 @@ use crate::http::PolicyHooks;
 pub const STDERR_CAP: usize = 64 << 10;
 /// Most table elements an instance may grow to.
 const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// Most core instances one component may create.
+const MAX_INSTANCES: usize = 64;
 
 /// The data of one instance's `Store`.
 pub struct StoreState {
@@ -69,7 +71,7 @@ impl StoreState {
             http: WasiHttpCtx::new(),
             hooks: PolicyHooks::new(Arc::new(cfg.grants.http.clone())),
             table: ResourceTable::new(),
-            limiter: MemoryLimiter { limit: cfg.grants.memory as usize, denied: None },
+            limiter: MemoryLimiter::new(cfg.grants.memory as usize),
             stderr,
             embedder,
         })
@@ -93,15 +95,29 @@ impl WasiHttpView for StoreState {
     }
 }
 
-/// Enforces the memory grant, and remembers a refused growth so a following
-/// trap can be reported as out-of-memory rather than as a mystery.
+/// Enforces the memory grant with wasmtime's [`StoreLimits`], and remembers a
+/// refused growth so a following trap can be reported as out-of-memory rather
+/// than as a mystery.
 pub struct MemoryLimiter {
+    limits: StoreLimits,
     limit: usize,
     /// The size a refused growth asked for.
     pub denied: Option<usize>,
 }
 
 impl MemoryLimiter {
+    /// A limiter granting `limit` bytes of linear memory per memory.
+    pub fn new(limit: usize) -> Self {
+        // Refuse rather than trap (StoreLimits' default): a guest that handles
+        // allocation failure keeps working; one that aborts is reported as out of memory.
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(limit)
+            .table_elements(MAX_TABLE_ELEMENTS)
+            .instances(MAX_INSTANCES)
+            .build();
+        MemoryLimiter { limits, limit, denied: None }
+    }
+
     /// The grant, in bytes.
     pub fn limit(&self) -> usize {
         self.limit
@@ -109,18 +125,28 @@ impl MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        // Refuse rather than trap: a guest that handles allocation failure keeps
-        // working; one that aborts is reported as out of memory.
-        if desired > self.limit {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
+        if !allowed {
             self.denied = Some(desired);
-            return Ok(false);
         }
-        Ok(true)
+        Ok(allowed)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
     }
 }
 
