@@ -12,8 +12,8 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use quarry::retrieval::embedder::{EmbedError, Embedding, InputKind, ModelInfo};
-pub use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
+pub use self::quarry::retrieval::embedder::{EmbedError, Embedding, InputKind, ModelInfo};
+pub use self::quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
 
 /// Bindings for embedder components (`model` + `embedder` exports).
 pub mod embedder_world {
@@ -55,4 +55,4 @@ impl EmbedError {
     }
 }
 
-impl quarry::retrieval::types::Host for crate::sandbox::StoreState {}
+impl self::quarry::retrieval::types::Host for crate::sandbox::StoreState {}
