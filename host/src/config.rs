@@ -8,6 +8,8 @@
 //! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
 //! component = "plugins/chapter-rag.wasm"   # relative to this file
 //! embedder = "minilm"               # an [embedders.*] entry; required if the component imports one
+//!                                   # ([embedders.NAME] entries take the same keys, plus `pool`:
+//!                                   #  instances serving in parallel, default one per core)
 //! config = { path = "/manual/MANUAL.md" }  # passed to `open` as JSON
 //!
 //! [tools.manual.grants]
@@ -102,6 +104,8 @@ pub struct InstanceConfig {
     pub embedder: Option<String>,
     /// What the instance may touch.
     pub grants: Grants,
+    /// Embedders only: how many instances serve in parallel (default: one per core).
+    pub pool: usize,
 }
 
 /// What an instance may touch. Everything else is denied.
@@ -154,6 +158,7 @@ struct RawInstance {
     #[serde(default)]
     config: toml::Table,
     embedder: Option<String>,
+    pool: Option<usize>,
     #[serde(default)]
     grants: RawGrants,
 }
@@ -309,11 +314,23 @@ impl Config {
                     "an embedder cannot itself use an embedder; remove this key".into(),
                 ));
             }
+            if inst.pool == Some(0) || inst.pool.is_some_and(|p| p > 64) {
+                return Err(invalid(
+                    format!("embedders.{name}.pool"),
+                    "pool must be between 1 and 64 instances".into(),
+                ));
+            }
             let cfg = validate_instance(&base, "embedders", &name, inst, &invalid)?;
             embedders.insert(name, cfg);
         }
         let mut tools = BTreeMap::new();
         for (name, inst) in raw.tools {
+            if inst.pool.is_some() {
+                return Err(invalid(
+                    format!("tools.{name}.pool"),
+                    "`pool` sizes an embedder's instance pool; it applies only under [embedders.NAME]".into(),
+                ));
+            }
             let cfg = validate_instance(&base, "tools", &name, inst, &invalid)?;
             if let Some(e) = &cfg.embedder
                 && !embedders.contains_key(e)
@@ -422,11 +439,13 @@ fn validate_instance(
         ));
     }
     let http_timeout = raw.grants.http_timeout.map_or(DEFAULT_HTTP_TIMEOUT, |d| d.0);
+    let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     Ok(InstanceConfig {
         name: name.to_string(),
         component: std::fs::canonicalize(&component).unwrap_or(component),
         config_json,
         embedder: raw.embedder,
+        pool,
         grants: Grants {
             dirs,
             http: HttpPolicy::new(name, allow, private, http_timeout),

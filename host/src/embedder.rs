@@ -62,8 +62,10 @@ impl Host for StoreState {
     }
 }
 
-/// An embedder component running in its own store: `model.load(config)` once,
-/// then `embed` calls forwarded from tools. Faults recycle it like a tool.
+/// An embedder component: a pool of instances, each in its own store, each
+/// having run `model.load(config)`. Small requests go to one instance; a large
+/// batch is split into contiguous chunks run in parallel, one per instance, so
+/// ingest uses every core. Faults recycle the instance that had them.
 pub struct ComponentEmbedder {
     config: Arc<InstanceConfig>,
     engine: QuarryEngine,
@@ -71,7 +73,8 @@ pub struct ComponentEmbedder {
     info: ModelInfo,
     /// SHA-256 of the component version.
     pub hash: [u8; 32],
-    live: tokio::sync::Mutex<Option<Live>>,
+    members: Vec<tokio::sync::Mutex<Option<Live>>>,
+    next: std::sync::atomic::AtomicUsize,
 }
 
 struct Live {
@@ -79,8 +82,12 @@ struct Live {
     bindings: EmbedderHost,
 }
 
+/// Below this many texts per instance, a batch is not worth splitting.
+const MIN_CHUNK: usize = 4;
+
 impl ComponentEmbedder {
-    /// Compiles, instantiates and loads the embedder configured by `config`.
+    /// Compiles the embedder configured by `config` and starts its pool
+    /// (`config.pool` instances, loaded concurrently).
     pub async fn open(
         engine: &QuarryEngine,
         linker: &Linker<StoreState>,
@@ -95,20 +102,70 @@ impl ComponentEmbedder {
                 "{e:#} (an embedder component must export `quarry:retrieval/model` and `quarry:retrieval/embedder`; see wit/)"
             ))
         })?;
-        let (live, info) = start(engine, &config, &pre).await?;
+        let size = config.pool.max(1);
+        let mut tasks = Vec::with_capacity(size);
+        for _ in 0..size {
+            let (engine, config, pre) = (engine.clone(), config.clone(), pre.clone());
+            tasks.push(tokio::spawn(async move { start(&engine, &config, &pre).await }));
+        }
+        let mut members = Vec::with_capacity(size);
+        let mut info = None;
+        for t in tasks {
+            let (live, i) = t.await.map_err(|e| link(format!("loader task failed: {e}")))??;
+            info.get_or_insert(i);
+            members.push(tokio::sync::Mutex::new(Some(live)));
+        }
+        let info = info.ok_or_else(|| link("empty pool".into()))?;
+        tracing::info!(target: "quarry::embedder", embedder = %config.name, pool = size, model = %info.id, "embedder ready");
         Ok(ComponentEmbedder {
             config,
             engine: engine.clone(),
             pre,
             info,
             hash,
-            live: tokio::sync::Mutex::new(Some(live)),
+            members,
+            next: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
-    async fn embed_inner(&self, texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
+    /// Number of instances in the pool.
+    pub fn pool_size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Embeds `texts`, splitting a large batch over the pool (see the type docs).
+    pub async fn embed_batch(
+        self: Arc<Self>,
+        texts: Vec<String>,
+        kind: InputKind,
+    ) -> Result<Vec<Embedding>, EmbedError> {
+        let n = self.members.len();
+        if n == 1 || texts.len() < 2 * MIN_CHUNK {
+            let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
+            return self.run_on(i, texts, kind).await;
+        }
+        let chunk = texts.len().div_ceil(n).max(MIN_CHUNK);
+        let mut tasks = Vec::new();
+        let mut rest = texts;
+        let mut i = 0;
+        while !rest.is_empty() {
+            let tail = rest.split_off(chunk.min(rest.len()));
+            let part = std::mem::replace(&mut rest, tail);
+            let me = self.clone();
+            // Spawned, not joined in place: each chunk must run on its own worker thread.
+            tasks.push(tokio::spawn(async move { me.run_on(i, part, kind).await }));
+            i += 1;
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.extend(t.await.map_err(|e| EmbedError::Internal(format!("embed task failed: {e}")))??);
+        }
+        Ok(out)
+    }
+
+    async fn run_on(&self, member: usize, texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
         let name = &self.config.name;
-        let mut guard = self.live.lock().await;
+        let mut guard = self.members[member].lock().await;
         if guard.is_none() {
             let (live, _) = start(&self.engine, &self.config, &self.pre)
                 .await
@@ -143,15 +200,10 @@ impl ComponentEmbedder {
             Ok(Ok(v)) => Ok(v.into_iter().map(|e| Embedding { vector: e.vector, truncated: e.truncated }).collect()),
         }
     }
-}
 
-impl EmbedderBackend for ComponentEmbedder {
-    fn info(&self) -> ModelInfo {
+    /// The model's identity.
+    pub fn info(&self) -> ModelInfo {
         self.info.clone()
-    }
-
-    fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
-        Box::pin(self.embed_inner(texts, kind))
     }
 }
 
@@ -216,7 +268,6 @@ impl EmbedderBackend for EmbedderSlot {
     }
 
     fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
-        let current = self.current();
-        Box::pin(async move { current.embed_inner(texts, kind).await })
+        Box::pin(self.current().embed_batch(texts, kind))
     }
 }

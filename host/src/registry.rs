@@ -201,6 +201,12 @@ impl Host {
         slots.get(name).map(|s| s.info())
     }
 
+    /// Embedder `name`, if it is loaded: what tools' `embedder` imports call.
+    pub fn embedder(&self, name: &str) -> Option<Arc<dyn EmbedderBackend>> {
+        let slots = self.embedders.read().unwrap_or_else(|p| p.into_inner());
+        slots.get(name).map(|s| s.clone() as Arc<dyn EmbedderBackend>)
+    }
+
     /// Reloads every embedder instance whose component is `path`; tools keep
     /// their link (an [`EmbedderSlot`]) and see the new version on their next embed.
     async fn reload_embedder(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
