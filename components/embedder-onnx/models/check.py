@@ -27,8 +27,6 @@ def main():
     tok.enable_truncation(int(max_tokens))
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
-    # The converted graphs are already plain; onnxruntime's BERT fusions mis-handle them.
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort.InferenceSession(str(Path(model_dir) / "model.onnx"), opts, providers=["CPUExecutionProvider"])
     refs = json.loads(Path(reference).read_text())
     lines = [l for l in Path(sentences).read_text().splitlines() if l.strip()]

@@ -86,9 +86,11 @@ def build(word_embed, weights, cfg, path, doc):
 
     # Embeddings.
     word = word_embed(g, ids)
-    seq_len = g.op("Gather", [g.op("Shape", [ids]), g.const(np.array(1, dtype=np.int64))], axis=0)
-    positions = g.op("Range", [g.const(np.array(0, dtype=np.int64)), seq_len, g.const(np.array(1, dtype=np.int64))])
-    pos = g.op("Gather", [g.const(weights["pos"].astype(np.float32), "pos"), positions], axis=0)
+    # Positions 0..S as a slice of the table (the form exporters emit; a Gather over a
+    # Range trips onnxruntime's embedding fusion).
+    one_d = lambda v: g.const(np.array([v], dtype=np.int64))  # noqa: E731
+    seq_len = g.op("Slice", [g.op("Shape", [ids]), one_d(1), one_d(2), one_d(0)])
+    pos = g.op("Slice", [g.const(weights["pos"].astype(np.float32), "pos"), one_d(0), seq_len, one_d(0)])
     typ = g.op("Gather", [g.const(weights["type"].astype(np.float32), "type"), types], axis=0)
     x = g.op("Add", [g.op("Add", [word, pos]), typ])
     x = layer_norm(g, x, weights["emb_ln_w"], weights["emb_ln_b"], eps)

@@ -25,14 +25,19 @@ WHEELS=(
 )
 PY_DEPS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3)
 
+# Bump when convert.py's output changes, so cached conversions are redone.
+CONVERTER=2
+
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
 ready() { # dir: the manifest exists and every file it lists has its checksum
   local dir="$1" m="$1/quarry-model.json"
   [ -f "$m" ] || return 1
-  python3 - "$dir" <<'PY'
+  python3 - "$dir" "$CONVERTER" <<'PY'
 import hashlib, json, sys, pathlib
 d = pathlib.Path(sys.argv[1]); m = json.loads((d / "quarry-model.json").read_text())
+if m.get("converter") != int(sys.argv[2]):
+    sys.exit(1)
 for name, digest in m["sha256"].items():
     p = d / name
     if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != digest:
@@ -42,12 +47,12 @@ PY
 
 manifest() { # dir id dimension max_tokens query_prefix passage_prefix
   local dir="$1"
-  python3 - "$@" <<'PY'
+  python3 - "$@" "$CONVERTER" <<'PY'
 import hashlib, json, sys, pathlib
-d, mid, dim, maxt, qp, pp = sys.argv[1:7]
+d, mid, dim, maxt, qp, pp, conv = sys.argv[1:8]
 d = pathlib.Path(d)
 files = ["model.onnx", "tokenizer.json"]
-m = {"id": mid, "dimension": int(dim), "max_tokens": int(maxt), "pooling": "mean", "normalize": True,
+m = {"id": mid, "converter": int(conv), "dimension": int(dim), "max_tokens": int(maxt), "pooling": "mean", "normalize": True,
      "query_prefix": qp, "passage_prefix": pp,
      "sha256": {f: hashlib.sha256((d / f).read_bytes()).hexdigest() for f in files}}
 (d / "quarry-model.json").write_text(json.dumps(m, indent=2) + "\n")

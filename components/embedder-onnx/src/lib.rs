@@ -1,0 +1,73 @@
+//! Local sentence embeddings inside the sandbox: `tokenizers` (pure Rust,
+//! fancy-regex) and `tract-onnx`, exporting `quarry:retrieval/embedder`.
+//!
+//! The model directory comes from a read-only preopen granted in the host
+//! config; this component carries no weights. A model directory holds
+//! `model.onnx` (inputs `input_ids`, `attention_mask`, `token_type_ids`;
+//! output `last_hidden_state`), `tokenizer.json`, and `quarry-model.json`, the
+//! manifest written by `components/embedder-onnx/models/fetch.sh`: model id,
+//! dimension, window, prefixes, and the sha256 of each file.
+//!
+//! Each text is tokenised with the model's own prefix (e5: `query: ` /
+//! `passage: `), truncated at the model's window (the output says so), run
+//! without padding, mean-pooled over its tokens and L2-normalised, which is
+//! how MiniLM and e5 were trained.
+//!
+//! Config: `{"model_dir": "/models/all-minilm-l6-v2", "verify": true}`.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "embedding-model",
+    generate_all,
+});
+
+mod model;
+
+use std::cell::RefCell;
+
+use exports::quarry::retrieval::embedder::{EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo};
+use exports::quarry::retrieval::model::Guest as ModelGuest;
+
+use crate::model::{Kind, Model};
+
+struct Component;
+
+thread_local! {
+    // Components are single-threaded; the model is loaded once by `load`.
+    static MODEL: RefCell<Option<Model>> = const { RefCell::new(None) };
+}
+
+impl ModelGuest for Component {
+    fn load(config: String) -> Result<ModelInfo, EmbedError> {
+        let model = Model::load(&config)?;
+        let info = model.info();
+        MODEL.with(|m| *m.borrow_mut() = Some(model));
+        Ok(info)
+    }
+}
+
+impl EmbedderGuest for Component {
+    fn info() -> ModelInfo {
+        MODEL.with(|m| m.borrow().as_ref().map(Model::info)).unwrap_or(ModelInfo {
+            id: String::new(),
+            dimension: 0,
+            max_tokens: 0,
+        })
+    }
+
+    fn embed(texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
+        let kind = match kind {
+            InputKind::Query => Kind::Query,
+            InputKind::Document => Kind::Document,
+        };
+        MODEL.with(|m| {
+            let m = m.borrow();
+            let model = m
+                .as_ref()
+                .ok_or_else(|| EmbedError::Unavailable("no model loaded; the host calls `load` first".into()))?;
+            texts.iter().map(|t| model.embed(t, kind)).collect()
+        })
+    }
+}
+
+export!(Component);

@@ -1,0 +1,182 @@
+//! Loading a model directory and embedding one text.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokenizers::{Tokenizer, TruncationParams};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::dims;
+
+use crate::exports::quarry::retrieval::embedder::{EmbedError, Embedding, ModelInfo};
+
+/// The command that fetches and converts models; named in every missing-file error.
+const FETCH: &str = "make models (components/embedder-onnx/models/fetch.sh)";
+
+/// Whether a text is a query or a document.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Query,
+    Document,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    model_dir: PathBuf,
+    #[serde(default = "yes")]
+    verify: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `quarry-model.json`.
+#[derive(Deserialize)]
+struct Manifest {
+    id: String,
+    dimension: u32,
+    max_tokens: u32,
+    pooling: String,
+    normalize: bool,
+    #[serde(default)]
+    query_prefix: String,
+    #[serde(default)]
+    passage_prefix: String,
+    sha256: std::collections::BTreeMap<String, String>,
+}
+
+/// A loaded model.
+pub struct Model {
+    manifest: Manifest,
+    tokenizer: Tokenizer,
+    plan: Arc<TypedRunnableModel>,
+}
+
+fn unavailable(msg: String) -> EmbedError {
+    EmbedError::Unavailable(msg)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
+    std::fs::read(path).map_err(|e| {
+        unavailable(format!("cannot read model file {}: {e}; fetch the models with `{FETCH}` and grant their directory to this embedder", path.display()))
+    })
+}
+
+impl Model {
+    /// Reads, verifies and prepares the model named by `config` (JSON).
+    pub fn load(config: &str) -> Result<Model, EmbedError> {
+        let cfg: Config = serde_json::from_str(config).map_err(|e| {
+            EmbedError::InvalidInput(format!(
+                "embedder config: {e}; expected {{\"model_dir\": \"/models/NAME\", \"verify\": true}}"
+            ))
+        })?;
+        let dir = &cfg.model_dir;
+        let manifest_path = dir.join("quarry-model.json");
+        let manifest: Manifest = serde_json::from_slice(&read(&manifest_path)?).map_err(|e| {
+            unavailable(format!("{} is not a model manifest: {e}; refetch with `{FETCH}`", manifest_path.display()))
+        })?;
+        if manifest.pooling != "mean" || !manifest.normalize {
+            return Err(unavailable(format!(
+                "{}: only mean pooling with L2 normalisation is supported",
+                manifest_path.display()
+            )));
+        }
+        let mut files = std::collections::BTreeMap::new();
+        for name in ["model.onnx", "tokenizer.json"] {
+            let path = dir.join(name);
+            let bytes = read(&path)?;
+            if cfg.verify {
+                let want = manifest.sha256.get(name).ok_or_else(|| {
+                    unavailable(format!(
+                        "{} lists no checksum for {name}; refetch with `{FETCH}`",
+                        manifest_path.display()
+                    ))
+                })?;
+                let got = hex::encode(Sha256::digest(&bytes));
+                if &got != want {
+                    return Err(unavailable(format!(
+                        "model file {} is corrupt (sha256 {got}, expected {want}); delete {} and run `{FETCH}`",
+                        path.display(),
+                        dir.display()
+                    )));
+                }
+            }
+            files.insert(name, bytes);
+        }
+
+        let mut tokenizer = Tokenizer::from_bytes(&files["tokenizer.json"])
+            .map_err(|e| unavailable(format!("{}: {e}", dir.join("tokenizer.json").display())))?;
+        // The packaged tokenizer files pad to and truncate at 128; the model's window is the manifest's.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams { max_length: manifest.max_tokens as usize, ..Default::default() }))
+            .map_err(|e| unavailable(format!("tokenizer truncation: {e}")))?;
+
+        let bad_model = |e: TractError| unavailable(format!("{}: {e:#}", dir.join("model.onnx").display()));
+        let model = tract_onnx::onnx().model_for_read(&mut files["model.onnx"].as_slice()).map_err(bad_model)?;
+        // Symbolic batch and sequence axes, named as Hugging Face exports name them,
+        // so that rules the model states about `batch` and `sequence` unify with ours.
+        // Each run is one text (batch 1, no padding), as the references were made.
+        let (batch, seq) = (model.sym("batch"), model.sym("sequence"));
+        let fact = || -> InferenceFact { i64::fact(dims!(batch.clone(), seq.clone())).into() };
+        let plan = model
+            .with_input_fact(0, fact())
+            .and_then(|m| m.with_input_fact(1, fact()))
+            .and_then(|m| m.with_input_fact(2, fact()))
+            .and_then(|m| m.into_optimized())
+            .and_then(|m| m.into_runnable())
+            .map_err(bad_model)?;
+        Ok(Model { manifest, tokenizer, plan })
+    }
+
+    /// The model's identity.
+    pub fn info(&self) -> ModelInfo {
+        ModelInfo {
+            id: self.manifest.id.clone(),
+            dimension: self.manifest.dimension,
+            max_tokens: self.manifest.max_tokens,
+        }
+    }
+
+    /// Embeds one text: prefix, tokenise (truncating at the window), run, mean-pool, normalise.
+    pub fn embed(&self, text: &str, kind: Kind) -> Result<Embedding, EmbedError> {
+        let prefix = match kind {
+            Kind::Query => &self.manifest.query_prefix,
+            Kind::Document => &self.manifest.passage_prefix,
+        };
+        let input = format!("{prefix}{text}");
+        let enc = self
+            .tokenizer
+            .encode(input.as_str(), true)
+            .map_err(|e| EmbedError::InvalidInput(format!("cannot tokenise the text: {e}")))?;
+        let truncated = !enc.get_overflowing().is_empty();
+        let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i64::from(i)).collect();
+        let n = ids.len();
+        let internal = |e: TractError| EmbedError::Internal(format!("inference failed: {e:#}"));
+        let tensor = |v: Vec<i64>| Tensor::from_shape(&[1, n], &v).map_err(internal);
+        let outputs = self
+            .plan
+            .run(tvec!(tensor(ids)?.into(), tensor(vec![1; n])?.into(), tensor(vec![0; n])?.into()))
+            .map_err(internal)?;
+        let hidden = outputs[0].to_plain_array_view::<f32>().map_err(internal)?;
+        let dim = self.manifest.dimension as usize;
+        if hidden.shape() != [1, n, dim] {
+            return Err(EmbedError::Internal(format!(
+                "model output has shape {:?}, expected [1, {n}, {dim}]",
+                hidden.shape()
+            )));
+        }
+        let mut v = vec![0f32; dim];
+        for t in 0..n {
+            for (j, x) in v.iter_mut().enumerate() {
+                *x += hidden[[0, t, j]];
+            }
+        }
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        v.iter_mut().for_each(|x| *x /= norm);
+        Ok(Embedding { vector: v, truncated })
+    }
+}
