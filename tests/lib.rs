@@ -92,3 +92,27 @@ pub fn quarry_bin() -> PathBuf {
 pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(secs), fut).await.expect("timed out")
 }
+
+/// The embedder component (components/embedder-onnx), built for the tests.
+pub const EMBEDDER_ONNX: &str = env!("QUARRY_FIXTURE_EMBEDDER_ONNX");
+
+/// Where `make models` put the converted models.
+pub fn models_dir() -> PathBuf {
+    let dir = std::env::var_os("QUARRY_MODELS")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/models"));
+    assert!(
+        dir.join("all-minilm-l6-v2/quarry-model.json").is_file(),
+        "no models in {}: run `make models` (make test does)",
+        dir.display()
+    );
+    dir
+}
+
+/// The shared test data (../shared/data beside the checkout).
+pub fn shared_data() -> PathBuf {
+    std::env::var_os("QUARRY_SHARED_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
+}

@@ -5,5 +5,6 @@ mod cache;
 mod cli;
 mod config_errors;
 mod embedder;
+mod embedder_onnx;
 mod hot_swap;
 mod sandbox;

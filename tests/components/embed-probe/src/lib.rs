@@ -44,8 +44,15 @@ impl GuestInstance for Probe {
             .iter()
             .filter_map(|t| t.as_str().map(str::to_owned))
             .collect();
+        let kind = match args.get("kind").and_then(|k| k.as_str()) {
+            None | Some("query") => InputKind::Query,
+            Some("document") => InputKind::Document,
+            Some(other) => {
+                return Err(ToolError::InvalidArgs(format!("kind {other:?}: use \"query\" or \"document\"")));
+            }
+        };
         let info = embedder::info();
-        let vectors = embedder::embed(&texts, InputKind::Query).map_err(|e| ToolError::Upstream(format!("{e:?}")))?;
+        let vectors = embedder::embed(&texts, kind).map_err(|e| ToolError::Upstream(format!("{e:?}")))?;
         let out = serde_json::json!({
             "model": info.id,
             "dimension": info.dimension,

@@ -1,0 +1,147 @@
+//! The real embedder component (tract + tokenizers in the sandbox) against the
+//! reference embeddings, and its behaviour on hostile input.
+
+use std::sync::Arc;
+
+use quarry::bindings::InputKind;
+use quarry::embedder::EmbedderBackend;
+use quarry_tests::{EMBED_PROBE, EMBEDDER_ONNX, TestEnv, models_dir, shared_data, within};
+
+/// A host with embedder `m` serving model directory `model` from the models cache.
+async fn embedder(env: &TestEnv, model: &str) -> (Arc<quarry::Host>, Arc<dyn EmbedderBackend>) {
+    env.plugin(EMBEDDER_ONNX, "embedder-onnx");
+    env.plugin(EMBED_PROBE, "probe");
+    let host = env
+        .host(&format!(
+            r#"
+[embedders.m]
+component = "plugins/embedder-onnx.wasm"
+config = {{ model_dir = "/models/{model}" }}
+pool = 1
+[embedders.m.grants]
+dirs = [{{ host = {:?}, guest = "/models" }}]
+memory = "2GiB"
+deadline = "300s"
+
+[tools.probe]
+component = "plugins/probe.wasm"
+embedder = "m"
+"#,
+            models_dir().display()
+        ))
+        .await;
+    let e = host.embedder("m").expect("embedder loaded");
+    (host, e)
+}
+
+fn reference(set: &str, file: &str) -> (Vec<String>, Vec<Vec<f64>>) {
+    let dir = shared_data().join("embeddings").join(set);
+    let text = std::fs::read_to_string(dir.join("sentences.txt")).unwrap();
+    let lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect();
+    let refs: Vec<Vec<f64>> = serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+    assert_eq!(lines.len(), refs.len());
+    (lines, refs)
+}
+
+fn cosine(a: &[f32], b: &[f64]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| f64::from(*x) * y).sum();
+    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+async fn parity(model: &str, set: &str, file: &str, min: f64) -> Arc<dyn EmbedderBackend> {
+    let env = TestEnv::new();
+    let (_host, e) = embedder(&env, model).await;
+    let (lines, refs) = reference(set, file);
+    for (line, r) in lines.iter().zip(&refs) {
+        // e5's sentences carry their prefix; the embedder adds it from the input kind.
+        let (kind, text) = match (line.strip_prefix("query: "), line.strip_prefix("passage: ")) {
+            (Some(t), _) => (InputKind::Query, t),
+            (_, Some(t)) => (InputKind::Document, t),
+            _ => (InputKind::Document, line.as_str()),
+        };
+        let out = within(120, e.embed(vec![text.to_string()], kind)).await.unwrap();
+        let c = cosine(&out[0].vector, r);
+        assert!(c >= min, "{model}: cosine {c:.7} < {min} for {line:?}");
+        assert!(!out[0].truncated, "{line:?} fits the window");
+    }
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minilm_fp32_matches_reference_and_survives_bad_input() {
+    let e = parity("all-minilm-l6-v2", "minilm", "reference.json", 0.9999).await;
+    let info = e.info();
+    assert_eq!(
+        (info.id.as_str(), info.dimension, info.max_tokens),
+        ("sentence-transformers/all-MiniLM-L6-v2", 384, 256)
+    );
+
+    assert!(within(60, e.embed(vec![], InputKind::Query)).await.unwrap().is_empty());
+    let megabyte = "lorem ipsum dolor sit amet ".repeat(40_000);
+    let hostile = vec![
+        String::new(),
+        megabyte,
+        "\u{0}\u{1}\u{7}\t\r\n\u{1b}[31m".to_string(),
+        "🦀🚀👩‍👩‍👧‍👦 emoji only 🤖".to_string(),
+        "mixed: English, 中文, русский, العربية, हिन्दी, 日本語".to_string(),
+    ];
+    let out = within(300, e.embed(hostile, InputKind::Document)).await.unwrap();
+    assert_eq!(out.len(), 5);
+    for v in &out {
+        assert_eq!(v.vector.len(), 384);
+        let n: f32 = v.vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-4, "not a unit vector: {n}");
+    }
+    assert!(out[1].truncated, "a 1 MB text must be reported truncated");
+    assert!(!out[0].truncated && !out[2].truncated && !out[3].truncated && !out[4].truncated);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minilm_int8_matches_onnxruntime() {
+    parity("all-minilm-l6-v2-int8", "minilm", "reference-int8-onnxruntime.json", 0.999).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multilingual_e5_matches_reference_with_its_prefixes() {
+    let e = parity("multilingual-e5-small", "me5-small", "reference.json", 0.999).await;
+    // The prefix matters: the same text as query and as passage embeds differently.
+    let q = e.embed(vec!["北京是中国的首都吗".into()], InputKind::Query).await.unwrap();
+    let p = e.embed(vec!["北京是中国的首都吗".into()], InputKind::Document).await.unwrap();
+    assert_ne!(q[0].vector, p[0].vector);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_reaches_the_model_through_its_import() {
+    let env = TestEnv::new();
+    let (host, _) = embedder(&env, "all-minilm-l6-v2").await;
+    let out = within(120, host.call("probe", r#"{"texts":["hello","world"],"kind":"document"}"#)).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out.text).unwrap();
+    assert_eq!(v["model"], "sentence-transformers/all-MiniLM-L6-v2");
+    assert_eq!(v["vectors"][0].as_array().unwrap().len(), 384);
+}
+
+#[tokio::test]
+async fn missing_or_corrupt_model_names_the_file_and_the_fix() {
+    let env = TestEnv::new();
+    env.plugin(EMBEDDER_ONNX, "embedder-onnx");
+    let models = env.path("models");
+    std::fs::create_dir_all(models.join("broken")).unwrap();
+    let src = models_dir().join("all-minilm-l6-v2");
+    std::fs::copy(src.join("quarry-model.json"), models.join("broken/quarry-model.json")).unwrap();
+    std::fs::copy(src.join("tokenizer.json"), models.join("broken/tokenizer.json")).unwrap();
+    std::fs::write(models.join("broken/model.onnx"), b"not the model").unwrap();
+    for (dir, expect) in
+        [("absent", "/models/absent/quarry-model.json"), ("broken", "/models/broken/model.onnx is corrupt")]
+    {
+        let cfg = quarry::Config::load(&env.config(&format!(
+            "[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model_dir = \"/models/{dir}\" }}\npool = 1\n[embedders.m.grants]\ndirs = [{{ host = \"models\", guest = \"/models\" }}]\nmemory = \"1GiB\"\ndeadline = \"60s\"\n"
+        )))
+        .unwrap();
+        let host = quarry::Host::new(cfg).unwrap();
+        let failures = within(120, host.load_all()).await;
+        let msg = failures.first().map(|f| f.1.to_string()).unwrap_or_default();
+        assert!(msg.contains(expect) && msg.contains("make models"), "{dir}: {msg}");
+    }
+}
