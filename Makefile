@@ -43,4 +43,5 @@ bench: setup
 	$(CARGO) bench -p quarry-tests --bench host
 
 bench-embedder: setup models
+	$(CARGO) build --release -p embedder-onnx --example native
 	$(CARGO) bench -p quarry-tests --bench embedder

@@ -136,6 +136,25 @@ async fn main() {
         rows.push((format!("onnxruntime (Python), {threads} thread(s)"), row));
     }
 
+    // tract natively on the host, same model and texts, one thread: splits the gap.
+    let native = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.parent()?.join("examples/native")));
+    let native_row = match native.filter(|n| n.is_file()) {
+        Some(bin) => {
+            let out = Command::new(bin).arg(&model_dir).arg(&texts_json).output().unwrap();
+            assert!(out.status.success(), "native example failed: {}", String::from_utf8_lossy(&out.stderr));
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let (a, b) = (v["per_s"]["128"].as_f64().unwrap(), v["per_s"]["256"].as_f64().unwrap());
+            println!("tract native (no sandbox), 1 thread: model load {:.2} s", v["load_s"].as_f64().unwrap());
+            Some(vec![a, a, b, b])
+        }
+        None => {
+            println!(
+                "(tract native row skipped: build it with `cargo build --release -p embedder-onnx --example native`)"
+            );
+            None
+        }
+    };
+
     println!("\nsentences/s                              128 tok b1  128 tok b32  256 tok b1  256 tok b32");
     for (name, r) in &rows {
         println!("{name:<40} {:>10.1} {:>12.1} {:>11.1} {:>12.1}", r[0], r[1], r[2], r[3]);
@@ -145,4 +164,19 @@ async fn main() {
     };
     println!("\nquarry 1 instance / onnxruntime 1 thread    {}", ratio(0, 2));
     println!("quarry {cores} instances / onnxruntime {cores} threads  {}", ratio(1, 3));
+    if let Some(n) = native_row {
+        println!(
+            "{:<40} {:>10.1} {:>12.1} {:>11.1} {:>12.1}  (one text at a time)",
+            "tract native, 1 thread", n[0], n[1], n[2], n[3]
+        );
+        let r = |i: usize, row: &[f64]| format!("{:>10.2}x", row[i] / n[i]);
+        println!(
+            "quarry wasm 1 instance / tract native      {}",
+            (0..4).map(|i| r(i, &rows[0].1)).collect::<Vec<_>>().join(" ")
+        );
+        println!(
+            "tract native / onnxruntime 1 thread        {}",
+            (0..4).map(|i| format!("{:>10.2}x", n[i] / rows[2].1[i])).collect::<Vec<_>>().join(" ")
+        );
+    }
 }

@@ -14,60 +14,87 @@
 //! how MiniLM and e5 were trained.
 //!
 //! Config: `{"model_dir": "/models/all-minilm-l6-v2", "verify": true}`.
+//!
+//! [`model`] is plain Rust, also built natively so that tract in wasm can be
+//! compared with tract on the host (`cargo run --release -p embedder-onnx
+//! --example native`); the component glue is wasm-only.
 
-wit_bindgen::generate!({
-    path: "../../wit",
-    world: "embedding-model",
-    generate_all,
-});
+pub mod model;
 
-mod model;
+#[cfg(target_arch = "wasm32")]
+mod component {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "embedding-model",
+        generate_all,
+    });
 
-use std::cell::RefCell;
+    use std::cell::RefCell;
 
-use exports::quarry::retrieval::embedder::{EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo};
-use exports::quarry::retrieval::model::Guest as ModelGuest;
+    use exports::quarry::retrieval::embedder::{EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo};
+    use exports::quarry::retrieval::model::Guest as ModelGuest;
 
-use crate::model::{Kind, Model};
+    use crate::model::{self, Kind, Model};
 
-struct Component;
+    struct Component;
 
-thread_local! {
-    // Components are single-threaded; the model is loaded once by `load`.
-    static MODEL: RefCell<Option<Model>> = const { RefCell::new(None) };
-}
-
-impl ModelGuest for Component {
-    fn load(config: String) -> Result<ModelInfo, EmbedError> {
-        let model = Model::load(&config)?;
-        let info = model.info();
-        MODEL.with(|m| *m.borrow_mut() = Some(model));
-        Ok(info)
-    }
-}
-
-impl EmbedderGuest for Component {
-    fn info() -> ModelInfo {
-        MODEL.with(|m| m.borrow().as_ref().map(Model::info)).unwrap_or(ModelInfo {
-            id: String::new(),
-            dimension: 0,
-            max_tokens: 0,
-        })
+    thread_local! {
+        // Components are single-threaded; the model is loaded once by `load`.
+        static MODEL: RefCell<Option<Model>> = const { RefCell::new(None) };
     }
 
-    fn embed(texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
-        let kind = match kind {
-            InputKind::Query => Kind::Query,
-            InputKind::Document => Kind::Document,
-        };
-        MODEL.with(|m| {
-            let m = m.borrow();
-            let model = m
-                .as_ref()
-                .ok_or_else(|| EmbedError::Unavailable("no model loaded; the host calls `load` first".into()))?;
-            texts.iter().map(|t| model.embed(t, kind)).collect()
-        })
+    fn error(e: model::EmbedError) -> EmbedError {
+        match e {
+            model::EmbedError::InvalidInput(m) => EmbedError::InvalidInput(m),
+            model::EmbedError::Unavailable(m) => EmbedError::Unavailable(m),
+            model::EmbedError::Internal(m) => EmbedError::Internal(m),
+        }
     }
-}
 
-export!(Component);
+    fn info(i: model::ModelInfo) -> ModelInfo {
+        ModelInfo { id: i.id, dimension: i.dimension, max_tokens: i.max_tokens }
+    }
+
+    impl ModelGuest for Component {
+        fn load(config: String) -> Result<ModelInfo, EmbedError> {
+            let model = Model::load(&config).map_err(error)?;
+            let i = model.info();
+            MODEL.with(|m| *m.borrow_mut() = Some(model));
+            Ok(info(i))
+        }
+    }
+
+    impl EmbedderGuest for Component {
+        fn info() -> ModelInfo {
+            MODEL.with(|m| m.borrow().as_ref().map(|m| info(m.info()))).unwrap_or(ModelInfo {
+                id: String::new(),
+                dimension: 0,
+                max_tokens: 0,
+            })
+        }
+
+        fn embed(texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
+            let kind = match kind {
+                InputKind::Query => Kind::Query,
+                InputKind::Document => Kind::Document,
+            };
+            MODEL.with(|m| {
+                let m = m.borrow();
+                let model = m
+                    .as_ref()
+                    .ok_or_else(|| EmbedError::Unavailable("no model loaded; the host calls `load` first".into()))?;
+                texts
+                    .iter()
+                    .map(|t| {
+                        model
+                            .embed(t, kind)
+                            .map(|e| Embedding { vector: e.vector, truncated: e.truncated })
+                            .map_err(error)
+                    })
+                    .collect()
+            })
+        }
+    }
+
+    export!(Component);
+}

@@ -9,7 +9,34 @@ use tokenizers::{Tokenizer, TruncationParams};
 use tract_onnx::prelude::*;
 use tract_onnx::tract_core::dims;
 
-use crate::exports::quarry::retrieval::embedder::{EmbedError, Embedding, ModelInfo};
+/// Why loading or embedding failed (mirrors WIT `embed-error`).
+#[derive(Debug)]
+pub enum EmbedError {
+    /// The input or the config cannot be used.
+    InvalidInput(String),
+    /// The model is missing, corrupt or not loaded.
+    Unavailable(String),
+    /// A bug.
+    Internal(String),
+}
+
+/// The model's identity (mirrors WIT `model-info`).
+pub struct ModelInfo {
+    /// Model id from the manifest.
+    pub id: String,
+    /// Vector length.
+    pub dimension: u32,
+    /// Window, in tokens.
+    pub max_tokens: u32,
+}
+
+/// One embedded text (mirrors WIT `embedding`).
+pub struct Embedding {
+    /// L2-normalised.
+    pub vector: Vec<f32>,
+    /// The text was longer than the window.
+    pub truncated: bool,
+}
 
 /// The command that fetches and converts models; named in every missing-file error.
 const FETCH: &str = "make models (components/embedder-onnx/models/fetch.sh)";
@@ -17,7 +44,9 @@ const FETCH: &str = "make models (components/embedder-onnx/models/fetch.sh)";
 /// Whether a text is a query or a document.
 #[derive(Clone, Copy)]
 pub enum Kind {
+    /// Gets the model's query prefix.
     Query,
+    /// Gets the model's passage prefix.
     Document,
 }
 
@@ -68,6 +97,7 @@ fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
 impl Model {
     /// Reads, verifies and prepares the model named by `config` (JSON).
     pub fn load(config: &str) -> Result<Model, EmbedError> {
+        // (The component and the native bench share this code.)
         let cfg: Config = serde_json::from_str(config).map_err(|e| {
             EmbedError::InvalidInput(format!(
                 "embedder config: {e}; expected {{\"model_dir\": \"/models/NAME\", \"verify\": true}}"
