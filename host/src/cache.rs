@@ -92,11 +92,6 @@ impl ComponentCache {
         Ok((c, CacheOutcome::Compiled))
     }
 
-    /// Forgets in-memory components whose hash is not in `keep` (after a swap).
-    pub fn retain(&self, keep: &[[u8; 32]]) {
-        self.memo.lock().unwrap_or_else(|p| p.into_inner()).retain(|h, _| keep.contains(h));
-    }
-
     fn store(&self, path: &std::path::Path, compiled: &[u8]) -> std::io::Result<()> {
         std::fs::create_dir_all(&self.dir)?;
         let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;

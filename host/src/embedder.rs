@@ -128,11 +128,6 @@ impl ComponentEmbedder {
         })
     }
 
-    /// Number of instances in the pool.
-    pub fn pool_size(&self) -> usize {
-        self.members.len()
-    }
-
     /// Embeds `texts`, splitting a large batch over the pool (see the type docs).
     pub async fn embed_batch(
         self: Arc<Self>,
