@@ -20,6 +20,8 @@ fn main() {
     println!("cargo:rerun-if-changed={}", manifest.join("components").display());
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
     println!("cargo:rerun-if-changed={}", root.join("components").display());
+    // The guests' rustflags (simd128, relaxed-simd) live here.
+    println!("cargo:rerun-if-changed={}", root.join(".cargo/config.toml").display());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root).args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"]).arg(&target_dir);
