@@ -8,7 +8,7 @@ GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
 NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx
 GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx
 
-.PHONY: setup models components host demo test lint ci bench bench-embedder
+.PHONY: setup models components host demo test lint ci bench bench-embedder profile-embedder
 
 setup:
 	rustup target add wasm32-wasip2
@@ -45,3 +45,17 @@ bench: setup
 bench-embedder: setup models
 	$(CARGO) build --release -p embedder-onnx --example native
 	$(CARGO) bench -p quarry-tests --bench embedder
+
+# Where embedding time goes: per-operator profile natively, in wasm under Quarry's engine, and in
+# wasm without epoch checks (the cost of deadlines), one after the other.
+MODELS ?= $(or $(QUARRY_MODELS),$(HOME)/.cache/quarry/models)
+profile-embedder: setup models
+	$(CARGO) build --release -p embedder-onnx --example profile
+	$(CARGO) build --release --target wasm32-wasip2 --target-dir $(GUEST_DIR) -p embedder-onnx --example profile
+	$(CARGO) build --release -p quarry --example wasi-run
+	$(MODELS)/.venv/bin/python components/embedder-onnx/models/bench_ort.py texts $(MODELS)/all-minilm-l6-v2 $(MODELS)/bench-texts.json
+	$(or $(CARGO_TARGET_DIR),target)/release/examples/profile $(MODELS)/all-minilm-l6-v2 $(MODELS)/bench-texts.json
+	@echo "== wasm, Quarry's engine (epoch checks on)"
+	$(or $(CARGO_TARGET_DIR),target)/release/examples/wasi-run $(GUEST_DIR)/wasm32-wasip2/release/examples/profile.wasm $(MODELS) /m /m/all-minilm-l6-v2 /m/bench-texts.json
+	@echo "== wasm, no epoch checks"
+	$(or $(CARGO_TARGET_DIR),target)/release/examples/wasi-run --no-epochs $(GUEST_DIR)/wasm32-wasip2/release/examples/profile.wasm $(MODELS) /m /m/all-minilm-l6-v2 /m/bench-texts.json

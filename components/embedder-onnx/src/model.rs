@@ -84,6 +84,10 @@ pub struct Model {
     plan: Arc<TypedRunnableModel>,
 }
 
+fn internal(e: TractError) -> EmbedError {
+    EmbedError::Internal(format!("inference failed: {e:#}"))
+}
+
 fn unavailable(msg: String) -> EmbedError {
     EmbedError::Unavailable(msg)
 }
@@ -176,8 +180,9 @@ impl Model {
         }
     }
 
-    /// Embeds one text: prefix, tokenise (truncating at the window), run, mean-pool, normalise.
-    pub fn embed(&self, text: &str, kind: Kind) -> Result<Embedding, EmbedError> {
+    /// Prefixes and tokenises a text, truncating at the window: the token ids and whether
+    /// anything was cut.
+    fn encode(&self, text: &str, kind: Kind) -> Result<(Vec<i64>, bool), EmbedError> {
         let prefix = match kind {
             Kind::Query => &self.manifest.query_prefix,
             Kind::Document => &self.manifest.passage_prefix,
@@ -188,14 +193,42 @@ impl Model {
             .encode(input.as_str(), true)
             .map_err(|e| EmbedError::InvalidInput(format!("cannot tokenise the text: {e}")))?;
         let truncated = !enc.get_overflowing().is_empty();
-        let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i64::from(i)).collect();
+        Ok((enc.get_ids().iter().map(|&i| i64::from(i)).collect(), truncated))
+    }
+
+    /// The model's three inputs for one text's token ids.
+    fn inputs(ids: Vec<i64>) -> Result<TVec<TValue>, EmbedError> {
         let n = ids.len();
-        let internal = |e: TractError| EmbedError::Internal(format!("inference failed: {e:#}"));
         let tensor = |v: Vec<i64>| Tensor::from_shape(&[1, n], &v).map_err(internal);
-        let outputs = self
-            .plan
-            .run(tvec!(tensor(ids)?.into(), tensor(vec![1; n])?.into(), tensor(vec![0; n])?.into()))
-            .map_err(internal)?;
+        Ok(tvec!(tensor(ids)?.into(), tensor(vec![1; n])?.into(), tensor(vec![0; n])?.into()))
+    }
+
+    /// Time spent per kind of operator over `runs` runs on `text`, largest first: where
+    /// inference time goes, natively or inside the sandbox (the `profile` example prints it).
+    pub fn profile(&self, text: &str, runs: usize) -> Result<Vec<(String, std::time::Duration)>, EmbedError> {
+        let (ids, _) = self.encode(text, Kind::Document)?;
+        let mut spent = std::collections::BTreeMap::<String, std::time::Duration>::new();
+        let mut state = TypedSimpleState::new(&self.plan).map_err(internal)?;
+        for _ in 0..runs {
+            state
+                .run_plan_with_eval(Self::inputs(ids.clone())?, |ctx, op_state, node, input| {
+                    let t = std::time::Instant::now();
+                    let out = tract_onnx::tract_core::plan::eval(ctx, op_state, node, input);
+                    *spent.entry(node.op().name().to_string()).or_default() += t.elapsed();
+                    out
+                })
+                .map_err(internal)?;
+        }
+        let mut spent: Vec<_> = spent.into_iter().collect();
+        spent.sort_by_key(|e| std::cmp::Reverse(e.1));
+        Ok(spent)
+    }
+
+    /// Embeds one text: prefix, tokenise (truncating at the window), run, mean-pool, normalise.
+    pub fn embed(&self, text: &str, kind: Kind) -> Result<Embedding, EmbedError> {
+        let (ids, truncated) = self.encode(text, kind)?;
+        let n = ids.len();
+        let outputs = self.plan.run(Self::inputs(ids)?).map_err(internal)?;
         let hidden = outputs[0].to_plain_array_view::<f32>().map_err(internal)?;
         let dim = self.manifest.dimension as usize;
         if hidden.shape() != [1, n, dim] {
