@@ -1,0 +1,144 @@
+//! BM25 (k1 = 1.2, b = 0.75): the keyword leg beside the vectors, for wording an embedding
+//! misses (names, flags, error codes).
+//!
+//! Terms are lower-cased Unicode words; runs of CJK characters, which have no spaces, become
+//! character bigrams (and single characters for a lone one).
+
+use std::collections::HashMap;
+
+use unicode_segmentation::UnicodeSegmentation;
+
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF      // Hiragana, Katakana
+        | 0x3400..=0x4DBF    // CJK extension A
+        | 0x4E00..=0x9FFF    // CJK unified ideographs
+        | 0xAC00..=0xD7AF    // Hangul syllables
+        | 0xF900..=0xFAFF) // CJK compatibility ideographs
+}
+
+/// The terms of a text.
+pub fn terms(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        // The next run of CJK or of other characters.
+        let cjk = rest.chars().next().is_some_and(is_cjk);
+        let end = rest.char_indices().find(|&(_, c)| is_cjk(c) != cjk).map_or(rest.len(), |(i, _)| i);
+        let (run, tail) = rest.split_at(end);
+        rest = tail;
+        if cjk {
+            let chars: Vec<char> = run.chars().collect();
+            if chars.len() == 1 {
+                out.push(run.to_string());
+            } else {
+                out.extend(chars.windows(2).map(|w| w.iter().collect::<String>()));
+            }
+        } else {
+            out.extend(run.unicode_words().map(str::to_lowercase));
+        }
+    }
+    out
+}
+
+/// A BM25 index over texts known by position.
+#[derive(Default)]
+pub struct Bm25 {
+    docs: Vec<HashMap<String, u32>>,
+    lengths: Vec<u32>,
+    df: HashMap<String, u32>,
+    total_len: u64,
+}
+
+impl Bm25 {
+    /// Indexes `texts`; text i is document i.
+    pub fn build<'a>(texts: impl IntoIterator<Item = &'a str>) -> Bm25 {
+        let mut ix = Bm25::default();
+        for t in texts {
+            let mut tf = HashMap::new();
+            let ts = terms(t);
+            for term in &ts {
+                *tf.entry(term.clone()).or_insert(0) += 1;
+            }
+            for term in tf.keys() {
+                *ix.df.entry(term.clone()).or_insert(0) += 1;
+            }
+            ix.lengths.push(ts.len() as u32);
+            ix.total_len += ts.len() as u64;
+            ix.docs.push(tf);
+        }
+        ix
+    }
+
+    /// The `k` best documents for `query` among those `allowed`, as (position, BM25 score),
+    /// best first; documents sharing no term with the query are left out.
+    pub fn search(&self, query: &str, k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Vec<(usize, f32)> {
+        let n = self.docs.len() as f32;
+        if n == 0.0 {
+            return Vec::new();
+        }
+        let avg = (self.total_len as f32 / n).max(1.0);
+        let mut q = terms(query);
+        q.sort();
+        q.dedup();
+        let mut scored: Vec<(usize, f32)> = self
+            .docs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| allowed.is_none_or(|f| f(*i)))
+            .filter_map(|(i, tf)| {
+                let len = self.lengths[i] as f32;
+                let s: f32 = q
+                    .iter()
+                    .filter_map(|t| {
+                        let f = *tf.get(t)? as f32;
+                        let df = self.df[t] as f32;
+                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                        Some(idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * len / avg)))
+                    })
+                    .sum();
+                (s > 0.0).then_some((i, s))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(k);
+        scored
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_split_words_and_cjk() {
+        assert_eq!(terms("Rclone's --fast-list FLAG"), ["rclone's", "fast", "list", "flag"]);
+        assert_eq!(terms("所有权规则"), ["所有", "有权", "权规", "规则"]);
+        assert_eq!(terms("Rust的所有权"), ["rust", "的所", "所有", "有权"]);
+    }
+
+    #[test]
+    fn rare_terms_rank_first() {
+        let docs = [
+            "the sync command makes the destination identical to the source",
+            "the copy command copies files from source to destination",
+            "use --fast-list to reduce transactions on bucket based remotes",
+        ];
+        let ix = Bm25::build(docs);
+        assert_eq!(ix.search("fast-list transactions", 3, None)[0].0, 2);
+        assert_eq!(ix.search("identical destination", 3, None)[0].0, 0);
+        assert!(ix.search("zebra", 3, None).is_empty());
+        let not_two = |i: usize| i != 2;
+        assert!(ix.search("fast-list", 3, Some(&not_two)).is_empty());
+    }
+
+    #[test]
+    fn chinese_queries_match_chinese_text() {
+        let ix = Bm25::build(["所有权是 Rust 最独特的功能", "结构体让你命名和包装多个相关的值"]);
+        assert_eq!(ix.search("什么是所有权", 2, None)[0].0, 0);
+        assert_eq!(ix.search("结构体", 2, None)[0].0, 1);
+    }
+}

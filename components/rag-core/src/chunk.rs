@@ -1,0 +1,174 @@
+//! Splitting text into chunks with `text-splitter`: it cuts at the largest semantic unit that
+//! fits (blank lines, then lines, sentences, words, characters).
+
+use serde::{Deserialize, Serialize};
+use text_splitter::{Characters, ChunkConfig, ChunkSizer, TextSplitter};
+
+/// How to size chunks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Chunking {
+    /// At most `size` characters, `overlap` of them shared with the previous chunk
+    /// (CrewAI: 2500 and 250, [`Chunking::crewai`]).
+    Characters {
+        /// Maximum characters per chunk.
+        size: usize,
+        /// Characters shared with the previous chunk.
+        overlap: usize,
+    },
+    /// At most `max_tokens` tokens of the embedder's own tokenizer, so that nothing is cut when
+    /// the chunk is embedded; `overlap` tokens shared with the previous chunk. The default
+    /// ([`Chunking::for_window`]).
+    Tokens {
+        /// Maximum tokens per chunk, special tokens excluded.
+        max_tokens: usize,
+        /// Tokens shared with the previous chunk.
+        overlap: usize,
+    },
+}
+
+/// Why text could not be chunked.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ChunkError {
+    /// Sizes that cannot work.
+    #[error("chunking: {0}")]
+    Config(String),
+    /// Token mode without a way to count tokens.
+    #[error("chunking by tokens needs the embedder's tokenizer")]
+    NoTokenizer,
+}
+
+/// One chunk of a text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chunk {
+    /// The chunk's text (trimmed).
+    pub text: String,
+    /// Byte offset of the chunk in the text it came from.
+    pub offset: usize,
+}
+
+/// Tokens a text takes in the embedder's window (special tokens excluded).
+pub type TokenCount<'a> = &'a dyn Fn(&str) -> usize;
+
+/// Tokens reserved for the special tokens a model adds around a text (BERT: [CLS], [SEP]) and
+/// for a prefix (e5: "passage: ").
+pub const RESERVED_TOKENS: usize = 8;
+
+impl Chunking {
+    /// CrewAI's DOCXSearchTool chunking: 2500 characters, 250 overlap.
+    pub fn crewai() -> Chunking {
+        Chunking::Characters { size: 2500, overlap: 250 }
+    }
+
+    /// The default: chunks that fill an embedder window of `window` tokens, with a tenth of
+    /// that as overlap.
+    pub fn for_window(window: usize) -> Chunking {
+        let max_tokens = window.saturating_sub(RESERVED_TOKENS).max(16);
+        Chunking::Tokens { max_tokens, overlap: max_tokens / 10 }
+    }
+
+    /// A stable text naming these parameters, part of an index's key.
+    pub fn key(&self) -> String {
+        match self {
+            Chunking::Characters { size, overlap } => format!("chars:{size}/{overlap}"),
+            Chunking::Tokens { max_tokens, overlap } => format!("tokens:{max_tokens}/{overlap}"),
+        }
+    }
+
+    fn check(size: usize, overlap: usize) -> Result<(), ChunkError> {
+        if size == 0 {
+            return Err(ChunkError::Config("the chunk size must be at least 1".into()));
+        }
+        if overlap >= size {
+            return Err(ChunkError::Config(format!(
+                "the overlap ({overlap}) must be smaller than the chunk size ({size})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Splits `text`. `tokens` counts tokens; it is needed in token mode only.
+    pub fn split(&self, text: &str, tokens: Option<TokenCount<'_>>) -> Result<Vec<Chunk>, ChunkError> {
+        match *self {
+            Chunking::Characters { size, overlap } => {
+                Self::check(size, overlap)?;
+                Ok(run(text, size, overlap, Characters))
+            }
+            Chunking::Tokens { max_tokens, overlap } => {
+                Self::check(max_tokens, overlap)?;
+                let count = tokens.ok_or(ChunkError::NoTokenizer)?;
+                Ok(run(text, max_tokens, overlap, Counter(count)))
+            }
+        }
+    }
+}
+
+struct Counter<'a>(TokenCount<'a>);
+
+impl ChunkSizer for Counter<'_> {
+    fn size(&self, chunk: &str) -> usize {
+        (self.0)(chunk)
+    }
+}
+
+fn run<S: ChunkSizer>(text: &str, size: usize, overlap: usize, sizer: S) -> Vec<Chunk> {
+    // `check` ran: the overlap is smaller than the size.
+    let config = ChunkConfig::new(size).with_overlap(overlap).expect("overlap < size").with_sizer(sizer);
+    TextSplitter::new(config)
+        .chunk_indices(text)
+        .filter(|(_, c)| !c.trim().is_empty())
+        .map(|(offset, c)| Chunk { text: c.to_string(), offset })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> usize {
+        s.split_whitespace().count()
+    }
+
+    #[test]
+    fn characters_respect_the_size_and_cover_the_text() {
+        let para = "The quick brown fox jumps over the lazy dog. ".repeat(20);
+        let text = format!("{para}\n\n{para}\n\n{para}");
+        let chunks = Chunking::Characters { size: 300, overlap: 30 }.split(&text, None).unwrap();
+        assert!(chunks.len() > 3);
+        for c in &chunks {
+            assert!(c.text.chars().count() <= 300, "{} chars", c.text.chars().count());
+            assert_eq!(&text[c.offset..c.offset + c.text.len()], c.text);
+        }
+        // Every word of the text is in some chunk.
+        let end = chunks.last().map(|c| c.offset + c.text.len()).unwrap();
+        assert!(end >= text.trim_end().len());
+    }
+
+    #[test]
+    fn tokens_never_exceed_the_window() {
+        let text = "alpha beta gamma delta epsilon. ".repeat(200);
+        let chunks = Chunking::Tokens { max_tokens: 50, overlap: 5 }.split(&text, Some(&words)).unwrap();
+        assert!(chunks.len() >= 20);
+        assert!(chunks.iter().all(|c| words(&c.text) <= 50));
+    }
+
+    #[test]
+    fn bad_parameters_and_missing_tokenizer_are_errors() {
+        let e = Chunking::Characters { size: 100, overlap: 100 }.split("x", None).unwrap_err();
+        assert!(e.to_string().contains("overlap (100) must be smaller"), "{e}");
+        assert_eq!(Chunking::Tokens { max_tokens: 10, overlap: 1 }.split("x", None), Err(ChunkError::NoTokenizer));
+        assert!(Chunking::Characters { size: 0, overlap: 0 }.split("x", None).is_err());
+    }
+
+    #[test]
+    fn empty_and_blank_text_give_no_chunks() {
+        assert!(Chunking::crewai().split("", None).unwrap().is_empty());
+        assert!(Chunking::crewai().split(" \n\n\t ", None).unwrap().is_empty());
+    }
+
+    #[test]
+    fn keys_differ_by_parameters() {
+        assert_ne!(Chunking::crewai().key(), Chunking::for_window(256).key());
+        assert_eq!(Chunking::for_window(256), Chunking::Tokens { max_tokens: 248, overlap: 24 });
+    }
+}
