@@ -36,9 +36,17 @@ embedder = "m"
 
 fn reference(set: &str, file: &str) -> (Vec<String>, Vec<Vec<f64>>) {
     let dir = shared_data().join("embeddings").join(set);
-    let text = std::fs::read_to_string(dir.join("sentences.txt")).unwrap();
+    let read = |p: std::path::PathBuf| {
+        std::fs::read_to_string(&p).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (the shared data lives beside the checkout; set QUARRY_SHARED_DATA to elsewhere)",
+                p.display()
+            )
+        })
+    };
+    let text = read(dir.join("sentences.txt"));
     let lines: Vec<String> = text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned).collect();
-    let refs: Vec<Vec<f64>> = serde_json::from_str(&std::fs::read_to_string(dir.join(file)).unwrap()).unwrap();
+    let refs: Vec<Vec<f64>> = serde_json::from_str(&read(dir.join(file))).unwrap();
     assert_eq!(lines.len(), refs.len());
     (lines, refs)
 }
