@@ -92,12 +92,12 @@ impl Chunking {
         match *self {
             Chunking::Characters { size, overlap } => {
                 Self::check(size, overlap)?;
-                Ok(run(text, size, overlap, Characters))
+                run(text, size, overlap, Characters)
             }
             Chunking::Tokens { max_tokens, overlap } => {
                 Self::check(max_tokens, overlap)?;
                 let count = tokens.ok_or(ChunkError::NoTokenizer)?;
-                Ok(run(text, max_tokens, overlap, Counter(count)))
+                run(text, max_tokens, overlap, Counter(count))
             }
         }
     }
@@ -111,14 +111,13 @@ impl ChunkSizer for Counter<'_> {
     }
 }
 
-fn run<S: ChunkSizer>(text: &str, size: usize, overlap: usize, sizer: S) -> Vec<Chunk> {
-    // `check` ran: the overlap is smaller than the size.
-    let config = ChunkConfig::new(size).with_overlap(overlap).expect("overlap < size").with_sizer(sizer);
-    TextSplitter::new(config)
+fn run<S: ChunkSizer>(text: &str, size: usize, overlap: usize, sizer: S) -> Result<Vec<Chunk>, ChunkError> {
+    let config = ChunkConfig::new(size).with_overlap(overlap).map_err(|e| ChunkError::Config(e.to_string()))?;
+    Ok(TextSplitter::new(config.with_sizer(sizer))
         .chunk_indices(text)
         .filter(|(_, c)| !c.trim().is_empty())
         .map(|(offset, c)| Chunk { text: c.to_string(), offset })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]

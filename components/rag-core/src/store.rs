@@ -250,7 +250,7 @@ impl Index {
             documents: self.documents.clone(),
             chunks: self.chunks.clone(),
         })
-        .expect("the header serialises");
+        .map_err(|e| io(std::io::Error::other(e)))?;
         let mut bytes = Vec::with_capacity(header.len() + self.vectors.raw().len() * 4 + 64);
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -281,7 +281,7 @@ impl Index {
         if bytes.len() < 20 + 32 || &bytes[..8] != MAGIC {
             return Err(corrupt("not a Quarry index file".into()));
         }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
         if version != FORMAT_VERSION {
             return Err(corrupt(format!("format version {version}, this build reads {FORMAT_VERSION}")));
         }
@@ -289,7 +289,9 @@ impl Index {
         if Sha256::digest(body).as_slice() != sum {
             return Err(corrupt("checksum mismatch (damaged or truncated)".into()));
         }
-        let header_len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) as usize;
+        let mut len = [0u8; 8];
+        len.copy_from_slice(&bytes[12..20]);
+        let header_len = usize::try_from(u64::from_le_bytes(len)).unwrap_or(usize::MAX);
         let header_end = 20usize.checked_add(header_len).filter(|&e| e <= body.len());
         let header_end = header_end.ok_or_else(|| corrupt("header length past the end".into()))?;
         let header: Header =
@@ -305,7 +307,7 @@ impl Index {
             return Err(corrupt(format!("{}-dimensional vectors, the model makes {dimension}", header.dimension)));
         }
         let raw = &body[header_end..];
-        if raw.len() != header.chunks.len() * dimension * 4 {
+        if Some(raw.len()) != header.chunks.len().checked_mul(dimension).and_then(|n| n.checked_mul(4)) {
             return Err(corrupt(format!("{} bytes of vectors for {} chunks", raw.len(), header.chunks.len())));
         }
         let counted: usize = header.documents.values().map(|d| d.chunks).sum();
@@ -313,8 +315,7 @@ impl Index {
             return Err(corrupt(format!("documents list {counted} chunks, the file has {}", header.chunks.len())));
         }
         let mut vectors = VectorIndex::new(dimension);
-        let floats: Vec<f32> =
-            raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
+        let floats: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
         for v in floats.chunks_exact(dimension.max(1)) {
             vectors.push(v)?;
         }

@@ -82,7 +82,7 @@ impl VectorIndex {
 
     /// Keeps the vectors for which `keep(position)` holds, in order.
     pub fn retain(&mut self, keep: impl Fn(usize) -> bool) {
-        let d = self.dimension;
+        let d = self.dimension.max(1);
         let old = std::mem::take(&mut self.vectors);
         for (i, v) in old.chunks_exact(d).enumerate() {
             if keep(i) {
@@ -95,7 +95,8 @@ impl VectorIndex {
     /// Builds the HNSW graph when the index is past its exact limit; searching does it too.
     pub fn prepare(&mut self) {
         if self.graph.is_none() && self.len() > self.exact_limit {
-            let points: Vec<Unit> = self.vectors.chunks_exact(self.dimension).map(|v| Unit(v.to_vec())).collect();
+            let points: Vec<Unit> =
+                self.vectors.chunks_exact(self.dimension.max(1)).map(|v| Unit(v.to_vec())).collect();
             let ids = (0..points.len()).collect();
             self.graph = Some(Builder::default().seed(7).build(points, ids));
         }
@@ -130,7 +131,7 @@ impl VectorIndex {
     pub fn exact(&self, query: &[f32], k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Vec<(usize, f32)> {
         let mut all: Vec<(usize, f32)> = self
             .vectors
-            .chunks_exact(self.dimension)
+            .chunks_exact(self.dimension.max(1))
             .enumerate()
             .filter(|(i, _)| allowed.is_none_or(|f| f(*i)))
             .map(|(i, v)| (i, crate::score::dot(query, v)))
