@@ -37,6 +37,8 @@ pub trait EmbedderBackend: Send + Sync {
     fn info(&self) -> ModelInfo;
     /// Embeds `texts` in order.
     fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>>;
+    /// Counts the tokens of `texts` in order (see the WIT `count-tokens`).
+    fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>>;
 }
 
 impl Host for StoreState {
@@ -55,11 +57,22 @@ impl Host for StoreState {
     ) -> wasmtime::Result<Result<Vec<Embedding>, EmbedError>> {
         match &self.embedder {
             Some(e) => Ok(e.embed(texts, kind).await),
-            None => Ok(Err(EmbedError::Unavailable(
-                "no embedder is linked to this tool instance; set `embedder = \"NAME\"` in its config".into(),
-            ))),
+            None => Ok(Err(no_embedder())),
         }
     }
+
+    async fn count_tokens(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<u32>, EmbedError>> {
+        match &self.embedder {
+            Some(e) => Ok(e.count_tokens(texts).await),
+            None => Ok(Err(no_embedder())),
+        }
+    }
+}
+
+fn no_embedder() -> EmbedError {
+    EmbedError::Unavailable(
+        "no embedder is linked to this tool instance; set `embedder = \"NAME\"` in its config".into(),
+    )
 }
 
 /// An embedder component: a pool of instances, each in its own store, each
@@ -159,6 +172,38 @@ impl ComponentEmbedder {
     }
 
     async fn run_on(&self, member: usize, texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
+        let kind = match kind {
+            InputKind::Query => ex::InputKind::Query,
+            InputKind::Document => ex::InputKind::Document,
+        };
+        let out = self
+            .on_member(member, |live| {
+                Box::pin(async move {
+                    live.bindings.quarry_retrieval_embedder().call_embed(&mut live.store, &texts, kind).await
+                })
+            })
+            .await?;
+        Ok(out.into_iter().map(|e| Embedding { vector: e.vector, truncated: e.truncated }).collect())
+    }
+
+    /// Counts tokens on one member of the pool (tokenising is cheap: no splitting).
+    pub async fn count_tokens(&self, texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
+        let member = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.members.len();
+        self.on_member(member, |live| {
+            Box::pin(async move {
+                live.bindings.quarry_retrieval_embedder().call_count_tokens(&mut live.store, &texts).await
+            })
+        })
+        .await
+    }
+
+    /// Runs one export call on pool member `member` (restarting it if a fault recycled it),
+    /// bounded by the embedder's deadline; a fault recycles the member.
+    async fn on_member<T>(
+        &self,
+        member: usize,
+        call: impl for<'a> FnOnce(&'a mut Live) -> BoxFuture<'a, wasmtime::Result<Result<T, ex::EmbedError>>>,
+    ) -> Result<T, EmbedError> {
         let name = &self.config.name;
         let mut guard = self.members[member].lock().await;
         if guard.is_none() {
@@ -172,15 +217,7 @@ impl ComponentEmbedder {
         };
         let deadline = self.config.grants.deadline;
         live.store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-        let kind = match kind {
-            InputKind::Query => ex::InputKind::Query,
-            InputKind::Document => ex::InputKind::Document,
-        };
-        let res = tokio::time::timeout(
-            deadline + WALL_GRACE,
-            live.bindings.quarry_retrieval_embedder().call_embed(&mut live.store, &texts, kind),
-        )
-        .await;
+        let res = tokio::time::timeout(deadline + WALL_GRACE, call(live)).await;
         match settle(&mut live.store, deadline, res) {
             Err(fault) => {
                 *guard = None;
@@ -192,7 +229,7 @@ impl ComponentEmbedder {
                 ex::EmbedError::Unavailable(m) => EmbedError::Unavailable(m),
                 ex::EmbedError::Internal(m) => EmbedError::Internal(m),
             }),
-            Ok(Ok(v)) => Ok(v.into_iter().map(|e| Embedding { vector: e.vector, truncated: e.truncated }).collect()),
+            Ok(Ok(v)) => Ok(v),
         }
     }
 
@@ -264,5 +301,10 @@ impl EmbedderBackend for EmbedderSlot {
 
     fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
         Box::pin(self.current().embed_batch(texts, kind))
+    }
+
+    fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
+        let current = self.current();
+        Box::pin(async move { current.count_tokens(texts).await })
     }
 }

@@ -94,6 +94,16 @@ mod component {
                     .collect()
             })
         }
+
+        fn count_tokens(texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
+            MODEL.with(|m| {
+                let m = m.borrow();
+                let model = m
+                    .as_ref()
+                    .ok_or_else(|| EmbedError::Unavailable("no model loaded; the host calls `load` first".into()))?;
+                texts.iter().map(|t| model.count_tokens(t).map_err(error)).collect()
+            })
+        }
     }
 
     export!(Component);

@@ -81,6 +81,8 @@ struct Manifest {
 pub struct Model {
     manifest: Manifest,
     tokenizer: Tokenizer,
+    /// The same tokenizer without truncation, for counting.
+    counter: Tokenizer,
     plan: Arc<TypedRunnableModel>,
 }
 
@@ -145,6 +147,8 @@ impl Model {
             .map_err(|e| unavailable(format!("{}: {e}", dir.join("tokenizer.json").display())))?;
         // The packaged tokenizer files pad to and truncate at 128; the model's window is the manifest's.
         tokenizer.with_padding(None);
+        let mut counter = tokenizer.clone();
+        counter.with_truncation(None).map_err(|e| unavailable(format!("tokenizer truncation: {e}")))?;
         tokenizer
             .with_truncation(Some(TruncationParams { max_length: manifest.max_tokens as usize, ..Default::default() }))
             .map_err(|e| unavailable(format!("tokenizer truncation: {e}")))?;
@@ -168,7 +172,7 @@ impl Model {
             .and_then(|m| m.into_optimized())
             .and_then(|m| m.into_runnable())
             .map_err(bad_model)?;
-        Ok(Model { manifest, tokenizer, plan })
+        Ok(Model { manifest, tokenizer, counter, plan })
     }
 
     /// The model's identity.
@@ -222,6 +226,15 @@ impl Model {
         let mut spent: Vec<_> = spent.into_iter().collect();
         spent.sort_by_key(|e| std::cmp::Reverse(e.1));
         Ok(spent)
+    }
+
+    /// Tokens `text` takes in the window, without special tokens or prefix and without truncation.
+    pub fn count_tokens(&self, text: &str) -> Result<u32, EmbedError> {
+        let enc = self
+            .counter
+            .encode(text, false)
+            .map_err(|e| EmbedError::InvalidInput(format!("cannot tokenise the text: {e}")))?;
+        Ok(u32::try_from(enc.get_ids().len()).unwrap_or(u32::MAX))
     }
 
     /// Embeds one text: prefix, tokenise (truncating at the window), run, mean-pool, normalise.

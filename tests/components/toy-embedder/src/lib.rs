@@ -78,6 +78,11 @@ impl EmbedderGuest for Component {
             })
             .collect())
     }
+
+    /// One token per whitespace-separated word, the unit `embed` truncates at.
+    fn count_tokens(texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
+        Ok(texts.iter().map(|t| t.split_whitespace().count() as u32).collect())
+    }
 }
 
 export!(Component);
