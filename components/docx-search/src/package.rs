@@ -1,0 +1,265 @@
+//! Vetting a file before docx-rs reads it: what kind of file it is, whether it is a complete
+//! DOCX package, and whether it is safe to unpack.
+//!
+//! docx-rs trusts the archive: it reserves each part's declared size up front and unwraps read
+//! errors. So every part is first inflated here, streaming into nothing, against the declared
+//! size and the caps below. A zip bomb is refused after at most [`MAX_TOTAL`] inflated bytes, in
+//! constant memory; a damaged part is reported instead of panicking inside docx-rs.
+
+use std::io::{Cursor, Read};
+
+/// The largest part (one file inside the archive) unpacked.
+pub const MAX_PART: u64 = 128 << 20;
+/// The most bytes unpacked from one document, all parts together.
+pub const MAX_TOTAL: u64 = 512 << 20;
+
+/// The OLE compound-file signature: legacy .doc files, and encrypted .docx files (which Word
+/// wraps in a compound file).
+const CFB_MAGIC: &[u8] = &[0xD0, 0xCF, 0x11, 0xE0, 0xA1, 0xB1, 0x1A, 0xE1];
+
+/// Why a file cannot be read as a DOCX document. The caller names the file.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DocxError {
+    /// A 0-byte file.
+    #[error("the file is empty (0 bytes)")]
+    Empty,
+    /// A Word 97-2003 binary document.
+    #[error(
+        "this is a legacy Word 97-2003 .doc file, not a .docx; open it in Word or LibreOffice and save it as .docx"
+    )]
+    LegacyDoc,
+    /// A password-protected DOCX (an encrypted package inside an OLE compound file).
+    #[error("the document is encrypted (password-protected); remove the password in Word and save it again")]
+    Encrypted,
+    /// Some other OLE compound file (Excel 97, PowerPoint 97, MSI ...).
+    #[error("not a DOCX file: it is an OLE compound file that holds no Word document")]
+    OtherCompound,
+    /// Not a zip archive at all.
+    #[error("not a DOCX file: it is not a zip archive ({0})")]
+    NotZip(String),
+    /// A zip archive that cannot be read: truncated or damaged.
+    #[error("damaged or truncated DOCX: {0}")]
+    Damaged(String),
+    /// A zip archive without a part every DOCX has.
+    #[error("not a DOCX file: the archive has no {missing} (it holds {holds})")]
+    MissingPart {
+        /// The part, e.g. `word/document.xml`.
+        missing: String,
+        /// A few of the names it does hold.
+        holds: String,
+    },
+    /// A part or the whole archive unpacks to more than the caps allow.
+    #[error("refused: {what} unpacks to more than {limit} MiB; this looks like a zip bomb")]
+    TooLarge {
+        /// The part, or "the archive".
+        what: String,
+        /// The cap, in MiB.
+        limit: u64,
+    },
+    /// ISO/IEC 29500 Strict, which docx-rs cannot read.
+    #[error(
+        "this is a Strict Open XML document, which is not supported; save it in Word as \"Word Document (*.docx)\""
+    )]
+    Strict,
+    /// docx-rs could not parse the XML.
+    #[error("cannot parse the document: {0}")]
+    Parse(String),
+    /// The document parsed but has no text at all.
+    #[error("the document contains no text")]
+    NoText,
+}
+
+/// Checks that `bytes` is a complete, safe DOCX package; returns the path of its main part
+/// (almost always `word/document.xml`).
+pub fn vet(bytes: &[u8]) -> Result<String, DocxError> {
+    vet_with(bytes, MAX_PART, MAX_TOTAL)
+}
+
+/// [`vet`] with explicit caps (tests use small ones).
+pub fn vet_with(bytes: &[u8], max_part: u64, max_total: u64) -> Result<String, DocxError> {
+    if bytes.is_empty() {
+        return Err(DocxError::Empty);
+    }
+    if bytes.starts_with(CFB_MAGIC) {
+        return Err(compound_kind(bytes));
+    }
+    if !bytes.starts_with(b"PK") {
+        return Err(DocxError::NotZip(describe_start(bytes)));
+    }
+    let mut archive = zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| DocxError::Damaged(zip_reason(&e)))?;
+    let mut total = 0u64;
+    let mut buf = vec![0u8; 64 << 10];
+    for i in 0..archive.len() {
+        let mut part = archive.by_index(i).map_err(|e| DocxError::Damaged(zip_reason(&e)))?;
+        let name = part.name().to_string();
+        if part.is_dir() {
+            continue;
+        }
+        if part.size() > max_part {
+            return Err(DocxError::TooLarge { what: format!("part {name}"), limit: max_part >> 20 });
+        }
+        // Inflate for real: the declared size may lie, and docx-rs must not meet a read error.
+        let mut seen = 0u64;
+        loop {
+            let n = part.read(&mut buf).map_err(|e| DocxError::Damaged(format!("part {name}: {e}")))?;
+            if n == 0 {
+                break;
+            }
+            seen += n as u64;
+            total += n as u64;
+            if seen > max_part {
+                return Err(DocxError::TooLarge { what: format!("part {name}"), limit: max_part >> 20 });
+            }
+            if total > max_total {
+                return Err(DocxError::TooLarge { what: "the archive".into(), limit: max_total >> 20 });
+            }
+        }
+        if seen != part.size() {
+            return Err(DocxError::Damaged(format!("part {name} holds {seen} bytes but declares {}", part.size())));
+        }
+    }
+    let names: Vec<String> = archive.file_names().map(str::to_string).collect();
+    let has = |n: &str| names.iter().any(|x| x.trim_start_matches('/').replace('\\', "/") == n);
+    let main = main_part(&mut archive).unwrap_or_else(|| "word/document.xml".to_string());
+    for required in ["[Content_Types].xml", "_rels/.rels", main.as_str()] {
+        if !has(required) {
+            let mut holds: Vec<&str> = names.iter().map(String::as_str).take(6).collect();
+            if names.len() > holds.len() {
+                holds.push("...");
+            }
+            let holds = if holds.is_empty() { "nothing".to_string() } else { holds.join(", ") };
+            return Err(DocxError::MissingPart { missing: required.to_string(), holds });
+        }
+    }
+    let head = read_part(bytes, &main).unwrap_or_default();
+    let head = &head[..head.len().min(4096)];
+    if head.windows(STRICT_NS.len()).any(|w| w == STRICT_NS) {
+        return Err(DocxError::Strict);
+    }
+    Ok(main)
+}
+
+/// The WordprocessingML namespace of Strict documents.
+const STRICT_NS: &[u8] = b"http://purl.oclc.org/ooxml/wordprocessingml/main";
+
+/// Reads one part that [`vet`] has already checked.
+pub fn read_part(bytes: &[u8], name: &str) -> Option<Vec<u8>> {
+    let mut archive = zip::ZipArchive::new(Cursor::new(bytes)).ok()?;
+    let mut part = archive.by_name(name).ok()?;
+    let mut out = Vec::new();
+    part.read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// The main document's path from the package relationships, as docx-rs finds it.
+fn main_part(archive: &mut zip::ZipArchive<Cursor<&[u8]>>) -> Option<String> {
+    let mut rels = String::new();
+    archive.by_name("_rels/.rels").ok()?.read_to_string(&mut rels).ok()?;
+    let at = rels.find("relationships/officeDocument\"")?;
+    // The Target attribute of the same <Relationship> element.
+    let start = rels[..at].rfind('<')?;
+    let end = at + rels[at..].find('>')?;
+    let element = &rels[start..end];
+    let t = element.find("Target=\"")? + "Target=\"".len();
+    let target = &element[t..t + element[t..].find('"')?];
+    Some(target.trim_start_matches('/').to_string())
+}
+
+/// What an OLE compound file holds, from its directory's UTF-16 stream names.
+fn compound_kind(bytes: &[u8]) -> DocxError {
+    let utf16 = |s: &str| s.encode_utf16().flat_map(u16::to_le_bytes).collect::<Vec<u8>>();
+    let contains = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
+    if contains(&utf16("EncryptedPackage")) || contains(&utf16("EncryptionInfo")) {
+        DocxError::Encrypted
+    } else if contains(&utf16("WordDocument")) {
+        DocxError::LegacyDoc
+    } else {
+        DocxError::OtherCompound
+    }
+}
+
+/// A short, safe description of a file's first bytes, naming common formats.
+fn describe_start(bytes: &[u8]) -> String {
+    let known: &[(&[u8], &str)] = &[
+        (b"{\\rtf", "it is an RTF document; save it as .docx"),
+        (b"%PDF", "it is a PDF"),
+        (b"<?xml", "it is a bare XML file; a Word 2003 XML or Flat OPC document must be saved as .docx"),
+        (b"<html", "it is an HTML page"),
+        (b"<!DOCTYPE", "it is an HTML page"),
+    ];
+    for (magic, what) in known {
+        if bytes.starts_with(magic) {
+            return (*what).to_string();
+        }
+    }
+    let head: String = bytes.iter().take(8).map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
+    format!("it starts with bytes {head}")
+}
+
+fn zip_reason(e: &zip::result::ZipError) -> String {
+    let s = e.to_string();
+    if s.contains("EOCD") || s.contains("end of central directory") || s.contains("Could not find") {
+        format!("{s} (the file is probably truncated: download or copy it again)")
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn zip_of(parts: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        {
+            let mut w = zip::ZipWriter::new(&mut out);
+            let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+            for (name, data) in parts {
+                w.start_file(*name, opts).expect("start");
+                w.write_all(data).expect("write");
+            }
+            w.finish().expect("finish");
+        }
+        out.into_inner()
+    }
+
+    #[test]
+    fn kinds_of_not_docx() {
+        assert_eq!(vet(b""), Err(DocxError::Empty));
+        assert!(matches!(vet(b"{\\rtf1 hello"), Err(DocxError::NotZip(m)) if m.contains("RTF")));
+        assert!(matches!(vet(b"hello world"), Err(DocxError::NotZip(m)) if m.contains("68 65 6c")));
+        let mut cfb = CFB_MAGIC.to_vec();
+        cfb.extend("WordDocument".encode_utf16().flat_map(u16::to_le_bytes));
+        assert_eq!(vet(&cfb), Err(DocxError::LegacyDoc));
+        let mut enc = CFB_MAGIC.to_vec();
+        enc.extend("EncryptedPackage".encode_utf16().flat_map(u16::to_le_bytes));
+        assert_eq!(vet(&enc), Err(DocxError::Encrypted));
+    }
+
+    #[test]
+    fn zip_without_document_and_truncated_zip() {
+        let z = zip_of(&[("hello.txt", b"hi")]);
+        assert!(
+            matches!(vet(&z), Err(DocxError::MissingPart { missing, holds }) if missing == "[Content_Types].xml" && holds.contains("hello.txt"))
+        );
+        let z = zip_of(&[("[Content_Types].xml", b"<Types/>"), ("_rels/.rels", b"<Relationships/>")]);
+        assert!(matches!(vet(&z), Err(DocxError::MissingPart { missing, .. }) if missing == "word/document.xml"));
+        let whole = zip_of(&[("[Content_Types].xml", b"<Types/>"), ("word/document.xml", &[b'a'; 5000])]);
+        assert!(matches!(vet(&whole[..whole.len() / 2]), Err(DocxError::Damaged(_))));
+    }
+
+    #[test]
+    fn bomb_is_refused_within_the_caps() {
+        let zeros = vec![0u8; 4 << 20];
+        let z = zip_of(&[("word/document.xml", &zeros)]);
+        assert!(z.len() < 64 << 10, "deflate squeezes zeros");
+        assert!(
+            matches!(vet_with(&z, 1 << 20, 8 << 20), Err(DocxError::TooLarge { what, .. }) if what.contains("document.xml"))
+        );
+        let z = zip_of(&[("a.xml", &zeros), ("b.xml", &zeros), ("c.xml", &zeros)]);
+        assert!(
+            matches!(vet_with(&z, 8 << 20, 10 << 20), Err(DocxError::TooLarge { what, .. }) if what == "the archive")
+        );
+    }
+}
