@@ -95,6 +95,8 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
 
 /// The embedder component (components/embedder-onnx), built for the tests.
 pub const EMBEDDER_ONNX: &str = env!("QUARRY_FIXTURE_EMBEDDER_ONNX");
+/// The DOCX search component (components/docx-search).
+pub const DOCX_SEARCH: &str = env!("QUARRY_FIXTURE_DOCX_SEARCH");
 
 /// Where `make models` put the converted models.
 pub fn models_dir() -> PathBuf {

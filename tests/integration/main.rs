@@ -4,6 +4,7 @@
 mod cache;
 mod cli;
 mod config_errors;
+mod docx_search;
 mod embedder;
 mod embedder_onnx;
 mod hot_swap;

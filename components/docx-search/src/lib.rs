@@ -14,3 +14,7 @@ pub mod extract;
 pub mod notes;
 pub mod package;
 pub mod sections;
+pub mod tool;
+
+#[cfg(target_arch = "wasm32")]
+mod component;

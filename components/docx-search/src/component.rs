@@ -1,0 +1,231 @@
+//! The component: WIT glue around [`crate::tool`]. Files come through the preopens the host
+//! granted, URLs through wasi:http (the host's policy decides what may be reached), vectors
+//! through the host-linked embedder.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "docx-search",
+    generate_all,
+});
+
+use std::cell::RefCell;
+use std::io::Read;
+use std::time::Duration;
+
+use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
+use quarry::retrieval::embedder::{self, InputKind};
+use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use wasi::clocks::monotonic_clock;
+use wasi::http::outgoing_handler;
+use wasi::http::types::{ErrorCode, Fields, OutgoingRequest, RequestOptions, Scheme};
+use wasi::io::streams::StreamError;
+
+use crate::tool::{self, DocxTool, Env, Model};
+
+struct Component;
+
+/// The component's view of the world.
+struct WasiEnv;
+
+fn map_err(e: tool::ToolError) -> ToolError {
+    match e {
+        tool::ToolError::InvalidArgs(m) => ToolError::InvalidArgs(m),
+        tool::ToolError::InvalidConfig(m) => ToolError::InvalidConfig(m),
+        tool::ToolError::NotFound(m) => ToolError::NotFound(m),
+        tool::ToolError::Upstream(m) => ToolError::Upstream(m),
+        tool::ToolError::Denied(m) => ToolError::Denied(m),
+        tool::ToolError::Internal(m) => ToolError::Internal(m),
+    }
+}
+
+fn embed_err(e: embedder::EmbedError) -> tool::ToolError {
+    let m = match e {
+        embedder::EmbedError::InvalidInput(m) => format!("the embedder refused the input: {m}"),
+        embedder::EmbedError::Unavailable(m) => format!("the embedder is unavailable: {m}"),
+        embedder::EmbedError::Internal(m) => format!("the embedder failed: {m}"),
+    };
+    tool::ToolError::Upstream(m)
+}
+
+impl Env for WasiEnv {
+    fn model(&self) -> Model {
+        let i = embedder::info();
+        Model { id: i.id, dimension: i.dimension as usize, max_tokens: i.max_tokens as usize }
+    }
+
+    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, tool::ToolError> {
+        let kind = if query { InputKind::Query } else { InputKind::Document };
+        let out = embedder::embed(texts, kind).map_err(embed_err)?;
+        if out.len() != texts.len() {
+            return Err(tool::ToolError::Upstream(format!(
+                "the embedder returned {} vectors for {} texts",
+                out.len(),
+                texts.len()
+            )));
+        }
+        Ok(out.into_iter().map(|e| e.vector).collect())
+    }
+
+    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, tool::ToolError> {
+        embedder::count_tokens(texts).map_err(embed_err)
+    }
+
+    fn granted_dirs(&self) -> Vec<String> {
+        wasi::filesystem::preopens::get_directories().into_iter().map(|(_, path)| path).collect()
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {
+        let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => tool::ToolError::NotFound(format!("File does not exist: {path}")),
+            std::io::ErrorKind::PermissionDenied => tool::ToolError::Denied(format!("Blocked unsafe path {path}: {e}")),
+            _ => tool::ToolError::InvalidArgs(format!("cannot open {path}: {e}")),
+        })?;
+        let meta = file.metadata().map_err(|e| tool::ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
+        if meta.is_dir() {
+            return Err(tool::ToolError::InvalidArgs(format!("{path} is a directory, not a DOCX file")));
+        }
+        if meta.len() > max_bytes {
+            return Err(tool::ToolError::InvalidArgs(format!(
+                "{path} is {} bytes, over the {max_bytes}-byte limit (config max_bytes)",
+                meta.len()
+            )));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        file.take(max_bytes + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| tool::ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
+        Ok(bytes)
+    }
+
+    fn fetch(&self, url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {
+        fetch(url, timeout, max_bytes)
+    }
+
+    fn log(&self, line: &str) {
+        eprintln!("{line}");
+    }
+}
+
+/// GETs `url` through wasi:http: every phase bounded by `timeout`, the whole download too, and
+/// at most `max_bytes` of body.
+fn fetch(url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {
+    let bad =
+        |m: String| tool::ToolError::InvalidArgs(format!("Source must be a valid file path or URL, got: {url} ({m})"));
+    let (scheme, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (Scheme::Https, r)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (Scheme::Http, r)
+    } else {
+        return Err(bad("only http and https URLs are fetched".into()));
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], rest[i..].to_string()),
+        Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+        None => (rest, "/".to_string()),
+    };
+    if authority.is_empty() || authority.contains('@') {
+        return Err(bad("no host, or credentials in the URL".into()));
+    }
+    let upstream = |m: String| tool::ToolError::Upstream(format!("download of {url} failed: {m}"));
+    let req = OutgoingRequest::new(Fields::new());
+    req.set_scheme(Some(&scheme)).map_err(|()| bad("bad scheme".into()))?;
+    req.set_authority(Some(authority)).map_err(|()| bad("bad host".into()))?;
+    req.set_path_with_query(Some(&path)).map_err(|()| bad("bad path".into()))?;
+    let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+    let options = RequestOptions::new();
+    let _ = options.set_connect_timeout(Some(nanos));
+    let _ = options.set_first_byte_timeout(Some(nanos));
+    let _ = options.set_between_bytes_timeout(Some(nanos));
+    let started = monotonic_clock::now();
+    let fut = outgoing_handler::handle(req, Some(options)).map_err(|e| refused(url, e))?;
+    fut.subscribe().block();
+    let resp = fut
+        .get()
+        .ok_or_else(|| upstream("no response".into()))?
+        .map_err(|()| upstream("response taken twice".into()))?
+        .map_err(|e| refused(url, e))?;
+    let status = resp.status();
+    if !(200..300).contains(&status) {
+        return Err(upstream(format!("HTTP status {status}")));
+    }
+    let body = resp.consume().map_err(|()| upstream("no body".into()))?;
+    let stream = body.stream().map_err(|()| upstream("no body stream".into()))?;
+    let mut buf = Vec::new();
+    loop {
+        if monotonic_clock::now().saturating_sub(started) > nanos {
+            return Err(upstream(format!("it took longer than {}s", timeout.as_secs())));
+        }
+        match stream.blocking_read(64 * 1024) {
+            Ok(chunk) => {
+                buf.extend_from_slice(&chunk);
+                if buf.len() as u64 > max_bytes {
+                    return Err(tool::ToolError::InvalidArgs(format!(
+                        "{url} is larger than the {max_bytes}-byte limit (config max_bytes)"
+                    )));
+                }
+            }
+            Err(StreamError::Closed) => break,
+            Err(e) => return Err(upstream(format!("{e:?}"))),
+        }
+    }
+    Ok(buf)
+}
+
+/// The host's refusals are `Blocked unsafe URL`, as CrewAI words them; the rest are upstream
+/// failures.
+fn refused(url: &str, e: ErrorCode) -> tool::ToolError {
+    match e {
+        ErrorCode::HttpRequestDenied => tool::ToolError::Denied(format!(
+            "Blocked unsafe URL {url}: the host's policy does not allow this address (grants.http, grants.private_networks)"
+        )),
+        ErrorCode::ConnectionReadTimeout | ErrorCode::ConnectionTimeout | ErrorCode::HttpResponseTimeout => {
+            tool::ToolError::Upstream(format!("download of {url} timed out ({e:?})"))
+        }
+        other => tool::ToolError::Upstream(format!("download of {url} failed: {other:?}")),
+    }
+}
+
+/// One instance; calls come one at a time, the RefCell only satisfies `&self`.
+struct Docx(RefCell<DocxTool<WasiEnv>>);
+
+impl Guest for Component {
+    type Instance = Docx;
+}
+
+impl GuestInstance for Docx {
+    fn open(config: String) -> Result<Instance, ToolError> {
+        let tool = DocxTool::open(&config, WasiEnv).map_err(map_err)?;
+        Ok(Instance::new(Docx(RefCell::new(tool))))
+    }
+
+    fn specs(&self) -> Vec<ToolSpec> {
+        let t = self.0.borrow();
+        vec![ToolSpec { name: tool::TOOL_NAME.into(), description: t.description(), args_schema: t.schema() }]
+    }
+
+    fn call(&self, name: String, args: String) -> Result<ToolOutput, ToolError> {
+        if name != tool::TOOL_NAME {
+            return Err(ToolError::NotFound(format!(
+                "no tool named {name:?}; this component offers {}",
+                tool::TOOL_NAME
+            )));
+        }
+        let out = self.0.borrow_mut().call(&args).map_err(map_err)?;
+        Ok(ToolOutput {
+            text: out.text,
+            hits: out
+                .hits
+                .into_iter()
+                .map(|(content, score, source, metadata)| Hit {
+                    content,
+                    score: Some(score),
+                    source: Some(source),
+                    metadata,
+                })
+                .collect(),
+            extra: Some(out.extra),
+        })
+    }
+}
+
+export!(Component);

@@ -1,0 +1,507 @@
+//! The tool: configuration, CrewAI's schemas and description, loading, the index, search and
+//! its output. Everything outside the component (files, HTTP, the embedder) comes through
+//! [`Env`], so this module is tested natively with a fake one.
+//!
+//! Modes, as CrewAI's DOCXSearchTool:
+//! - general (`config` without `docx`): args `{docx, search_query}`, both required;
+//! - fixed (`config.docx` set): the document is indexed at open, the description names it, and
+//!   args are `{search_query}` with an optional `docx` (CrewAI bug #7356 still requires it).
+//!
+//! A `docx` given in a call is added to the index (a no-op when its content, the model and the
+//! chunking are unchanged), then the search is limited to it. Without one, the search covers
+//! every indexed document.
+
+use std::cell::RefCell;
+use std::time::Duration;
+
+use rag_core::chunk::{Chunking, RESERVED_TOKENS};
+use rag_core::store::{Index, StoreError, content_hash};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::extract;
+use crate::sections;
+
+/// The tool's name in `specs`.
+pub const TOOL_NAME: &str = "search_docx";
+/// CrewAI's description in general mode.
+pub const GENERAL_DESCRIPTION: &str = "A tool that can be used to semantic search a query from a DOCX's content.";
+/// CrewAI's default threshold, on the normalised score of `rag_core::score`.
+pub const DEFAULT_THRESHOLD: f32 = 0.6;
+/// CrewAI's default number of results.
+pub const DEFAULT_LIMIT: usize = 5;
+/// The most results a call may ask for.
+pub const MAX_LIMIT: usize = 100;
+/// CrewAI's download timeout.
+pub const DEFAULT_DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest document accepted, by default.
+pub const DEFAULT_MAX_BYTES: u64 = 100 << 20;
+/// The index file inside `index_dir`.
+pub const INDEX_FILE: &str = "docx-search.qix";
+/// Texts per embedder call while ingesting.
+const EMBED_BATCH: usize = 32;
+
+/// Why a call or an open failed; maps one-to-one onto WIT's `tool-error`.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ToolError {
+    /// Arguments that do not fit the schema, or a document that cannot be read.
+    #[error("{0}")]
+    InvalidArgs(String),
+    /// A bad configuration.
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// A file that does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// The embedder or a download failed.
+    #[error("{0}")]
+    Upstream(String),
+    /// Outside the grants.
+    #[error("{0}")]
+    Denied(String),
+    /// A bug.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// The embedding model, as the embedder reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Model {
+    /// Model id.
+    pub id: String,
+    /// Vector length.
+    pub dimension: usize,
+    /// Window in tokens.
+    pub max_tokens: usize,
+}
+
+/// What the tool needs from outside.
+pub trait Env {
+    /// The embedder's model.
+    fn model(&self) -> Model;
+    /// Embeds texts (documents or a query); vectors are L2-normalised.
+    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
+    /// Tokens per text, as the embedder counts them.
+    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
+    /// Directories the host granted (guest paths).
+    fn granted_dirs(&self) -> Vec<String>;
+    /// Reads a file the grants allow, refusing more than `max_bytes`.
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
+    /// Downloads an http(s) URL within `timeout`, refusing more than `max_bytes`.
+    fn fetch(&self, url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
+    /// A line for the host's log.
+    fn log(&self, line: &str);
+}
+
+/// `config` as the host passes it to `open`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    /// Fixed mode: the document to index at open.
+    docx: Option<String>,
+    /// A read-write granted directory to keep the index in; without it the index lives in memory.
+    index_dir: Option<String>,
+    /// `"window"` (default), `"crewai"`, or a rag-core `Chunking` object.
+    chunking: Option<ChunkingConfig>,
+    similarity_threshold: Option<f32>,
+    limit: Option<usize>,
+    max_bytes: Option<u64>,
+    download_timeout_secs: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ChunkingConfig {
+    Named(String),
+    Explicit(Chunking),
+}
+
+/// One configured instance.
+pub struct DocxTool<E: Env> {
+    env: E,
+    model: Model,
+    fixed: Option<String>,
+    chunking: Chunking,
+    index: Index,
+    index_path: Option<String>,
+    threshold: f32,
+    limit: usize,
+    max_bytes: u64,
+    timeout: Duration,
+}
+
+/// What adding a document did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Added {
+    /// Chunks the document has in the index.
+    pub chunks: usize,
+    /// True when it was already indexed with this content, model and chunking: nothing was done.
+    pub unchanged: bool,
+    /// Chunks the embedder still had to cut (0 in token mode).
+    pub truncated: usize,
+}
+
+/// The result of a search.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Output {
+    /// What the LLM reads.
+    pub text: String,
+    /// (content, score, source, metadata JSON).
+    pub hits: Vec<(String, f32, String, String)>,
+    /// Extra JSON.
+    pub extra: String,
+}
+
+fn invalid_config(m: impl Into<String>) -> ToolError {
+    ToolError::InvalidConfig(m.into())
+}
+
+fn check_threshold(t: f32, what: &str) -> Result<f32, String> {
+    if (0.0..=1.0).contains(&t) {
+        Ok(t)
+    } else {
+        Err(format!("{what} must be between 0 and 1 (a normalised score; 0.6 is CrewAI's default), got {t}"))
+    }
+}
+
+fn check_limit(l: usize, what: &str) -> Result<usize, String> {
+    if (1..=MAX_LIMIT).contains(&l) { Ok(l) } else { Err(format!("{what} must be between 1 and {MAX_LIMIT}, got {l}")) }
+}
+
+impl<E: Env> DocxTool<E> {
+    /// Validates `config`, loads the saved index if there is one, and in fixed mode indexes the
+    /// document.
+    pub fn open(config: &str, env: E) -> Result<Self, ToolError> {
+        let cfg: Config = if config.trim().is_empty() {
+            Config::default()
+        } else {
+            serde_json::from_str(config).map_err(|e| {
+                invalid_config(format!(
+                    "config: {e} (accepted keys: docx, index_dir, chunking, similarity_threshold, limit, max_bytes, download_timeout_secs)"
+                ))
+            })?
+        };
+        let model = env.model();
+        if model.dimension == 0 {
+            return Err(ToolError::Upstream("the embedder reports dimension 0: no model is loaded".into()));
+        }
+        let chunking = match cfg.chunking {
+            None => Chunking::for_window(model.max_tokens),
+            Some(ChunkingConfig::Named(n)) if n == "window" => Chunking::for_window(model.max_tokens),
+            Some(ChunkingConfig::Named(n)) if n == "crewai" => Chunking::crewai(),
+            Some(ChunkingConfig::Named(n)) => {
+                return Err(invalid_config(format!(
+                    "chunking: unknown preset {n:?}; use \"window\" (default), \"crewai\" or an object"
+                )));
+            }
+            Some(ChunkingConfig::Explicit(c)) => {
+                if let Chunking::Tokens { max_tokens, .. } = c
+                    && max_tokens + RESERVED_TOKENS > model.max_tokens
+                {
+                    return Err(invalid_config(format!(
+                        "chunking: max_tokens {max_tokens} does not fit the model's window of {} tokens ({RESERVED_TOKENS} are reserved); use at most {}",
+                        model.max_tokens,
+                        model.max_tokens.saturating_sub(RESERVED_TOKENS)
+                    )));
+                }
+                c
+            }
+        };
+        // Sizes that cannot work are refused now, not at the first document.
+        chunking.split("probe", Some(&|s: &str| s.len())).map_err(|e| invalid_config(e.to_string()))?;
+        let threshold = check_threshold(cfg.similarity_threshold.unwrap_or(DEFAULT_THRESHOLD), "similarity_threshold")
+            .map_err(invalid_config)?;
+        let limit = check_limit(cfg.limit.unwrap_or(DEFAULT_LIMIT), "limit").map_err(invalid_config)?;
+        let index_path = match cfg.index_dir {
+            Some(dir) => {
+                if !env.granted_dirs().iter().any(|g| within(&normalise(&dir), g)) {
+                    return Err(ToolError::Denied(format!(
+                        "index_dir {dir:?} is not a granted directory; grant it read-write in the host config (grants.dirs, mode = \"rw\")"
+                    )));
+                }
+                Some(format!("{}/{INDEX_FILE}", dir.trim_end_matches('/')))
+            }
+            None => None,
+        };
+        let index = match &index_path {
+            None => Index::new(&model.id, model.dimension),
+            Some(p) => match Index::load(std::path::Path::new(p), &model.id, model.dimension) {
+                Ok(Some(i)) => i,
+                Ok(None) => Index::new(&model.id, model.dimension),
+                Err(e @ (StoreError::Corrupt { .. } | StoreError::OtherModel { .. })) => {
+                    env.log(&format!("warning: {e}"));
+                    Index::new(&model.id, model.dimension)
+                }
+                Err(e) => return Err(ToolError::Upstream(e.to_string())),
+            },
+        };
+        let mut tool = DocxTool {
+            env,
+            model,
+            fixed: cfg.docx.clone(),
+            chunking,
+            index,
+            index_path,
+            threshold,
+            limit,
+            max_bytes: cfg.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
+            timeout: Duration::from_secs(cfg.download_timeout_secs.unwrap_or(DEFAULT_DOWNLOAD_TIMEOUT.as_secs())),
+        };
+        if let Some(docx) = cfg.docx {
+            tool.add(&docx).map_err(|e| match e {
+                ToolError::InvalidArgs(m) => invalid_config(format!("docx: {m}")),
+                other => other,
+            })?;
+        }
+        Ok(tool)
+    }
+
+    /// The tool's description: CrewAI's, rewritten to name the document in fixed mode.
+    pub fn description(&self) -> String {
+        match &self.fixed {
+            Some(d) => format!("A tool that can be used to semantic search a query the {d} DOCX's content."),
+            None => GENERAL_DESCRIPTION.to_string(),
+        }
+    }
+
+    /// The args schema: CrewAI's fields, `docx` required only in general mode.
+    pub fn schema(&self) -> String {
+        let mut required = vec!["search_query"];
+        if self.fixed.is_none() {
+            required.insert(0, "docx");
+        }
+        json!({
+            "type": "object",
+            "properties": {
+                "docx": {"type": "string", "description": "File path or URL of a DOCX file to be searched"},
+                "search_query": {
+                    "type": "string",
+                    "description": "Mandatory search query you want to use to search the DOCX's content"
+                },
+                "similarity_threshold": {
+                    "type": "number", "minimum": 0, "maximum": 1,
+                    "description": format!("Minimum relevance score in [0, 1] (default {})", self.threshold)
+                },
+                "limit": {
+                    "type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                    "description": format!("Most results to return (default {})", self.limit)
+                }
+            },
+            "required": required,
+            "additionalProperties": false
+        })
+        .to_string()
+    }
+
+    /// The index (for tests and stats).
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Runs a call: `args` as the schema describes.
+    pub fn call(&mut self, args: &str) -> Result<Output, ToolError> {
+        let args: Value = serde_json::from_str(args)
+            .map_err(|e| ToolError::InvalidArgs(format!("arguments are not a JSON object: {e}")))?;
+        let obj = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be a JSON object".into()))?;
+        if let Some(k) =
+            obj.keys().find(|k| !["docx", "search_query", "similarity_threshold", "limit"].contains(&k.as_str()))
+        {
+            return Err(ToolError::InvalidArgs(format!(
+                "unknown argument `{k}`; accepted: docx, search_query, similarity_threshold, limit"
+            )));
+        }
+        let text_arg = |k: &str| -> Result<Option<String>, ToolError> {
+            match obj.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(ToolError::InvalidArgs(format!("`{k}` must be a string, got {other}"))),
+            }
+        };
+        let query = text_arg("search_query")?.unwrap_or_default();
+        if query.trim().is_empty() {
+            return Err(ToolError::InvalidArgs("`search_query` is required and must not be empty".into()));
+        }
+        let docx = text_arg("docx")?;
+        if docx.is_none() && self.fixed.is_none() {
+            return Err(ToolError::InvalidArgs(
+                "`docx` is required: the file path or URL of a DOCX file to search".into(),
+            ));
+        }
+        let threshold = match obj.get("similarity_threshold") {
+            None | Some(Value::Null) => self.threshold,
+            Some(v) => {
+                let t = v.as_f64().ok_or_else(|| {
+                    ToolError::InvalidArgs(format!("`similarity_threshold` must be a number, got {v}"))
+                })?;
+                check_threshold(t as f32, "`similarity_threshold`").map_err(ToolError::InvalidArgs)?
+            }
+        };
+        let limit = match obj.get("limit") {
+            None | Some(Value::Null) => self.limit,
+            Some(v) => {
+                let l = v
+                    .as_u64()
+                    .ok_or_else(|| ToolError::InvalidArgs(format!("`limit` must be a positive integer, got {v}")))?;
+                check_limit(usize::try_from(l).unwrap_or(usize::MAX), "`limit`").map_err(ToolError::InvalidArgs)?
+            }
+        };
+        let added = match &docx {
+            Some(d) => Some(self.add(d)?),
+            None => None,
+        };
+        self.search(&query, threshold, limit, docx.as_deref(), added)
+    }
+
+    /// Indexes `source` (a path in a granted directory, or an http(s) URL) unless it is already
+    /// indexed with the same content, model and chunking. On any error the index is unchanged.
+    pub fn add(&mut self, source: &str) -> Result<Added, ToolError> {
+        let bytes = self.load(source)?;
+        let sha = content_hash(&bytes);
+        let key = self.chunking.key();
+        if self.index.is_current(source, &sha, &key) {
+            let chunks = self.index.documents().get(source).map_or(0, |d| d.chunks);
+            return Ok(Added { chunks, unchanged: true, truncated: 0 });
+        }
+        let doc = extract::extract(&bytes).map_err(|e| ToolError::InvalidArgs(format!("cannot read {source}: {e}")))?;
+        let chunks = self.chunk(&doc, source)?;
+        if chunks.is_empty() {
+            return Err(ToolError::InvalidArgs(format!("cannot read {source}: the document contains no text")));
+        }
+        let texts: Vec<String> = chunks.iter().map(sections::DocChunk::embedding_text).collect();
+        let mut vectors = Vec::with_capacity(texts.len());
+        for batch in texts.chunks(EMBED_BATCH) {
+            vectors.extend(self.env.embed(batch, false)?);
+            self.env.log(&format!("progress {source}: {}/{} chunks embedded", vectors.len(), texts.len()));
+        }
+        let records = chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.text.clone(), json!({"heading_path": c.heading_path, "chunk_index": i})))
+            .collect();
+        self.index.put(source, &sha, &key, records, &vectors).map_err(|e| ToolError::Internal(e.to_string()))?;
+        if let Some(p) = &self.index_path
+            && let Err(e) = self.index.save(std::path::Path::new(p))
+        {
+            // Search still works from memory; the next open re-embeds what was not saved.
+            self.env.log(&format!("warning: {e}"));
+        }
+        Ok(Added { chunks: chunks.len(), unchanged: false, truncated: 0 })
+    }
+
+    fn chunk(&self, doc: &extract::Extracted, source: &str) -> Result<Vec<sections::DocChunk>, ToolError> {
+        let failure = RefCell::new(None);
+        let count = |s: &str| -> usize {
+            match self.env.count_tokens(&[s.to_string()]) {
+                Ok(v) => v.first().copied().unwrap_or(0) as usize,
+                Err(e) => {
+                    failure.borrow_mut().get_or_insert(e);
+                    0
+                }
+            }
+        };
+        let chunks = sections::chunk(doc, &self.chunking, Some(&count))
+            .map_err(|e| ToolError::Internal(format!("chunking {source}: {e}")))?;
+        match failure.into_inner() {
+            Some(e) => Err(e),
+            None => Ok(chunks),
+        }
+    }
+
+    fn load(&self, source: &str) -> Result<Vec<u8>, ToolError> {
+        let s = source.trim();
+        if s.is_empty() {
+            return Err(ToolError::InvalidArgs(format!("Source must be a valid file path or URL, got: {source:?}")));
+        }
+        let lower = s.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            return self.env.fetch(s, self.timeout, self.max_bytes);
+        }
+        if let Some((scheme, _)) = s.split_once("://") {
+            return Err(ToolError::Denied(format!(
+                "Blocked unsafe URL scheme {scheme:?} in {source}: only http(s) URLs and paths in granted directories are allowed"
+            )));
+        }
+        let path = normalise(s);
+        let granted = self.env.granted_dirs();
+        if !granted.iter().any(|g| within(&path, g)) {
+            return Err(ToolError::Denied(format!(
+                "Blocked unsafe path outside the granted directories: {source} (granted: {})",
+                if granted.is_empty() { "none".to_string() } else { granted.join(", ") }
+            )));
+        }
+        self.env.read_file(&path, self.max_bytes)
+    }
+
+    fn search(
+        &mut self,
+        query: &str,
+        threshold: f32,
+        limit: usize,
+        only: Option<&str>,
+        added: Option<Added>,
+    ) -> Result<Output, ToolError> {
+        let qv = self.env.embed(&[query.to_string()], true)?;
+        let qv = qv.into_iter().next().ok_or_else(|| ToolError::Upstream("the embedder returned no vector".into()))?;
+        let filter = only.map(|d| move |c: &rag_core::store::StoredChunk| c.source == d);
+        let found = self
+            .index
+            .search(&qv, limit, threshold, filter.as_ref().map(|f| f as &dyn Fn(&rag_core::store::StoredChunk) -> bool))
+            .map_err(|e| ToolError::Internal(e.to_string()))?;
+        let hits: Vec<(String, f32, String, String)> = found
+            .iter()
+            .map(|f| {
+                let mut meta = f.chunk.meta.clone();
+                if let Some(m) = meta.as_object_mut() {
+                    let path: Vec<String> = m
+                        .get("heading_path")
+                        .and_then(Value::as_array)
+                        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                        .unwrap_or_default();
+                    m.insert("heading".into(), Value::String(path.join(" > ")));
+                    m.insert("document".into(), Value::String(f.chunk.source.clone()));
+                }
+                (f.chunk.text.clone(), f.score, f.chunk.source.clone(), meta.to_string())
+            })
+            .collect();
+        let text = if hits.is_empty() {
+            "No relevant content found.".to_string()
+        } else {
+            let joined: Vec<&str> = hits.iter().map(|h| h.0.as_str()).collect();
+            format!("Relevant Content:\n{}", joined.join("\n\n"))
+        };
+        let mut extra = json!({
+            "model": self.model.id,
+            "chunking": self.chunking.key(),
+            "similarity_threshold": threshold,
+            "limit": limit,
+            "documents": self.index.documents().len(),
+            "chunks": self.index.chunks().len(),
+        });
+        if let (Some(a), Some(d)) = (added, only) {
+            extra["added"] = json!({"docx": d, "chunks": a.chunks, "unchanged": a.unchanged});
+        }
+        Ok(Output { text, hits, extra: extra.to_string() })
+    }
+}
+
+/// `path` made absolute (relative paths are relative to `/`) with `.` and `..` resolved
+/// lexically, so `..` cannot climb out of a granted directory.
+pub fn normalise(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for p in path.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// Whether normalised `path` is `dir` or inside it.
+fn within(path: &str, dir: &str) -> bool {
+    let dir = normalise(dir);
+    dir == "/" || path == dir || path.starts_with(&format!("{dir}/"))
+}

@@ -1,0 +1,316 @@
+//! The DOCX search component in the real host: both modes, CrewAI's output and schemas, structured
+//! hits, every kind of bad input, and the index on disk across a host restart.
+//!
+//! These use the toy embedder (fast and deterministic); `docx_rclone.rs` uses the real model.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use quarry_tests::{DOCX_SEARCH, TOY_EMBEDDER, TestEnv, shared_data, within};
+use serde_json::{Value, json};
+
+const GOOD: &str = "docling/tests/data/docx/sources/word_tables.docx";
+const NOTES: &str = "docx2python/tests/resources/example.docx";
+const BLANK: &str = "python-docx-1.2.0/features/steps/test_files/doc-word-default-blank.docx";
+
+fn fixture(rel: &str) -> Vec<u8> {
+    let p = shared_data().join("docx").join(rel);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e} (set QUARRY_SHARED_DATA)", p.display()))
+}
+
+/// A test environment with `docs/` (granted read-only as /docs) and `index/` (read-write).
+fn env() -> TestEnv {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(DOCX_SEARCH, "docx");
+    for d in ["docs", "index", "outside"] {
+        std::fs::create_dir_all(env.path(d)).unwrap();
+    }
+    std::fs::write(env.path("docs/tables.docx"), fixture(GOOD)).unwrap();
+    std::fs::write(env.path("docs/notes.docx"), fixture(NOTES)).unwrap();
+    std::fs::write(env.path("outside/secret.docx"), fixture(GOOD)).unwrap();
+    env
+}
+
+fn config(tool_config: &str) -> String {
+    format!(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = {{ dimension = 64, max_tokens = 64 }}
+pool = 1
+
+[tools.docx]
+component = "plugins/docx.wasm"
+embedder = "toy"
+config = {tool_config}
+[tools.docx.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+memory = "1GiB"
+deadline = "60s"
+"#
+    )
+}
+
+async fn call(host: &quarry::Host, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
+    within(120, host.call("docx.search_docx", &args.to_string())).await.map_err(|e| e.to_string())
+}
+
+fn extra(out: &quarry::bindings::ToolOutput) -> Value {
+    serde_json::from_str(out.extra.as_deref().unwrap_or("null")).unwrap()
+}
+
+#[tokio::test]
+async fn general_mode_schema_search_output_and_hits() {
+    let env = env();
+    let host = env.host(&config("{}")).await;
+    let tools = host.tools();
+    assert_eq!(tools.len(), 1);
+    let spec = &tools[0].spec;
+    assert_eq!(spec.description, "A tool that can be used to semantic search a query from a DOCX's content.");
+    let schema: Value = serde_json::from_str(&spec.args_schema).unwrap();
+    assert_eq!(schema["required"], json!(["docx", "search_query"]));
+    assert_eq!(schema["properties"]["docx"]["description"], "File path or URL of a DOCX file to be searched");
+
+    let out = call(
+        &host,
+        json!({"docx": "/docs/tables.docx", "search_query": "Merged Cell 1.1", "similarity_threshold": 0.0}),
+    )
+    .await
+    .unwrap();
+    assert!(out.text.starts_with("Relevant Content:\n"), "{}", out.text);
+    assert!(!out.hits.is_empty() && out.hits.len() <= 5);
+    let hit = &out.hits[0];
+    assert!(out.text.contains(&hit.content));
+    assert_eq!(hit.source.as_deref(), Some("/docs/tables.docx"));
+    let score = hit.score.unwrap();
+    assert!((0.0..=1.0).contains(&score), "{score}");
+    let meta: Value = serde_json::from_str(&hit.metadata).unwrap();
+    assert_eq!(meta["heading_path"], json!(["Test with tables"]));
+    assert_eq!(meta["heading"], "Test with tables");
+    assert!(meta["chunk_index"].is_u64());
+    // Tables are searchable text.
+    assert!(out.hits.iter().any(|h| h.content.contains("Cell 1.0 | Merged Cell 1.1 1.2")), "{:#?}", out.hits);
+    // Scores are best first.
+    let scores: Vec<f32> = out.hits.iter().map(|h| h.score.unwrap()).collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+
+    // Per-call limit and threshold.
+    let out = call(
+        &host,
+        json!({"docx": "/docs/tables.docx", "search_query": "table", "limit": 1, "similarity_threshold": 0.0}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.hits.len(), 1);
+    let out =
+        call(&host, json!({"docx": "/docs/tables.docx", "search_query": "zzzz qqqq", "similarity_threshold": 1.0}))
+            .await
+            .unwrap();
+    assert_eq!(out.text, "No relevant content found.");
+    assert!(out.hits.is_empty());
+
+    // A docx given in a call limits the search to it; notes are indexed.
+    let out =
+        call(&host, json!({"docx": "/docs/notes.docx", "search_query": "First footnote", "similarity_threshold": 0.0}))
+            .await
+            .unwrap();
+    assert!(out.hits.iter().all(|h| h.source.as_deref() == Some("/docs/notes.docx")));
+    assert!(out.hits.iter().any(|h| h.content.contains("First footnote")), "{:#?}", out.hits);
+    assert_eq!(extra(&out)["documents"], 2);
+
+    // Argument errors.
+    for (args, want) in [
+        (json!({"search_query": "x"}), "`docx` is required"),
+        (json!({"docx": "/docs/tables.docx", "search_query": "  "}), "`search_query` is required"),
+        (json!({"docx": "/docs/tables.docx", "search_query": "x", "limit": 0}), "`limit` must be between 1 and 100"),
+        (json!({"docx": "/docs/tables.docx", "search_query": "x", "similarity_threshold": 2}), "between 0 and 1"),
+        (json!({"docx": "/docs/tables.docx", "query": "x"}), "unknown argument `query`"),
+    ] {
+        let err = call(&host, args.clone()).await.unwrap_err();
+        assert!(err.contains("invalid-args") && err.contains(want), "{args}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn fixed_mode_rewrites_the_description_and_does_not_require_docx() {
+    let env = env();
+    let host = env.host(&config(r#"{ docx = "/docs/tables.docx" }"#)).await;
+    let spec = &host.tools()[0].spec;
+    assert_eq!(
+        spec.description,
+        "A tool that can be used to semantic search a query the /docs/tables.docx DOCX's content."
+    );
+    let schema: Value = serde_json::from_str(&spec.args_schema).unwrap();
+    // CrewAI bug #7356: its fixed-mode schema still requires `docx`. Ours does not.
+    assert_eq!(schema["required"], json!(["search_query"]));
+    let out = call(&host, json!({"search_query": "Header 0.1", "similarity_threshold": 0.0})).await.unwrap();
+    assert!(out.text.starts_with("Relevant Content:\n"));
+    assert!(out.hits.iter().all(|h| h.source.as_deref() == Some("/docs/tables.docx")));
+}
+
+/// The bad files, each written into docs/ under a telling name.
+fn write_bad_files(env: &TestEnv) {
+    let docs = env.path("docs");
+    std::fs::write(docs.join("zero.docx"), b"").unwrap();
+    std::fs::write(docs.join("text.docx"), b"just some text, not a zip").unwrap();
+    std::fs::write(docs.join("empty.docx"), fixture(BLANK)).unwrap();
+    let good = fixture(GOOD);
+    std::fs::write(docs.join("truncated.docx"), &good[..good.len() * 2 / 3]).unwrap();
+    std::fs::write(
+        docs.join("nodocument.docx"),
+        zip_of(&[("[Content_Types].xml", b"<Types/>"), ("readme.txt", b"hi")]),
+    )
+    .unwrap();
+    std::fs::write(docs.join("legacy.doc"), compound(&["WordDocument", "1Table"])).unwrap();
+    std::fs::write(docs.join("encrypted.docx"), compound(&["EncryptionInfo", "EncryptedPackage"])).unwrap();
+    write_bomb(&docs.join("bomb.docx"));
+}
+
+fn zip_of(parts: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut w = zip::ZipWriter::new(&mut out);
+    for (name, data) in parts {
+        w.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap();
+        w.write_all(data).unwrap();
+    }
+    w.finish().unwrap();
+    out.into_inner()
+}
+
+/// An OLE compound file with the named streams: the container of Word 97 documents and of
+/// encrypted Office 2007+ documents.
+fn compound(streams: &[&str]) -> Vec<u8> {
+    let mut cf = cfb::CompoundFile::create(std::io::Cursor::new(Vec::new())).unwrap();
+    for s in streams {
+        let mut st = cf.create_stream(format!("/{s}")).unwrap();
+        st.write_all(&[0u8; 4096]).unwrap();
+    }
+    cf.flush().unwrap();
+    cf.into_inner().into_inner()
+}
+
+/// A DOCX-looking zip whose document.xml inflates to 2 GiB (of zeros): a few MB on disk.
+fn write_bomb(path: &Path) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = zip::ZipWriter::new(file);
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated)
+        .compression_level(Some(9))
+        .large_file(true);
+    w.start_file("[Content_Types].xml", zip::write::SimpleFileOptions::default()).unwrap();
+    w.write_all(b"<Types/>").unwrap();
+    w.start_file("word/document.xml", opts).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..2048 {
+        w.write_all(&zeros).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_error_and_the_index_keeps_what_it_had() {
+    let env = env();
+    write_bad_files(&env);
+    let bomb_size = std::fs::metadata(env.path("docs/bomb.docx")).unwrap().len();
+    assert!(bomb_size < 16 << 20, "the bomb is {bomb_size} bytes");
+    let host = env.host(&config(r#"{ index_dir = "/index" }"#)).await;
+    let good = json!({"docx": "/docs/tables.docx", "search_query": "Merged Cell", "similarity_threshold": 0.0});
+    let before = call(&host, good.clone()).await.unwrap();
+    let chunks_before = extra(&before)["chunks"].clone();
+    let index_file = env.path("index/docx-search.qix");
+    let saved = std::fs::read(&index_file).expect("index saved");
+
+    let cases: &[(&str, &str, &[&str])] = &[
+        ("/docs/zero.docx", "invalid-args", &["/docs/zero.docx", "empty (0 bytes)"]),
+        ("/docs/text.docx", "invalid-args", &["/docs/text.docx", "not a zip archive"]),
+        ("/docs/empty.docx", "invalid-args", &["/docs/empty.docx", "contains no text"]),
+        ("/docs/truncated.docx", "invalid-args", &["/docs/truncated.docx", "truncated"]),
+        ("/docs/nodocument.docx", "invalid-args", &["/docs/nodocument.docx", "no _rels/.rels", "readme.txt"]),
+        ("/docs/legacy.doc", "invalid-args", &["/docs/legacy.doc", "legacy Word 97-2003 .doc", "save it as .docx"]),
+        ("/docs/encrypted.docx", "invalid-args", &["/docs/encrypted.docx", "encrypted (password-protected)"]),
+        ("/docs/bomb.docx", "invalid-args", &["/docs/bomb.docx", "zip bomb", "word/document.xml"]),
+        ("/docs/missing.docx", "not-found", &["File does not exist: /docs/missing.docx"]),
+        ("/outside/secret.docx", "denied", &["Blocked unsafe path", "/outside/secret.docx", "/docs"]),
+        ("/docs/../outside/secret.docx", "denied", &["Blocked unsafe path", "/docs/../outside/secret.docx"]),
+        ("file:///docs/tables.docx", "denied", &["Blocked unsafe URL scheme", "file"]),
+        ("http://127.0.0.1:9/report.docx", "denied", &["Blocked unsafe URL", "http://127.0.0.1:9/report.docx"]),
+        ("http://169.254.169.254/latest/meta-data/x.docx", "denied", &["Blocked unsafe URL"]),
+        ("", "invalid-args", &["Source must be a valid file path or URL, got: \"\""]),
+    ];
+    for (docx, kind, wants) in cases {
+        let started = std::time::Instant::now();
+        let err = call(&host, json!({"docx": docx, "search_query": "anything"})).await.unwrap_err();
+        assert!(err.contains(&format!("{kind}:")), "{docx}: {err}");
+        for w in *wants {
+            assert!(err.contains(w), "{docx}: {err:?} lacks {w:?}");
+        }
+        assert!(started.elapsed().as_secs() < 30, "{docx} took {:?}", started.elapsed());
+    }
+    // Nothing was lost: same chunks, same answers, the same file on disk.
+    let after = call(&host, good).await.unwrap();
+    assert_eq!(extra(&after)["chunks"], chunks_before);
+    assert_eq!(after.text, before.text);
+    assert_eq!(std::fs::read(&index_file).unwrap(), saved);
+}
+
+async fn restart(env: &TestEnv, cfg: &str) -> Arc<quarry::Host> {
+    env.host(cfg).await
+}
+
+#[tokio::test]
+async fn the_index_survives_a_restart_and_unchanged_documents_cost_nothing() {
+    let env = env();
+    let cfg = config(r#"{ docx = "/docs/tables.docx", index_dir = "/index" }"#);
+    let host = restart(&env, &cfg).await;
+    let first = call(&host, json!({"search_query": "Merged Cell", "similarity_threshold": 0.0})).await.unwrap();
+    let index_file = env.path("index/docx-search.qix");
+    let saved = std::fs::read(&index_file).expect("index saved at open");
+    drop(host);
+
+    let host = restart(&env, &cfg).await;
+    // The index file was not rewritten: the document was recognised by its content hash.
+    assert_eq!(std::fs::read(&index_file).unwrap(), saved);
+    let again =
+        call(&host, json!({"docx": "/docs/tables.docx", "search_query": "Merged Cell", "similarity_threshold": 0.0}))
+            .await
+            .unwrap();
+    assert_eq!(extra(&again)["added"]["unchanged"], true);
+    assert_eq!(again.text, first.text);
+
+    // A changed document is re-indexed; a corrupt index file is rebuilt, not fatal.
+    std::fs::write(env.path("docs/tables.docx"), fixture(NOTES)).unwrap();
+    let changed =
+        call(&host, json!({"docx": "/docs/tables.docx", "search_query": "footnote", "similarity_threshold": 0.0}))
+            .await
+            .unwrap();
+    assert_eq!(extra(&changed)["added"]["unchanged"], false);
+    assert!(changed.text.contains("First footnote"), "{}", changed.text);
+    drop(host);
+    std::fs::write(&index_file, b"QUARRYIX garbage").unwrap();
+    let host = restart(&env, &cfg).await;
+    let out = call(&host, json!({"search_query": "footnote", "similarity_threshold": 0.0})).await.unwrap();
+    assert!(out.text.contains("First footnote"));
+    assert!(std::fs::read(&index_file).unwrap().starts_with(b"QUARRYIX"));
+    assert!(std::fs::read(&index_file).unwrap().len() > 100, "rebuilt and saved");
+}
+
+#[tokio::test]
+async fn bad_config_is_refused_at_load() {
+    let env = env();
+    for (tool_config, want) in [
+        (r#"{ docx = "/docs/text.docx" }"#, "File does not exist"),
+        (r#"{ similarity_threshold = 1.5 }"#, "similarity_threshold must be between 0 and 1"),
+        (r#"{ index_dir = "/elsewhere" }"#, "not a granted directory"),
+        (r#"{ chunking = "fancy" }"#, "unknown preset"),
+        (r#"{ chunking = { mode = "tokens", max_tokens = 500, overlap = 10 } }"#, "does not fit the model's window"),
+        (r#"{ colour = "red" }"#, "unknown field `colour`"),
+    ] {
+        let cfg = quarry::Config::load(&env.config(&config(tool_config))).unwrap();
+        let host = quarry::Host::new(cfg).unwrap();
+        let failures = host.load_all().await;
+        let msg = failures.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>().join("; ");
+        assert!(msg.contains(want), "{tool_config}: {msg}");
+    }
+}
