@@ -6,9 +6,9 @@ CARGO ?= cargo
 # Guests build in their own target dir (shared with tests/build.rs).
 GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
 NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx
-GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx
+GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search
 
-.PHONY: setup models components host demo test lint ci bench bench-embedder profile-embedder
+.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx profile-embedder
 
 setup:
 	rustup target add wasm32-wasip2
@@ -45,6 +45,14 @@ bench: setup
 bench-embedder: setup models
 	$(CARGO) build --release -p embedder-onnx --example native
 	$(CARGO) bench -p quarry-tests --bench embedder
+
+# DOCX ingest and search, side by side with the CrewAI-equivalent Python pipeline (python-docx,
+# 2500/250 chunks, onnxruntime, chromadb) in its own venv, cached outside the repo.
+BENCH_VENV ?= $(or $(QUARRY_BENCH_VENV),$(HOME)/.cache/quarry/bench-venv)
+bench-docx: setup models
+	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q python-docx==1.2.0 onnxruntime tokenizers numpy chromadb
+	QUARRY_BENCH_VENV=$(BENCH_VENV) $(CARGO) bench -p quarry-tests --bench docx
 
 # Where embedding time goes: per-operator profile natively, in wasm under Quarry's engine, and in
 # wasm without epoch checks (the cost of deadlines), one after the other.

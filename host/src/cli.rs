@@ -52,6 +52,39 @@ pub const EXIT_TOOL: u8 = 1;
 /// Exit status: bad usage or config.
 pub const EXIT_USAGE: u8 = 2;
 
+/// Draws one progress bar per (instance, task) on stderr, with the rate and an ETA; nothing
+/// when stderr is not a terminal. Runs until aborted.
+async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::progress::Progress>) {
+    use std::collections::HashMap;
+
+    use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+    let multi = MultiProgress::new();
+    let style =
+        ProgressStyle::with_template("{prefix} {wide_bar} {pos}/{len} {msg} ({per_sec}, {elapsed} elapsed, eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let mut bars: HashMap<(String, String), ProgressBar> = HashMap::new();
+    loop {
+        let p = match rx.recv().await {
+            Ok(p) => p,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let bar = bars.entry((p.instance.clone(), p.task.clone())).or_insert_with(|| {
+            let bar = multi.add(ProgressBar::new(p.total));
+            bar.set_style(style.clone());
+            bar.set_prefix(format!("{}: {}", p.instance, p.task));
+            bar.set_message(p.unit.clone());
+            bar
+        });
+        bar.set_length(p.total.max(p.done));
+        bar.set_position(p.done);
+        if p.total > 0 && p.done >= p.total {
+            bar.finish();
+        }
+    }
+}
+
 /// Runs the CLI; returns the exit status. Errors are printed on one line to stderr.
 pub async fn run(cli: Cli) -> ExitCode {
     let path = cli
@@ -72,6 +105,8 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Ingesting a large document (at load in fixed mode, or in a call) shows a progress bar.
+    tokio::spawn(show_progress(crate::progress::subscribe()));
     let failures = host.load_all().await;
     for (name, e) in &failures {
         eprintln!("warning: tool instance {name:?} not loaded: {e}");

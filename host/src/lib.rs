@@ -5,7 +5,7 @@
 //! - [`engine`], [`cache`]: the wasmtime engine (epochs, pooling allocator) and
 //!   the precompiled-component cache;
 //! - [`sandbox`]: per-instance WASI state built from the grants;
-//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`];
+//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`];
 //! - [`instance`]: one component version and one running instance;
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
 //! - [`cli`]: the `quarry` command.
@@ -20,6 +20,7 @@ pub mod embedder;
 pub mod engine;
 pub mod http;
 pub mod instance;
+pub mod progress;
 pub mod registry;
 pub mod sandbox;
 pub mod watch;

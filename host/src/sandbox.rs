@@ -37,6 +37,8 @@ pub struct StoreState {
     pub(crate) limiter: MemoryLimiter,
     pub(crate) stderr: GuestLog,
     pub(crate) embedder: Option<Arc<dyn EmbedderBackend>>,
+    /// The instance's name, for tagging what it reports.
+    pub(crate) instance: String,
 }
 
 /// Why a sandbox could not be built.
@@ -74,6 +76,7 @@ impl StoreState {
             limiter: MemoryLimiter::new(cfg.grants.memory as usize),
             stderr,
             embedder,
+            instance: cfg.name.clone(),
         })
     }
 

@@ -314,3 +314,25 @@ async fn bad_config_is_refused_at_load() {
         assert!(msg.contains(want), "{tool_config}: {msg}");
     }
 }
+
+#[tokio::test]
+async fn ingest_reports_progress_to_the_host() {
+    let env = env();
+    // A name no other test uses: the progress bus is process-wide.
+    std::fs::write(env.path("docs/progress-report.docx"), fixture(NOTES)).unwrap();
+    let host = env.host(&config("{}")).await;
+    let mut rx = quarry::progress::subscribe();
+    call(&host, json!({"docx": "/docs/progress-report.docx", "search_query": "footnote"})).await.unwrap();
+    let mut seen = Vec::new();
+    while let Ok(p) = rx.try_recv() {
+        if p.task == "embedding /docs/progress-report.docx" {
+            assert_eq!((p.instance.as_str(), p.unit.as_str()), ("docx", "chunks"));
+            seen.push((p.done, p.total));
+        }
+    }
+    assert!(seen.len() >= 2, "{seen:?}");
+    assert_eq!(seen.first().map(|s| s.0), Some(0));
+    let (done, total) = *seen.last().unwrap();
+    assert!(total > 0 && done == total, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
+}

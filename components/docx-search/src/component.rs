@@ -104,6 +104,10 @@ impl Env for WasiEnv {
     fn log(&self, line: &str) {
         eprintln!("{line}");
     }
+
+    fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
+        quarry::retrieval::progress::report(task, done, total, unit);
+    }
 }
 
 /// GETs `url` through wasi:http: every phase bounded by `timeout`, the whole download too, and

@@ -7,7 +7,7 @@
 
 use rag_core::chunk::{ChunkError, Chunking, TokenCount};
 
-use crate::extract::Extracted;
+use crate::extract::{Extracted, Kind};
 
 /// The heading-path line keeps at most this many innermost titles.
 const PATH_TITLES: usize = 3;
@@ -46,11 +46,16 @@ pub fn chunk(
     while i < doc.blocks.len() {
         let path = &doc.blocks[i].heading_path;
         let mut text = String::new();
+        let mut prev = None;
         while i < doc.blocks.len() && &doc.blocks[i].heading_path == path {
+            let b = &doc.blocks[i];
             if !text.is_empty() {
-                text.push_str("\n\n");
+                // A list stays one paragraph; other blocks are paragraphs of their own.
+                let list = prev == Some(Kind::ListItem) && b.kind == Kind::ListItem;
+                text.push_str(if list { "\n" } else { "\n\n" });
             }
-            text.push_str(&doc.blocks[i].text);
+            text.push_str(&b.text);
+            prev = Some(b.kind);
             i += 1;
         }
         let section_chunking = match (chunking, path_line(path), tokens) {
@@ -74,7 +79,7 @@ pub fn chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extract::{Block, Kind};
+    use crate::extract::Block;
 
     fn block(path: &[&str], text: &str) -> Block {
         Block { heading_path: path.iter().map(|s| s.to_string()).collect(), kind: Kind::Paragraph, text: text.into() }

@@ -91,6 +91,8 @@ pub trait Env {
     fn fetch(&self, url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
     /// A line for the host's log.
     fn log(&self, line: &str);
+    /// Reports progress of long work to the host (its CLI shows a progress bar).
+    fn progress(&self, task: &str, done: u64, total: u64, unit: &str);
 }
 
 /// `config` as the host passes it to `open`.
@@ -128,17 +130,45 @@ pub struct DocxTool<E: Env> {
     limit: usize,
     max_bytes: u64,
     timeout: Duration,
+    /// What indexing the fixed document at open did.
+    opened: Option<Added>,
 }
 
-/// What adding a document did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What adding a document did, and how long each phase took.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Added {
     /// Chunks the document has in the index.
     pub chunks: usize,
     /// True when it was already indexed with this content, model and chunking: nothing was done.
     pub unchanged: bool,
-    /// Chunks the embedder still had to cut (0 in token mode).
-    pub truncated: usize,
+    /// Bytes of the file.
+    pub bytes: usize,
+    /// Tokens embedded (as the embedder counts them, prefixes and special tokens excluded).
+    pub tokens: u64,
+    /// Milliseconds reading the file (or downloading it).
+    pub load_ms: u64,
+    /// Milliseconds vetting and parsing the DOCX.
+    pub parse_ms: u64,
+    /// Milliseconds chunking (token counting included).
+    pub chunk_ms: u64,
+    /// Milliseconds embedding.
+    pub embed_ms: u64,
+    /// Milliseconds indexing and saving.
+    pub index_ms: u64,
+}
+
+impl Added {
+    fn json(&self) -> Value {
+        json!({
+            "chunks": self.chunks, "unchanged": self.unchanged, "bytes": self.bytes, "tokens": self.tokens,
+            "load_ms": self.load_ms, "parse_ms": self.parse_ms, "chunk_ms": self.chunk_ms,
+            "embed_ms": self.embed_ms, "index_ms": self.index_ms,
+        })
+    }
+}
+
+fn ms_since(t: std::time::Instant) -> u64 {
+    u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The result of a search.
@@ -246,12 +276,14 @@ impl<E: Env> DocxTool<E> {
             limit,
             max_bytes: cfg.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
             timeout: Duration::from_secs(cfg.download_timeout_secs.unwrap_or(DEFAULT_DOWNLOAD_TIMEOUT.as_secs())),
+            opened: None,
         };
         if let Some(docx) = cfg.docx {
-            tool.add(&docx).map_err(|e| match e {
+            let added = tool.add(&docx).map_err(|e| match e {
                 ToolError::InvalidArgs(m) => invalid_config(format!("docx: {m}")),
                 other => other,
             })?;
+            tool.opened = Some(added);
         }
         Ok(tool)
     }
@@ -355,24 +387,39 @@ impl<E: Env> DocxTool<E> {
     /// Indexes `source` (a path in a granted directory, or an http(s) URL) unless it is already
     /// indexed with the same content, model and chunking. On any error the index is unchanged.
     pub fn add(&mut self, source: &str) -> Result<Added, ToolError> {
+        let t = std::time::Instant::now();
         let bytes = self.load(source)?;
+        let mut added = Added { bytes: bytes.len(), load_ms: ms_since(t), ..Added::default() };
         let sha = content_hash(&bytes);
         let key = self.chunking.key();
         if self.index.is_current(source, &sha, &key) {
-            let chunks = self.index.documents().get(source).map_or(0, |d| d.chunks);
-            return Ok(Added { chunks, unchanged: true, truncated: 0 });
+            added.chunks = self.index.documents().get(source).map_or(0, |d| d.chunks);
+            added.unchanged = true;
+            return Ok(added);
         }
+        let t = std::time::Instant::now();
         let doc = extract::extract(&bytes).map_err(|e| ToolError::InvalidArgs(format!("cannot read {source}: {e}")))?;
+        drop(bytes);
+        added.parse_ms = ms_since(t);
+        let t = std::time::Instant::now();
         let chunks = self.chunk(&doc, source)?;
+        drop(doc);
         if chunks.is_empty() {
             return Err(ToolError::InvalidArgs(format!("cannot read {source}: the document contains no text")));
         }
+        added.chunk_ms = ms_since(t);
+        let t = std::time::Instant::now();
         let texts: Vec<String> = chunks.iter().map(sections::DocChunk::embedding_text).collect();
         let mut vectors = Vec::with_capacity(texts.len());
+        let task = format!("embedding {source}");
+        self.env.progress(&task, 0, texts.len() as u64, "chunks");
         for batch in texts.chunks(EMBED_BATCH) {
             vectors.extend(self.env.embed(batch, false)?);
-            self.env.log(&format!("progress {source}: {}/{} chunks embedded", vectors.len(), texts.len()));
+            self.env.progress(&task, vectors.len() as u64, texts.len() as u64, "chunks");
         }
+        added.tokens = self.env.count_tokens(&texts)?.iter().map(|&n| u64::from(n)).sum();
+        added.embed_ms = ms_since(t);
+        let t = std::time::Instant::now();
         let records = chunks
             .iter()
             .enumerate()
@@ -385,7 +432,9 @@ impl<E: Env> DocxTool<E> {
             // Search still works from memory; the next open re-embeds what was not saved.
             self.env.log(&format!("warning: {e}"));
         }
-        Ok(Added { chunks: chunks.len(), unchanged: false, truncated: 0 })
+        added.index_ms = ms_since(t);
+        added.chunks = chunks.len();
+        Ok(added)
     }
 
     fn chunk(&self, doc: &extract::Extracted, source: &str) -> Result<Vec<sections::DocChunk>, ToolError> {
@@ -477,8 +526,13 @@ impl<E: Env> DocxTool<E> {
             "documents": self.index.documents().len(),
             "chunks": self.index.chunks().len(),
         });
+        if let (Some(a), Some(d)) = (&self.opened, &self.fixed) {
+            extra["opened"] = a.json();
+            extra["opened"]["docx"] = json!(d);
+        }
         if let (Some(a), Some(d)) = (added, only) {
-            extra["added"] = json!({"docx": d, "chunks": a.chunks, "unchanged": a.unchanged});
+            extra["added"] = a.json();
+            extra["added"]["docx"] = json!(d);
         }
         Ok(Output { text, hits, extra: extra.to_string() })
     }

@@ -1,0 +1,58 @@
+//! The `progress` capability: tools report long work (ingesting a document) while it runs,
+//! and whoever drives the host (the CLI's progress bar, later MCP progress notifications)
+//! subscribes.
+//!
+//! Reports go onto one process-wide broadcast bus, tagged with the reporting instance's name,
+//! because a report can come from any store (a tool opening during load, a call, a recycled
+//! instance) and subscribers want them all. A lagging or absent subscriber loses reports,
+//! never blocks a tool.
+
+use std::sync::OnceLock;
+
+use tokio::sync::broadcast;
+
+use crate::bindings::quarry::retrieval::progress::Host;
+use crate::sandbox::StoreState;
+
+/// One report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    /// The tool instance that sent it.
+    pub instance: String,
+    /// What is being done, in the tool's words.
+    pub task: String,
+    /// Units done.
+    pub done: u64,
+    /// Units in all; 0 when unknown.
+    pub total: u64,
+    /// The unit, e.g. "chunks".
+    pub unit: String,
+}
+
+fn bus() -> &'static broadcast::Sender<Progress> {
+    static BUS: OnceLock<broadcast::Sender<Progress>> = OnceLock::new();
+    BUS.get_or_init(|| broadcast::channel(256).0)
+}
+
+/// Receives every report sent from now on.
+pub fn subscribe() -> broadcast::Receiver<Progress> {
+    bus().subscribe()
+}
+
+impl Host for StoreState {
+    async fn report(&mut self, task: String, done: u64, total: u64, unit: String) -> wasmtime::Result<()> {
+        // Bounded, so a hostile guest cannot push megabytes through every subscriber.
+        let cut = |mut s: String| {
+            if s.len() > 200 {
+                let mut end = 200;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s.truncate(end);
+            }
+            s
+        };
+        let _ = bus().send(Progress { instance: self.instance.clone(), task: cut(task), done, total, unit: cut(unit) });
+        Ok(())
+    }
+}
