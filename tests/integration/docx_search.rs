@@ -336,3 +336,80 @@ async fn ingest_reports_progress_to_the_host() {
     assert!(total > 0 && done == total, "{seen:?}");
     assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
 }
+
+/// A loopback HTTP server: `/tables.docx` serves a fixture, `/big.docx` streams 50 MB,
+/// `/slow.docx` sends headers then stalls, anything else is a 404.
+async fn docx_server() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tables = fixture(GOOD);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let tables = tables.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).to_string();
+                let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+                let header =
+                    |len: usize| format!("HTTP/1.1 200 OK\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n");
+                match path.as_str() {
+                    "/tables.docx" => {
+                        let _ = s.write_all(header(tables.len()).as_bytes()).await;
+                        let _ = s.write_all(&tables).await;
+                    }
+                    "/big.docx" => {
+                        let _ = s.write_all(header(50 << 20).as_bytes()).await;
+                        let chunk = vec![b'P'; 1 << 16];
+                        for _ in 0..800 {
+                            if s.write_all(&chunk).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                    "/slow.docx" => {
+                        let _ = s.write_all(header(1000).as_bytes()).await;
+                        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                    }
+                    _ => {
+                        let _ = s
+                            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn documents_download_over_wasi_http_with_a_size_cap_and_a_timeout() {
+    let port = docx_server().await;
+    let env = env();
+    let cfg = config("{ max_bytes = 1048576, download_timeout_secs = 2 }").replace(
+        "memory = \"1GiB\"",
+        &format!("memory = \"1GiB\"\nhttp = [\"http://127.0.0.1:{port}\"]\nprivate_networks = [\"127.0.0.1/32\"]"),
+    );
+    let host = env.host(&cfg).await;
+    let url = |p: &str| format!("http://127.0.0.1:{port}/{p}");
+    let out =
+        call(&host, json!({"docx": url("tables.docx"), "search_query": "Merged Cell", "similarity_threshold": 0.0}))
+            .await
+            .unwrap();
+    assert!(out.text.starts_with("Relevant Content:\n"));
+    assert_eq!(out.hits[0].source.as_deref(), Some(url("tables.docx").as_str()));
+
+    let err = call(&host, json!({"docx": url("big.docx"), "search_query": "x"})).await.unwrap_err();
+    assert!(err.contains("larger than the 1048576-byte limit") && err.contains("big.docx"), "{err}");
+    let started = std::time::Instant::now();
+    let err = call(&host, json!({"docx": url("slow.docx"), "search_query": "x"})).await.unwrap_err();
+    assert!(err.contains("slow.docx") && (err.contains("timed out") || err.contains("longer than")), "{err}");
+    assert!(started.elapsed().as_secs() < 15, "timeout after {:?}", started.elapsed());
+    let err = call(&host, json!({"docx": url("missing.docx"), "search_query": "x"})).await.unwrap_err();
+    assert!(err.contains("HTTP status 404") && err.contains("missing.docx"), "{err}");
+    // A host not on the allowlist is refused by the host's policy.
+    let err = call(&host, json!({"docx": "http://example.com/x.docx", "search_query": "x"})).await.unwrap_err();
+    assert!(err.contains("denied:") && err.contains("Blocked unsafe URL"), "{err}");
+}

@@ -169,7 +169,15 @@ fn fetch(url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, tool::
                 }
             }
             Err(StreamError::Closed) => break,
-            Err(e) => return Err(upstream(format!("{e:?}"))),
+            Err(StreamError::LastOperationFailed(e)) => {
+                return Err(match wasi::http::types::http_error_code(&e) {
+                    Some(code) => refused(url, code),
+                    None => {
+                        let m = e.to_debug_string();
+                        upstream(if m.contains("timeout") { format!("timed out ({m})") } else { m })
+                    }
+                });
+            }
         }
     }
     Ok(buf)

@@ -94,14 +94,12 @@ pub fn extract(bytes: &[u8]) -> Result<Extracted, DocxError> {
     Ok(w.out)
 }
 
-/// Heading level (1 = top) of each paragraph style that is a heading: by name (`heading N`,
-/// `Title` = 0) or by outline level, following `basedOn` a few steps.
+/// Heading level (1 = top) of each paragraph style that is a heading: by name (`heading N`) or
+/// by outline level, following `basedOn` a few steps. `Title` is not a level: it names the
+/// document, and putting it above every path would only repeat it in every chunk.
 fn heading_levels(styles: &[docx_rs::Style]) -> HashMap<String, usize> {
     let by_id: HashMap<&str, &docx_rs::Style> = styles.iter().map(|s| (s.style_id.as_str(), s)).collect();
     let own = |s: &docx_rs::Style| -> Option<usize> {
-        if s.name.starts_with("Title") || s.style_id == "Title" {
-            return Some(0);
-        }
         if s.name.is_heading() {
             return s.name.get_heading_number().filter(|n| (1..=9).contains(n));
         }
