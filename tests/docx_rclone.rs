@@ -115,13 +115,19 @@ async fn rclone_manual_end_to_end() {
         extra["opened"]["embed_ms"],
         qs.len()
     );
-    assert!(recall >= 0.5, "section recall@5 {recall:.2} < 0.5");
+    // Measured 22/30 = 0.73 (vectors only, MiniLM; the model and the index are deterministic).
+    assert!(recall >= 0.7, "section recall@5 {recall:.2} < 0.7");
     // Output as CrewAI's, with structured hits beside it.
     assert!(first.text.starts_with("Relevant Content:\n"));
     assert_eq!(first.hits.len(), 5);
-    // Tables are in the index (CrewAI drops all 59): the storage systems overview's rows.
-    let table = search("Amazon S3 MD5 R/W hash modtime case insensitive duplicate files mime type".into(), 5).await;
-    assert!(table.hits.iter().any(|h| h.content.contains(" | ")), "{:#?}", table.hits);
+    // Tables are in the index (CrewAI drops all 59), row by row, under their heading.
+    let table = search("uid gid: user ID and group ID of the owner, as a decimal number".into(), 5).await;
+    assert!(
+        table.hits.iter().any(|h| h.content.contains("gid | Group ID of owner: decimal number | 500")
+            && h.metadata.contains("Standard system metadata")),
+        "{:#?}",
+        table.hits
+    );
     drop(host);
 
     // A restart reopens the saved index: the unchanged document is not embedded again.

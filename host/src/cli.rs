@@ -52,17 +52,21 @@ pub const EXIT_TOOL: u8 = 1;
 /// Exit status: bad usage or config.
 pub const EXIT_USAGE: u8 = 2;
 
-/// Draws one progress bar per (instance, task) on stderr, with the rate and an ETA; nothing
-/// when stderr is not a terminal. Runs until aborted.
+/// Draws one progress bar per (instance, task) on stderr with the rate and an ETA, and leaves a
+/// one-line summary when a task finishes; nothing when stderr is not a terminal. Runs until
+/// aborted.
 async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::progress::Progress>) {
     use std::collections::HashMap;
 
-    use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+    use indicatif::{MultiProgress, ProgressBar, ProgressState, ProgressStyle};
 
     let multi = MultiProgress::new();
-    let style =
-        ProgressStyle::with_template("{prefix} {wide_bar} {pos}/{len} {msg} ({per_sec}, {elapsed} elapsed, eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+    let rate = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
+        let _ = write!(w, "{:.1}/s", state.per_sec());
+    };
+    let style = ProgressStyle::with_template("{prefix} {wide_bar} {pos}/{len} {msg} ({rate}, eta {eta})")
+        .map(|s| s.with_key("rate", rate))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
     let mut bars: HashMap<(String, String), ProgressBar> = HashMap::new();
     loop {
         let p = match rx.recv().await {
@@ -70,7 +74,8 @@ async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::progress:
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
-        let bar = bars.entry((p.instance.clone(), p.task.clone())).or_insert_with(|| {
+        let key = (p.instance.clone(), p.task.clone());
+        let bar = bars.entry(key.clone()).or_insert_with(|| {
             let bar = multi.add(ProgressBar::new(p.total));
             bar.set_style(style.clone());
             bar.set_prefix(format!("{}: {}", p.instance, p.task));
@@ -80,7 +85,17 @@ async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::progress:
         bar.set_length(p.total.max(p.done));
         bar.set_position(p.done);
         if p.total > 0 && p.done >= p.total {
-            bar.finish();
+            let secs = bar.elapsed().as_secs_f64();
+            let _ = multi.println(format!(
+                "{}: {}: {} {} in {secs:.1} s ({:.1}/s)",
+                p.instance,
+                p.task,
+                p.done,
+                p.unit,
+                p.done as f64 / secs.max(1e-3)
+            ));
+            bar.finish_and_clear();
+            bars.remove(&key);
         }
     }
 }
