@@ -294,6 +294,20 @@ async fn the_index_survives_a_restart_and_unchanged_documents_cost_nothing() {
     assert!(out.text.contains("First footnote"));
     assert!(std::fs::read(&index_file).unwrap().starts_with(b"QUARRYIX"));
     assert!(std::fs::read(&index_file).unwrap().len() > 100, "rebuilt and saved");
+    let extra_of = |out: &quarry::bindings::ToolOutput| extra(out)["opened"]["unchanged"].clone();
+    assert_eq!(extra_of(&out), false);
+    drop(host);
+
+    // Another model: the saved vectors cannot be compared with its own, so the document is
+    // embedded again, and the next restart with that model finds it unchanged.
+    let other = cfg.replace("max_tokens = 64 }", "max_tokens = 64, model_id = \"toy-other\" }");
+    assert_ne!(other, cfg);
+    for unchanged in [false, true] {
+        let host = restart(&env, &other).await;
+        let out = call(&host, json!({"search_query": "footnote", "similarity_threshold": 0.0})).await.unwrap();
+        assert_eq!(extra_of(&out), unchanged);
+        assert_eq!(extra(&out)["model"], "toy-other");
+    }
 }
 
 #[tokio::test]
