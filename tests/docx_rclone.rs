@@ -8,32 +8,21 @@
 
 use std::time::Instant;
 
-use quarry_tests::{DOCX_SEARCH, EMBEDDER_ONNX, TestEnv, models_dir, shared_data, within};
+use quarry_tests::{DOCX_SEARCH, EMBEDDER_ONNX, TestEnv, minilm_embedder, shared_data, within};
 use serde_json::{Value, json};
 
 fn config(cores: usize) -> String {
-    format!(
-        r#"
-[embedders.minilm]
-component = "plugins/embedder-onnx.wasm"
-config = {{ model_dir = "/models/all-minilm-l6-v2" }}
-pool = {cores}
-[embedders.minilm.grants]
-dirs = [{{ host = {models:?}, guest = "/models" }}]
-memory = "2GiB"
-deadline = "600s"
-
+    minilm_embedder(cores)
+        + r#"
 [tools.rclone]
 component = "plugins/docx.wasm"
 embedder = "minilm"
-config = {{ docx = "/docs/rclone.docx", index_dir = "/index" }}
+config = { docx = "/docs/rclone.docx", index_dir = "/index" }
 [tools.rclone.grants]
-dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+dirs = [{ host = "docs", guest = "/docs" }, { host = "index", guest = "/index", mode = "rw" }]
 memory = "2GiB"
 deadline = "3600s"
-"#,
-        models = models_dir().display()
-    )
+"#
 }
 
 struct Question {

@@ -112,6 +112,24 @@ pub fn models_dir() -> PathBuf {
     dir
 }
 
+/// Config for `[embedders.minilm]`: the real all-MiniLM-L6-v2 from the models cache, `pool`
+/// instances, with the embedder component copied to `plugins/embedder-onnx.wasm`.
+pub fn minilm_embedder(pool: usize) -> String {
+    format!(
+        r#"
+[embedders.minilm]
+component = "plugins/embedder-onnx.wasm"
+config = {{ model_dir = "/models/all-minilm-l6-v2" }}
+pool = {pool}
+[embedders.minilm.grants]
+dirs = [{{ host = {models:?}, guest = "/models" }}]
+memory = "2GiB"
+deadline = "600s"
+"#,
+        models = models_dir().display()
+    )
+}
+
 /// The shared test data (../shared/data beside the checkout).
 pub fn shared_data() -> PathBuf {
     std::env::var_os("QUARRY_SHARED_DATA")

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use quarry_tests::{DOCX_SEARCH, EMBEDDER_ONNX, TestEnv, models_dir, shared_data};
+use quarry_tests::{DOCX_SEARCH, EMBEDDER_ONNX, TestEnv, minilm_embedder, models_dir, shared_data};
 use serde_json::{Value, json};
 
 /// Peak resident set of this process (VmHWM), in MB.
@@ -57,17 +57,9 @@ async fn main() {
     env.plugin(DOCX_SEARCH, "docx");
     std::fs::create_dir_all(env.path("docs")).unwrap();
     std::fs::copy(&docx, env.path("docs/rclone.docx")).unwrap();
-    let config = format!(
-        r#"
-[embedders.minilm]
-component = "plugins/embedder-onnx.wasm"
-config = {{ model_dir = "/models/all-minilm-l6-v2" }}
-pool = {cores}
-[embedders.minilm.grants]
-dirs = [{{ host = {models:?}, guest = "/models" }}]
-memory = "2GiB"
-deadline = "600s"
-
+    let config = minilm_embedder(cores)
+        + &format!(
+            r#"
 [tools.rclone]
 component = "plugins/docx.wasm"
 embedder = "minilm"
@@ -76,9 +68,8 @@ config = {{ docx = "/docs/rclone.docx", chunking = "{chunking}" }}
 dirs = [{{ host = "docs", guest = "/docs" }}]
 memory = "2GiB"
 deadline = "3600s"
-"#,
-        models = models_dir().display()
-    );
+"#
+        );
     let start = Instant::now();
     let host = env.host(&config).await;
     let open_s = start.elapsed().as_secs_f64();
