@@ -9,20 +9,21 @@ use std::time::{Duration, Instant};
 
 use embedder_onnx::model::{Kind, Model};
 
-fn run(label: &str, dir: &str, xs: &[String]) {
+fn run(label: &str, dir: &str, xs: &[String]) -> Result<(), String> {
     let t = Instant::now();
-    let model = Model::load(&serde_json::json!({ "model_dir": dir }).to_string()).expect("model");
+    let model = Model::load(&serde_json::json!({ "model_dir": dir }).to_string()).map_err(|e| format!("{e:?}"))?;
     println!("{label}: model load {:.2} s", t.elapsed().as_secs_f64());
-    model.embed(&xs[0], Kind::Document).expect("warm up");
+    let embed = |x: &String| model.embed(x, Kind::Document).map_err(|e| format!("{e:?}"));
+    embed(&xs[0])?;
     let start = Instant::now();
     let mut done = 0;
     while done < 8 || start.elapsed() < Duration::from_secs(3) {
-        model.embed(&xs[done % xs.len()], Kind::Document).expect("embed");
+        embed(&xs[done % xs.len()])?;
         done += 1;
     }
     println!("{label}: {:.2} sentences/s", done as f64 / start.elapsed().as_secs_f64());
     let runs = 8;
-    let spent = model.profile(&xs[0], runs).expect("profile");
+    let spent = model.profile(&xs[0], runs).map_err(|e| format!("{e:?}"))?;
     let total: Duration = spent.iter().map(|(_, d)| *d).sum();
     println!("{label}: {:.1} ms per run, by operator:", total.as_secs_f64() * 1e3 / runs as f64);
     for (op, d) in spent.iter().take(6) {
@@ -32,6 +33,7 @@ fn run(label: &str, dir: &str, xs: &[String]) {
             100.0 * d.as_secs_f64() / total.as_secs_f64()
         );
     }
+    Ok(())
 }
 
 fn main() {
@@ -44,9 +46,19 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let texts: std::collections::BTreeMap<String, Vec<String>> =
-        serde_json::from_str(&std::fs::read_to_string(texts).expect("texts")).expect("texts json");
-    let xs = &texts[tokens];
+    let fail = |m: String| -> ! {
+        eprintln!("profile: {m}");
+        std::process::exit(1);
+    };
+    let json = std::fs::read_to_string(texts).unwrap_or_else(|e| fail(format!("{texts}: {e}")));
+    let sets: std::collections::BTreeMap<String, Vec<String>> = serde_json::from_str(&json)
+        .unwrap_or_else(|e| fail(format!("{texts}: {e} (write it with `bench_ort.py texts`)")));
+    let Some(xs) = sets.get(tokens).filter(|x| !x.is_empty()) else {
+        fail(format!("{texts} has no texts of {tokens} tokens; it has: {:?}", sets.keys().collect::<Vec<_>>()))
+    };
     println!("{tokens} tokens, one text at a time");
-    run(if cfg!(target_arch = "wasm32") { "tract in wasm" } else { "tract native" }, dir, xs);
+    let label = if cfg!(target_arch = "wasm32") { "tract in wasm" } else { "tract native" };
+    if let Err(e) = run(label, dir, xs) {
+        fail(e);
+    }
 }
