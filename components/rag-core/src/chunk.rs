@@ -87,6 +87,14 @@ impl Chunking {
         Ok(())
     }
 
+    /// Checks that the sizes can work (a size of at least 1, an overlap below it).
+    pub fn validate(&self) -> Result<(), ChunkError> {
+        match *self {
+            Chunking::Characters { size, overlap } => Self::check(size, overlap),
+            Chunking::Tokens { max_tokens, overlap } => Self::check(max_tokens, overlap),
+        }
+    }
+
     /// Splits `text`. `tokens` counts tokens; it is needed in token mode only.
     pub fn split(&self, text: &str, tokens: Option<TokenCount<'_>>) -> Result<Vec<Chunk>, ChunkError> {
         match *self {
