@@ -6,7 +6,8 @@
 //! - [`score`]: the one normalised score that thresholds apply to;
 //! - [`vector`]: nearest neighbours, exact below [`vector::EXACT_LIMIT`] vectors, HNSW
 //!   (`instant-distance`) above;
-//! - [`bm25`]: a keyword leg;
+//! - [`bm25`]: a keyword leg, and [`fuse`]: reciprocal rank fusion of the legs;
+//! - [`tool`]: the error kinds and model identity every tool component shares;
 //! - [`store`]: the index of documents and chunks, keyed by content hash + model id + chunking
 //!   parameters, in a versioned file written atomically.
 
@@ -14,6 +15,8 @@
 
 pub mod bm25;
 pub mod chunk;
+pub mod fuse;
 pub mod score;
 pub mod store;
+pub mod tool;
 pub mod vector;

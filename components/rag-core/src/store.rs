@@ -228,6 +228,27 @@ impl Index {
             .collect())
     }
 
+    /// The vector of chunk `i` (a position in [`Index::chunks`]).
+    pub fn vector(&self, i: usize) -> &[f32] {
+        self.vectors.get(i)
+    }
+
+    /// The `k` chunks nearest to `query` among those `allowed` (by position), as (position,
+    /// normalised score), best first, with no threshold: for fusing with other rankings.
+    pub fn nearest(
+        &mut self,
+        query: &[f32],
+        k: usize,
+        allowed: Option<&dyn Fn(usize) -> bool>,
+    ) -> Result<Vec<(usize, f32)>, StoreError> {
+        Ok(self
+            .vectors
+            .search(query, k, allowed)?
+            .into_iter()
+            .map(|(i, cos)| (i, crate::score::from_cosine(cos)))
+            .collect())
+    }
+
     /// The `limit` best chunks for `query` by BM25, as (chunk position, BM25 score).
     pub fn keyword_search(
         &mut self,
