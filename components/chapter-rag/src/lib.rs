@@ -1,0 +1,20 @@
+//! Chapter-level ("directory") RAG over a manual: route a question to the right chapters of a
+//! long document, then search inside them.
+//!
+//! - [`tree`] builds the chapter tree from the Markdown headings (CommonMark);
+//! - [`units`] turns chapters into chunks, merging short chapters with a neighbour;
+//! - [`index`] embeds the chunks (reusing the vectors of unchanged text) and keeps the index;
+//! - [`search`] is hybrid search (vectors + BM25, fused by rank) and routing;
+//! - [`tool`] is the six tools, their schemas, arguments and output;
+//! - the component glue (wasm only) connects [`tool`] to WIT.
+//!
+//! All but the glue is plain Rust, tested natively.
+
+pub mod index;
+pub mod search;
+pub mod tool;
+pub mod tree;
+pub mod units;
+
+#[cfg(target_arch = "wasm32")]
+mod component;
