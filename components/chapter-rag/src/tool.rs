@@ -1,0 +1,681 @@
+//! The six tools over one manual: configuration, schemas, argument checks and output.
+//! Everything outside the component (files, the embedder, progress) comes through [`Env`], so
+//! this module is tested natively with a fake one.
+//!
+//! The manual is indexed at open. Before each call the tool looks at the file's size and
+//! modification time; when they changed it rebuilds (embedding only changed text) and switches
+//! to the new index only once it is complete, so a failed rebuild leaves the old index serving.
+
+use std::path::PathBuf;
+
+use rag_core::store::Index;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use rag_core::tool::{Model, ToolError};
+
+use crate::index::{self, Built, Report};
+use crate::search::{self, Route, Scored};
+use crate::units::Params;
+
+/// The index file inside `index_dir`.
+pub const INDEX_FILE: &str = "chapter-rag.qix";
+/// Default threshold on the normalised score (`rag_core::score`): cosine ≥ 0.1.
+pub const DEFAULT_THRESHOLD: f32 = 0.55;
+/// The largest manual accepted, by default.
+pub const DEFAULT_MAX_BYTES: u64 = 20 << 20;
+/// The most headings accepted, by default (the rclone manual has 2,224).
+pub const DEFAULT_MAX_HEADINGS: usize = 5000;
+/// Fragments `search` returns by default, and its bounds.
+pub const DEFAULT_FRAGMENTS: usize = 10;
+const FRAGMENTS: std::ops::RangeInclusive<usize> = 8..=12;
+/// Characters `get_chapter` returns by default.
+pub const DEFAULT_MAX_CHARS: usize = 20_000;
+/// Lines `list_chapter_tree` prints at most.
+const MAX_TREE_LINES: usize = 400;
+/// The longest question or query accepted, in bytes.
+const MAX_QUERY_BYTES: usize = 4096;
+
+/// What the tool needs from outside.
+pub trait Env {
+    /// The embedder's model.
+    fn model(&self) -> Model;
+    /// Embeds texts (documents or a query); vectors are L2-normalised.
+    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
+    /// Tokens per text, as the embedder counts them.
+    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
+    /// Size and modification time of a file, to notice edits; `None` when it cannot be read.
+    fn stamp(&self, path: &str) -> Option<(u64, u128)>;
+    /// Reads a file the grants allow, refusing more than `max_bytes`.
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
+    /// A line for the host's log.
+    fn log(&self, line: &str);
+    /// Reports progress of long work to the host.
+    fn progress(&self, task: &str, done: u64, total: u64, unit: &str);
+}
+
+/// `config` as the host passes it to `open`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    /// The manual (a Markdown file in a granted directory).
+    manual: String,
+    /// A read-write granted directory for the index; without it the index lives in memory.
+    index_dir: Option<String>,
+    chunk_size: Option<usize>,
+    chunk_overlap: Option<usize>,
+    min_chapter_chars: Option<usize>,
+    similarity_threshold: Option<f32>,
+    fragments: Option<usize>,
+    max_bytes: Option<u64>,
+    max_headings: Option<usize>,
+}
+
+/// One configured instance.
+pub struct ChapterTool {
+    manual: String,
+    index_file: Option<PathBuf>,
+    params: Params,
+    threshold: f32,
+    fragments: usize,
+    max_bytes: u64,
+    max_headings: usize,
+    built: Built,
+    stamp: Option<(u64, u128)>,
+    /// Set when the last rebuild failed and the previous index is serving.
+    stale: Option<String>,
+}
+
+fn bad_config(m: impl std::fmt::Display) -> ToolError {
+    ToolError::InvalidConfig(format!("chapter-rag config: {m}"))
+}
+
+fn bad_args(tool: &str, m: impl std::fmt::Display) -> ToolError {
+    ToolError::InvalidArgs(format!("{tool}: {m}"))
+}
+
+/// The tools, in the order `specs` lists them.
+pub const TOOLS: [&str; 6] =
+    ["list_chapter_tree", "get_chapter", "route", "search_chapter_content", "search", "validate_citations"];
+
+impl ChapterTool {
+    /// Validates `config` and indexes the manual (or reopens its index).
+    pub fn open(config: &str, env: &dyn Env) -> Result<ChapterTool, ToolError> {
+        let c: Config = serde_json::from_str(config).map_err(bad_config)?;
+        let defaults = Params::default();
+        let params = Params {
+            size: c.chunk_size.unwrap_or(defaults.size),
+            overlap: c.chunk_overlap.unwrap_or(defaults.overlap),
+            min_chapter_chars: c.min_chapter_chars.unwrap_or(defaults.min_chapter_chars),
+        };
+        params.chunking().validate().map_err(bad_config)?;
+        let threshold = c.similarity_threshold.unwrap_or(DEFAULT_THRESHOLD);
+        if !(0.0..=1.0).contains(&threshold) {
+            return Err(bad_config(format!("similarity_threshold must be within 0 and 1, got {threshold}")));
+        }
+        let fragments = c.fragments.unwrap_or(DEFAULT_FRAGMENTS);
+        if !FRAGMENTS.contains(&fragments) {
+            return Err(bad_config(format!("fragments must be within 8 and 12, got {fragments}")));
+        }
+        let max_bytes = c.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
+        let max_headings = c.max_headings.unwrap_or(DEFAULT_MAX_HEADINGS);
+        let index_file = c.index_dir.map(|d| PathBuf::from(d).join(INDEX_FILE));
+        let model = env.model();
+        let previous = match &index_file {
+            Some(f) => match Index::load(f, &model.id, model.dimension) {
+                Ok(ix) => ix,
+                Err(e) => {
+                    env.log(&format!("warning: {e}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        let stamp = env.stamp(&c.manual);
+        let text = read_manual(env, &c.manual, max_bytes).map_err(|e| match e {
+            ToolError::InvalidArgs(m) => ToolError::InvalidConfig(m),
+            e => e,
+        })?;
+        let built = match previous {
+            Some(ix) if ix.is_current(&c.manual, &rag_core::store::content_hash(text.as_bytes()), &params.key()) => {
+                match index::reopen(&c.manual, text.clone(), &params, max_headings, ix) {
+                    Some(b) => b,
+                    None => index::build(env, &c.manual, text, &params, max_headings, None).map_err(at_open)?,
+                }
+            }
+            previous => {
+                let b = index::build(env, &c.manual, text, &params, max_headings, previous.as_ref()).map_err(at_open)?;
+                save(env, index_file.as_ref(), &b)?;
+                b
+            }
+        };
+        if let Some(w) = &built.tree.warning {
+            env.log(&format!("warning: {}: {w}", c.manual));
+        }
+        Ok(ChapterTool {
+            manual: c.manual,
+            index_file,
+            params,
+            threshold,
+            fragments,
+            max_bytes,
+            max_headings,
+            built,
+            stamp,
+            stale: None,
+        })
+    }
+
+    /// What the last build or reopen did.
+    pub fn report(&self) -> &Report {
+        &self.built.report
+    }
+
+    /// The manual's tree, chunks and index.
+    pub fn built(&mut self) -> &mut Built {
+        &mut self.built
+    }
+
+    /// (name, description, JSON schema) of each tool.
+    pub fn specs(&self) -> Vec<(String, String, String)> {
+        let m = &self.manual;
+        let id = json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
+        let specs = [
+            (
+                "list_chapter_tree",
+                format!("Lists the chapter tree of the manual {m}: ids, titles and chunk counts. Start here, then get_chapter or search_chapter_content."),
+                json!({"type": "object", "properties": {
+                    "level": {"type": "integer", "minimum": 1, "maximum": 6, "default": 2, "description": "How many levels to show (below `under`, or from the top)"},
+                    "under": {"type": "string", "description": "Show only the chapters inside this chapter id"}
+                }, "additionalProperties": false}),
+            ),
+            (
+                "get_chapter",
+                format!("Returns one chapter of the manual {m}: its title, its parent's title and its full text (sections included)."),
+                json!({"type": "object", "properties": {
+                    "chapter_id": id,
+                    "max_chars": {"type": "integer", "minimum": 100, "default": DEFAULT_MAX_CHARS, "description": "Cut the text after this many characters"}
+                }, "required": ["chapter_id"], "additionalProperties": false}),
+            ),
+            (
+                "route",
+                format!("Picks the 1-3 chapters of the manual {m} most likely to answer a question, with a confidence in [0, 1] and a one-line reason, as JSON. Below confidence 0.7 it names the parent chapter rather than a section."),
+                json!({"type": "object", "properties": {
+                    "question": {"type": "string", "description": "The question, in words"}
+                }, "required": ["question"], "additionalProperties": false}),
+            ),
+            (
+                "search_chapter_content",
+                format!("Searches inside given chapters of the manual {m} (sections included), by meaning and by keywords; returns JSON results with chapter_id, chapter_title, chunk_index, score and content."),
+                json!({"type": "object", "properties": {
+                    "chapter_id": id,
+                    "chapter_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Several chapter ids, instead of chapter_id"},
+                    "query": {"type": "string", "description": "What to look for"},
+                    "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+                    "similarity_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": self.threshold, "description": "Drop results scoring below this (normalised cosine)"}
+                }, "required": ["query"], "additionalProperties": false}),
+            ),
+            (
+                "search",
+                format!("Answers a question from the manual {m}: routes it to the right chapters, searches inside them and returns up to {} fragments, each with its chapter path and id, for citing.", self.fragments),
+                json!({"type": "object", "properties": {
+                    "question": {"type": "string", "description": "The question, in words"},
+                    "limit": {"type": "integer", "minimum": 8, "maximum": 12, "default": self.fragments, "description": "Fragments to return"}
+                }, "required": ["question"], "additionalProperties": false}),
+            ),
+            (
+                "validate_citations",
+                "Checks that the chapter ids an answer cites are among the candidates routing gave (a section of a candidate counts as inside it). Returns JSON.".to_string(),
+                json!({"type": "object", "properties": {
+                    "cited": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids the answer cites"},
+                    "candidates": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids from route or search"}
+                }, "required": ["cited", "candidates"], "additionalProperties": false}),
+            ),
+        ];
+        specs.into_iter().map(|(n, d, s)| (n.to_string(), d, s.to_string())).collect()
+    }
+
+    /// Runs tool `tool` with `args` (a JSON object).
+    pub fn call(&mut self, env: &dyn Env, tool: &str, args: &str) -> Result<Output, ToolError> {
+        let args: Value = serde_json::from_str(args).map_err(|e| bad_args(tool, format!("arguments are not JSON: {e}")))?;
+        if !args.is_object() {
+            return Err(bad_args(tool, "arguments must be a JSON object"));
+        }
+        if !TOOLS.contains(&tool) {
+            return Err(ToolError::NotFound(format!("no tool {tool:?}; this instance offers {}", TOOLS.join(", "))));
+        }
+        self.refresh(env);
+        let mut out = match tool {
+            "list_chapter_tree" => self.list(&args),
+            "get_chapter" => self.get(&args),
+            "route" => self.route_tool(env, &args),
+            "search_chapter_content" => self.search_in(env, &args),
+            "search" => self.search(env, &args),
+            _ => self.validate(&args),
+        }?;
+        if let Some(stale) = &self.stale {
+            out.extra["stale_index"] = json!(stale);
+        }
+        Ok(out)
+    }
+
+    /// Rebuilds when the manual changed; on failure keeps serving the old index.
+    fn refresh(&mut self, env: &dyn Env) {
+        let stamp = env.stamp(&self.manual);
+        if stamp == self.stamp || stamp.is_none() {
+            return;
+        }
+        self.stamp = stamp;
+        let rebuilt = read_manual(env, &self.manual, self.max_bytes).and_then(|text| {
+            if rag_core::store::content_hash(text.as_bytes()) == self.built.sha256 {
+                return Ok(None);
+            }
+            index::build(env, &self.manual, text, &self.params, self.max_headings, Some(&self.built.index)).map(Some)
+        });
+        match rebuilt {
+            Ok(None) => {}
+            Ok(Some(b)) => {
+                if let Err(e) = save(env, self.index_file.as_ref(), &b) {
+                    env.log(&format!("warning: {e}"));
+                }
+                env.log(&format!(
+                    "{}: rebuilt the index: {} chunks, {} embedded, {} reused",
+                    self.manual, b.report.chunks, b.report.embedded, b.report.reused
+                ));
+                self.built = b;
+                self.stale = None;
+            }
+            Err(e) => {
+                let m = format!("{} changed but could not be indexed ({e}); answers come from the previous version", self.manual);
+                env.log(&format!("warning: {m}"));
+                self.stale = Some(m);
+            }
+        }
+    }
+
+    fn node(&self, tool: &str, id: &str) -> Result<usize, ToolError> {
+        let _ = tool;
+        self.built.tree.find(id.trim()).ok_or_else(|| {
+            let near = nearest_ids(&self.built.tree, id.trim(), 5);
+            ToolError::NotFound(format!(
+                "no chapter {id:?} in {}; the nearest ids are {} (list_chapter_tree shows them all)",
+                self.manual,
+                near.join(", ")
+            ))
+        })
+    }
+
+    fn list(&self, args: &Value) -> Result<Output, ToolError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            level: Option<usize>,
+            under: Option<String>,
+        }
+        let a: A = parse_args("list_chapter_tree", args)?;
+        let depth = a.level.unwrap_or(2);
+        if !(1..=6).contains(&depth) {
+            return Err(bad_args("list_chapter_tree", format!("level must be within 1 and 6, got {depth}")));
+        }
+        let tree = &self.built.tree;
+        let mut counts = vec![0usize; tree.nodes.len()];
+        for c in &self.built.chunks {
+            counts[c.chapter] += 1;
+        }
+        let starts: Vec<(usize, usize)> = match &a.under {
+            Some(id) => tree.nodes[self.node("list_chapter_tree", id)?].children.iter().map(|&c| (c, 0)).collect(),
+            None => tree.roots.iter().map(|&r| (r, 0)).collect(),
+        };
+        let mut lines = Vec::new();
+        let mut nodes = Vec::new();
+        let mut more = 0usize;
+        let mut stack: Vec<(usize, usize)> = starts.into_iter().rev().collect();
+        while let Some((i, d)) = stack.pop() {
+            let n = &tree.nodes[i];
+            if lines.len() >= MAX_TREE_LINES {
+                more += 1;
+                continue;
+            }
+            let hidden = if d + 1 == depth && !n.children.is_empty() { format!(", {} sections below", n.children.len()) } else { String::new() };
+            lines.push(format!("{}{} {} ({} chunks{hidden})", "  ".repeat(d), n.id, n.title, counts[i]));
+            nodes.push(json!({"id": n.id, "title": n.title, "level": n.level, "depth": d, "children": n.children.len(), "chunks": counts[i]}));
+            if d + 1 < depth {
+                stack.extend(n.children.iter().rev().map(|&c| (c, d + 1)));
+            }
+        }
+        let mut text = lines.join("\n");
+        if more > 0 {
+            text.push_str(&format!("\n… {more} more not shown: use a smaller level, or `under` to list one chapter"));
+        }
+        if let Some(w) = &tree.warning {
+            text = format!("Note: {w}\n{text}");
+        }
+        Ok(Output { text, hits: Vec::new(), extra: json!({"nodes": nodes, "not_shown": more, "report": self.built.report}) })
+    }
+
+    fn get(&self, args: &Value) -> Result<Output, ToolError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            chapter_id: String,
+            max_chars: Option<usize>,
+        }
+        let a: A = parse_args("get_chapter", args)?;
+        let i = self.node("get_chapter", &a.chapter_id)?;
+        let max = a.max_chars.unwrap_or(DEFAULT_MAX_CHARS).max(100);
+        let tree = &self.built.tree;
+        let n = &tree.nodes[i];
+        let parent = n.parent.map(|p| &tree.nodes[p]);
+        let body = &self.built.text[n.subtree.clone()];
+        let total = body.chars().count();
+        let (shown, truncated) = if total > max {
+            (body.chars().take(max).collect::<String>(), true)
+        } else {
+            (body.to_string(), false)
+        };
+        let mut text = format!(
+            "Chapter {} {}\nParent: {}\nLines {}-{}\n\n{}",
+            n.id,
+            n.title,
+            parent.map_or("(none: a top-level chapter)".to_string(), |p| format!("{} {}", p.id, p.title)),
+            n.lines.0,
+            n.subtree_last_line,
+            shown.trim_end()
+        );
+        if truncated {
+            let sections: Vec<&str> = n.children.iter().take(12).map(|&c| tree.nodes[c].id.as_str()).collect();
+            text.push_str(&format!(
+                "\n\n[cut at {max} of {total} characters; ask for a larger max_chars{}]",
+                if sections.is_empty() { String::new() } else { format!(", or get its sections one by one: {}", sections.join(", ")) }
+            ));
+        }
+        Ok(Output {
+            text,
+            hits: Vec::new(),
+            extra: json!({
+                "chapter_id": n.id, "title": n.title, "level": n.level,
+                "parent_id": parent.map(|p| &p.id), "parent_title": parent.map(|p| &p.title),
+                "path": tree.path(i), "lines": [n.lines.0, n.subtree_last_line],
+                "chars": total, "truncated": truncated,
+                "children": n.children.iter().map(|&c| &tree.nodes[c].id).collect::<Vec<_>>(),
+            }),
+        })
+    }
+
+    fn embed_query(&self, env: &dyn Env, tool: &str, q: &str) -> Result<Vec<f32>, ToolError> {
+        let q = q.trim();
+        if q.is_empty() {
+            return Err(bad_args(tool, "the question is empty: ask it in words"));
+        }
+        if q.len() > MAX_QUERY_BYTES {
+            return Err(bad_args(tool, format!("the question is {} bytes; keep it under {MAX_QUERY_BYTES}", q.len())));
+        }
+        env.embed(&[q.to_string()], true)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ToolError::Upstream("the embedder returned no vector for the question".into()))
+    }
+
+    /// Routes a question (the `route` tool without its JSON wrapping).
+    pub fn route(&mut self, env: &dyn Env, question: &str) -> Result<Route, ToolError> {
+        let q = self.embed_query(env, "route", question)?;
+        search::route(&mut self.built, &q, question.trim())
+    }
+
+    fn route_tool(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            question: String,
+        }
+        let a: A = parse_args("route", args)?;
+        let route = self.route(env, &a.question)?;
+        let body = json!({"chapters": route.chapters, "confidence": route.confidence, "reason": route.reason});
+        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
+    }
+
+    fn hit(&self, s: &Scored) -> Hit {
+        let c = &self.built.chunks[s.chunk];
+        let tree = &self.built.tree;
+        let n = &tree.nodes[c.chapter];
+        Hit {
+            content: c.text.clone(),
+            score: s.score,
+            source: format!("{} > {}", self.manual, tree.path(c.chapter).join(" > ")),
+            metadata: json!({
+                "chapter_id": n.id,
+                "chapter_title": n.title,
+                "chapter_ids": c.chapters.iter().map(|&x| &tree.nodes[x].id).collect::<Vec<_>>(),
+                "parent_id": n.parent.map(|p| &tree.nodes[p].id),
+                "path": tree.path(c.chapter),
+                "chunk_index": c.chunk_index,
+                "lines": [c.lines.0, c.lines.1],
+            }),
+        }
+    }
+
+    fn search_in(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
+        const T: &str = "search_chapter_content";
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            chapter_id: Option<String>,
+            chapter_ids: Option<Vec<String>>,
+            query: String,
+            top_k: Option<usize>,
+            similarity_threshold: Option<f32>,
+        }
+        let a: A = parse_args(T, args)?;
+        let mut ids: Vec<String> = a.chapter_ids.unwrap_or_default();
+        ids.extend(a.chapter_id);
+        if ids.is_empty() {
+            return Err(bad_args(T, "give chapter_id (or chapter_ids): the chapters to search in (route or list_chapter_tree names them)"));
+        }
+        let nodes = ids.iter().map(|id| self.node(T, id)).collect::<Result<Vec<_>, _>>()?;
+        let k = a.top_k.unwrap_or(5);
+        if !(1..=50).contains(&k) {
+            return Err(bad_args(T, format!("top_k must be within 1 and 50, got {k}")));
+        }
+        let threshold = a.similarity_threshold.unwrap_or(self.threshold);
+        if !(0.0..=1.0).contains(&threshold) {
+            return Err(bad_args(T, format!("similarity_threshold must be within 0 and 1, got {threshold}")));
+        }
+        let q = self.embed_query(env, T, &a.query)?;
+        let allowed = self.inside(&nodes);
+        let found = search::hybrid(&mut self.built, &q, a.query.trim(), k, threshold, Some(&|i| allowed[i]))?;
+        let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
+        let results: Vec<Value> = hits
+            .iter()
+            .map(|h| json!({
+                "chapter_id": h.metadata["chapter_id"], "chapter_title": h.metadata["chapter_title"],
+                "chunk_index": h.metadata["chunk_index"], "score": h.score, "content": h.content,
+            }))
+            .collect();
+        Ok(Output { text: pretty(&Value::Array(results)), hits, extra: json!({"chapter_ids": ids, "threshold": threshold}) })
+    }
+
+    /// Which chunks lie inside any of `nodes` (a chunk of merged chapters counts for each).
+    fn inside(&self, nodes: &[usize]) -> Vec<bool> {
+        let tree = &self.built.tree;
+        self.built
+            .chunks
+            .iter()
+            .map(|c| c.chapters.iter().any(|&x| nodes.iter().any(|&n| tree.is_within(x, n))))
+            .collect()
+    }
+
+    /// Routes `question` and searches inside the routed chapters (the `search` tool's work).
+    pub fn routed_search(&mut self, env: &dyn Env, question: &str, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
+        let q = self.embed_query(env, "search", question)?;
+        let route = search::route(&mut self.built, &q, question.trim())?;
+        let nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
+        if nodes.is_empty() {
+            return Ok((route, Vec::new()));
+        }
+        let allowed = self.inside(&nodes);
+        let found = search::hybrid(&mut self.built, &q, question.trim(), limit, self.threshold, Some(&|i| allowed[i]))?;
+        Ok((route, found))
+    }
+
+    fn search(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            question: String,
+            limit: Option<usize>,
+        }
+        let a: A = parse_args("search", args)?;
+        let limit = a.limit.unwrap_or(self.fragments);
+        if !FRAGMENTS.contains(&limit) {
+            return Err(bad_args("search", format!("limit must be within 8 and 12, got {limit}")));
+        }
+        let (route, found) = self.routed_search(env, &a.question, limit)?;
+        let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
+        let routed: Vec<String> = route
+            .chapters
+            .iter()
+            .map(|r| format!("{} {} (confidence {:.2})", r.chapter_id, r.path.join(" > "), r.confidence))
+            .collect();
+        let mut text = format!("Routed to: {}\nWhy: {}\n", if routed.is_empty() { "nothing".into() } else { routed.join("; ") }, route.reason);
+        if hits.is_empty() {
+            text.push_str("\nNo relevant content found.");
+        }
+        for (k, h) in hits.iter().enumerate() {
+            let m = &h.metadata;
+            text.push_str(&format!(
+                "\n[{}] {} (chapter {}, lines {}-{}, score {:.2})\n{}\n",
+                k + 1,
+                m["path"].as_array().map(|p| p.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" > ")).unwrap_or_default(),
+                m["chapter_id"].as_str().unwrap_or_default(),
+                m["lines"][0],
+                m["lines"][1],
+                h.score,
+                h.content
+            ));
+        }
+        Ok(Output {
+            text,
+            hits,
+            extra: json!({"route": {"chapters": route.chapters, "confidence": route.confidence, "reason": route.reason}}),
+        })
+    }
+
+    fn validate(&self, args: &Value) -> Result<Output, ToolError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct A {
+            cited: Vec<String>,
+            candidates: Vec<String>,
+        }
+        let a: A = parse_args("validate_citations", args)?;
+        let tree = &self.built.tree;
+        let candidates: Vec<Option<usize>> = a.candidates.iter().map(|c| tree.find(c.trim())).collect();
+        let mut checks = Vec::new();
+        for c in &a.cited {
+            let check = match tree.find(c.trim()) {
+                None => json!({"id": c, "valid": false, "reason": format!("no such chapter; nearest: {}", nearest_ids(tree, c.trim(), 3).join(", "))}),
+                Some(i) => match a.candidates.iter().zip(&candidates).find(|(_, n)| n.is_some_and(|n| tree.is_within(i, n))) {
+                    Some((cand, _)) => json!({"id": c, "valid": true, "reason": format!("inside candidate {cand}")}),
+                    None => json!({"id": c, "valid": false, "reason": "not among the candidates or their sections"}),
+                },
+            };
+            checks.push(check);
+        }
+        let valid = !checks.is_empty() && checks.iter().all(|c| c["valid"] == true);
+        let unknown: Vec<&String> = a.candidates.iter().zip(&candidates).filter(|(_, n)| n.is_none()).map(|(c, _)| c).collect();
+        let body = json!({"valid": valid, "cited": checks, "unknown_candidates": unknown});
+        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
+    }
+}
+
+fn at_open(e: ToolError) -> ToolError {
+    match e {
+        ToolError::InvalidArgs(m) => ToolError::InvalidConfig(m),
+        e => e,
+    }
+}
+
+fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built) -> Result<(), ToolError> {
+    if let Some(f) = file {
+        built.index.save(f).map_err(|e| ToolError::Denied(format!("{e}: is index_dir a read-write grant?")))?;
+        env.log(&format!("saved the index of {} to {}", built.source, f.display()));
+    }
+    Ok(())
+}
+
+fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<String, ToolError> {
+    let lower = path.to_ascii_lowercase();
+    if !(lower.ends_with(".md") || lower.ends_with(".markdown") || lower.ends_with(".txt")) {
+        return Err(ToolError::InvalidArgs(format!(
+            "{path}: not a Markdown or text file (.md, .markdown, .txt); convert the manual to Markdown first (pandoc does)"
+        )));
+    }
+    let bytes = env.read_file(path, max_bytes)?;
+    String::from_utf8(bytes).map_err(|e| {
+        ToolError::InvalidArgs(format!("{path}: not UTF-8 text (invalid byte at {}); convert it to UTF-8", e.utf8_error().valid_up_to()))
+    })
+}
+
+fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T, ToolError> {
+    serde_json::from_value(args.clone()).map_err(|e| bad_args(tool, e))
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// Up to `n` ids most like `id`: siblings and relatives first (shared prefix), then by edit
+/// distance.
+fn nearest_ids(tree: &crate::tree::Tree, id: &str, n: usize) -> Vec<String> {
+    let mut scored: Vec<(usize, usize, &str)> = tree
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(k, node)| {
+            let common = node.id.split('.').zip(id.split('.')).take_while(|(a, b)| a == b).count();
+            let d = edit_distance(&node.id, id) + 10 * (id.split('.').count().saturating_sub(common));
+            (d, k, node.id.as_str())
+        })
+        .collect();
+    scored.sort();
+    scored.into_iter().take(n).map(|(_, _, s)| s.to_string()).collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// One result, as WIT's `hit`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hit {
+    /// The chunk's text.
+    pub content: String,
+    /// Normalised vector score.
+    pub score: f32,
+    /// Manual and chapter path.
+    pub source: String,
+    /// Chapter ids, path, chunk index, lines.
+    pub metadata: Value,
+}
+
+/// The result of one call, as WIT's `tool-output`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Output {
+    /// What an LLM reads.
+    pub text: String,
+    /// The results, typed.
+    pub hits: Vec<Hit>,
+    /// Routing, reports, paths.
+    pub extra: Value,
+}

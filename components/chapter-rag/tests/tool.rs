@@ -1,0 +1,209 @@
+//! The tools natively, with a fake embedder (hashed bag of words): tree, chapters, routing,
+//! in-chapter search, citations, bad input, and incremental, all-or-nothing rebuilds.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use chapter_rag::tool::{ChapterTool, Env, Model, ToolError};
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Fake {
+    files: RefCell<HashMap<String, Vec<u8>>>,
+    embedded: Cell<usize>,
+    fail_embed: Cell<bool>,
+    stamps: Cell<u128>,
+}
+
+impl Fake {
+    fn put(&self, path: &str, text: &str) {
+        self.files.borrow_mut().insert(path.into(), text.as_bytes().to_vec());
+        self.stamps.set(self.stamps.get() + 1);
+    }
+}
+
+fn words(s: &str) -> Vec<String> {
+    s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
+}
+
+impl Env for Fake {
+    fn model(&self) -> Model {
+        Model { id: "fake/bow".into(), dimension: 64, max_tokens: 512 }
+    }
+    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError> {
+        if self.fail_embed.get() {
+            return Err(ToolError::Upstream("the embedder is down".into()));
+        }
+        if !query {
+            self.embedded.set(self.embedded.get() + texts.len());
+        }
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0f32; 64];
+                for w in words(t) {
+                    let h = w.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64));
+                    v[(h % 64) as usize] += 1.0;
+                }
+                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                v.into_iter().map(|x| x / n).collect()
+            })
+            .collect())
+    }
+    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError> {
+        Ok(texts.iter().map(|t| words(t).len() as u32).collect())
+    }
+    fn stamp(&self, path: &str) -> Option<(u64, u128)> {
+        self.files.borrow().get(path).map(|b| (b.len() as u64, self.stamps.get()))
+    }
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+        let files = self.files.borrow();
+        let b = files.get(path).ok_or_else(|| ToolError::NotFound(format!("File does not exist: {path}")))?;
+        if b.len() as u64 > max_bytes {
+            return Err(ToolError::InvalidArgs(format!("{path} is too large")));
+        }
+        Ok(b.clone())
+    }
+    fn log(&self, _: &str) {}
+    fn progress(&self, _: &str, _: u64, _: u64, _: &str) {}
+}
+
+fn filler(topic: &str, n: usize) -> String {
+    format!("This paragraph explains {topic} in some detail for the reader. ").repeat(n)
+}
+
+fn manual() -> String {
+    format!(
+        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth limits\n\nUse --bwlimit to cap bandwidth with a timetable. {}\n\n## Filters\n\n{}\n",
+        filler("installation packages", 20),
+        filler("linux apt packages", 20),
+        filler("windows installer exe", 20),
+        filler("syncing directories", 20),
+        filler("bandwidth throttle", 20),
+        filler("include exclude filter rules", 20),
+    )
+}
+
+fn open(env: &Fake) -> ChapterTool {
+    ChapterTool::open(&json!({"manual": "/docs/m.md", "similarity_threshold": 0.0}).to_string(), env).unwrap()
+}
+
+fn call(t: &mut ChapterTool, env: &Fake, tool: &str, args: Value) -> Result<chapter_rag::tool::Output, ToolError> {
+    t.call(env, tool, &args.to_string())
+}
+
+#[test]
+fn tree_chapter_route_search_and_citations() {
+    let env = Fake::default();
+    env.put("/docs/m.md", &manual());
+    let mut t = open(&env);
+    assert_eq!(t.specs().len(), 6);
+    for (_, _, schema) in t.specs() {
+        let s: Value = serde_json::from_str(&schema).unwrap();
+        assert_eq!(s["type"], "object");
+    }
+    let tree = call(&mut t, &env, "list_chapter_tree", json!({})).unwrap();
+    assert!(tree.text.contains("1 Installing") && tree.text.contains("  2.1 Bandwidth limits"), "{}", tree.text);
+    let top = call(&mut t, &env, "list_chapter_tree", json!({"level": 1})).unwrap();
+    assert!(!top.text.contains("2.1") && top.text.contains("2 sections below"), "{}", top.text);
+    let under = call(&mut t, &env, "list_chapter_tree", json!({"under": "2"})).unwrap();
+    assert!(under.text.starts_with("2.1 Bandwidth limits"), "{}", under.text);
+
+    let ch = call(&mut t, &env, "get_chapter", json!({"chapter_id": "2.1"})).unwrap();
+    assert!(ch.text.starts_with("Chapter 2.1 Bandwidth limits\nParent: 2 Syncing"), "{}", ch.text);
+    assert!(ch.text.contains("--bwlimit"));
+
+    let route = call(&mut t, &env, "route", json!({"question": "how do I limit bandwidth with bwlimit timetable"})).unwrap();
+    let r: Value = serde_json::from_str(&route.text).unwrap();
+    assert!(r["chapters"][0]["chapter_id"].as_str().unwrap().starts_with('2'), "{r}");
+    assert!(r["confidence"].as_f64().unwrap() > 0.0 && !r["reason"].as_str().unwrap().is_empty());
+
+    let found = call(&mut t, &env, "search_chapter_content", json!({"chapter_id": "2", "query": "bwlimit timetable", "top_k": 3})).unwrap();
+    let rows: Value = serde_json::from_str(&found.text).unwrap();
+    assert_eq!(rows[0]["chapter_id"], "2.1", "{rows}");
+    assert!(found.hits.iter().all(|h| h.metadata["chapter_id"].as_str().unwrap().starts_with('2')));
+    // Inside chapter 1 there is no bandwidth text: whatever comes back is from chapter 1.
+    let other = call(&mut t, &env, "search_chapter_content", json!({"chapter_ids": ["1.1"], "query": "bwlimit"})).unwrap();
+    assert!(other.hits.iter().all(|h| h.metadata["chapter_id"] == "1.1"));
+
+    let s = call(&mut t, &env, "search", json!({"question": "bandwidth throttle bwlimit"})).unwrap();
+    assert!(s.text.starts_with("Routed to: 2"), "{}", s.text);
+    assert!(!s.hits.is_empty() && s.hits.len() <= 10);
+    assert!(s.text.contains("Syncing > Bandwidth limits"));
+
+    let v = call(&mut t, &env, "validate_citations", json!({"cited": ["2.1"], "candidates": ["2"]})).unwrap();
+    assert_eq!(v.extra["valid"], true);
+    let v = call(&mut t, &env, "validate_citations", json!({"cited": ["1.1", "9"], "candidates": ["2"]})).unwrap();
+    assert_eq!(v.extra["valid"], false);
+    assert_eq!(v.extra["cited"][1]["valid"], false);
+}
+
+#[test]
+fn bad_ids_questions_and_arguments() {
+    let env = Fake::default();
+    env.put("/docs/m.md", &manual());
+    let mut t = open(&env);
+    let e = call(&mut t, &env, "get_chapter", json!({"chapter_id": "2.9"})).unwrap_err();
+    match e {
+        ToolError::NotFound(m) => assert!(m.contains("nearest ids are 2.1, 2.2") || m.contains("2.2, 2.1"), "{m}"),
+        e => panic!("{e:?}"),
+    }
+    for (tool, args) in [
+        ("route", json!({"question": "  "})),
+        ("search", json!({"question": ""})),
+        ("search_chapter_content", json!({"chapter_id": "1", "query": ""})),
+        ("search_chapter_content", json!({"query": "x"})),
+        ("search", json!({"question": "x", "limit": 50})),
+        ("list_chapter_tree", json!({"level": 0})),
+        ("route", json!({"question": "x", "extra": 1})),
+    ] {
+        assert!(matches!(call(&mut t, &env, tool, args.clone()), Err(ToolError::InvalidArgs(_))), "{tool} {args}");
+    }
+    assert!(matches!(t.call(&env, "route", "not json"), Err(ToolError::InvalidArgs(_))));
+    assert!(matches!(t.call(&env, "nope", "{}"), Err(ToolError::NotFound(_))));
+}
+
+#[test]
+fn bad_manuals_are_refused_at_open() {
+    let env = Fake::default();
+    let open = |cfg: Value| ChapterTool::open(&cfg.to_string(), &env).err().expect("should fail");
+    env.put("/docs/empty.md", "  \n\n");
+    assert!(open(json!({"manual": "/docs/empty.md"})).to_string().contains("empty"));
+    env.put("/docs/big.md", &"x".repeat(2048));
+    assert!(open(json!({"manual": "/docs/big.md", "max_bytes": 1024})).to_string().contains("too large"));
+    env.put("/docs/many.md", &"# h\n\ntext\n\n".repeat(10_000));
+    let e = open(json!({"manual": "/docs/many.md"}));
+    assert!(matches!(e, ToolError::InvalidConfig(ref m) if m.contains("10000 headings") && m.contains("max_headings")), "{e}");
+    env.put("/docs/m.pdf", "x");
+    assert!(open(json!({"manual": "/docs/m.pdf"})).to_string().contains("convert the manual to Markdown"));
+    assert!(matches!(open(json!({"manual": "/docs/missing.md"})), ToolError::NotFound(_)));
+    assert!(open(json!({"manual": "/docs/m.md", "fragments": 20})).to_string().contains("fragments must be within 8 and 12"));
+    assert!(open(json!({"manual": "/docs/m.md", "chunk_size": 100, "chunk_overlap": 100})).to_string().contains("overlap"));
+    assert!(open(json!({"manual": "/docs/m.md", "bogus": 1})).to_string().contains("unknown field"));
+}
+
+#[test]
+fn an_edit_reembeds_only_what_changed_and_a_failed_rebuild_keeps_the_old_index() {
+    let env = Fake::default();
+    env.put("/docs/m.md", &manual());
+    let mut t = open(&env);
+    let first = env.embedded.get();
+    assert_eq!(first, t.report().chunks);
+    // Edit one chapter.
+    env.put("/docs/m.md", &manual().replace("windows installer exe", "windows msi package"));
+    let out = call(&mut t, &env, "list_chapter_tree", json!({})).unwrap();
+    let report = &out.extra["report"];
+    let embedded = env.embedded.get() - first;
+    assert!(embedded > 0 && embedded < first / 2, "re-embedded {embedded} of {first}");
+    assert_eq!(report["embedded"], embedded);
+    assert_eq!(report["reused"].as_u64().unwrap() as usize + embedded, report["chunks"].as_u64().unwrap() as usize);
+
+    // A broken edit (and an embedder that fails) keeps the previous index serving.
+    env.fail_embed.set(true);
+    env.put("/docs/m.md", &format!("{}\n# New chapter\n\nfresh text here\n", manual()));
+    env.fail_embed.set(false);
+    env.put("/docs/m.md", "");
+    let out = call(&mut t, &env, "list_chapter_tree", json!({})).unwrap();
+    assert!(out.text.contains("2.1 Bandwidth limits"));
+    assert!(out.extra["stale_index"].as_str().unwrap().contains("previous version"), "{}", out.extra);
+}
