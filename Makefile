@@ -5,10 +5,10 @@ SHELL := /bin/bash
 CARGO ?= cargo
 # Guests build in their own target dir (shared with tests/build.rs).
 GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
-NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx
-GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search
+NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx --exclude chapter-eval
+GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search -p chapter-rag
 
-.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx profile-embedder
+.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx bench-chapters eval profile-embedder
 
 setup:
 	rustup target add wasm32-wasip2
@@ -24,11 +24,15 @@ components: setup
 host:
 	$(CARGO) build --release -p quarry
 
-demo: components host
-	./target/release/quarry --config host/demo.toml check
-	./target/release/quarry --config host/demo.toml list
-	./target/release/quarry --config host/demo.toml call echo '{"text": "hello from a sandboxed component"}'
-	./target/release/quarry --config host/demo.toml call sandbox.read_file '{"path": "/wit/README.md"}' | head -3
+# The main job: chapter RAG over the bundled rclone manual, one question, routed chapters and
+# fragments printed. The first run embeds the manual into $(DEMO_INDEX) (about 10 minutes on 2
+# cores); later runs take seconds.
+BIN := $(or $(CARGO_TARGET_DIR),target)/release/quarry
+DEMO_INDEX ?= $(or $(QUARRY_DEMO_INDEX),$(HOME)/.cache/quarry/demo-index)
+DEMO_QUESTION ?= Our office connection is saturated whenever the nightly upload runs into the morning. Can rclone go slowly during working hours and at full speed overnight?
+demo: components host models
+	mkdir -p $(DEMO_INDEX)
+	QUARRY_GUEST_DIR=$(abspath $(GUEST_DIR)) QUARRY_DEMO_INDEX=$(DEMO_INDEX) $(BIN) --config host/demo.toml call rclone.search '{"question": "$(DEMO_QUESTION)"}'
 
 test: setup models
 	$(CARGO) build -p quarry
@@ -38,6 +42,7 @@ lint: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets $(NOT_GUESTS) -- -D warnings
 	$(CARGO) clippy --target wasm32-wasip2 $(GUESTS) -- -D warnings
+	$(CARGO) clippy -p chapter-eval -- -D warnings
 
 bench: setup
 	$(CARGO) bench -p quarry-tests --bench host
@@ -67,3 +72,12 @@ profile-embedder: setup models
 	$(or $(CARGO_TARGET_DIR),target)/release/examples/wasi-run $(GUEST_DIR)/wasm32-wasip2/release/examples/profile.wasm $(MODELS) /m /m/all-minilm-l6-v2 /m/bench-texts.json
 	@echo "== wasm, no epoch checks"
 	$(or $(CARGO_TARGET_DIR),target)/release/examples/wasi-run --no-epochs $(GUEST_DIR)/wasm32-wasip2/release/examples/profile.wasm $(MODELS) /m /m/all-minilm-l6-v2 /m/bench-texts.json
+
+# Retrieval quality of the chapter RAG on both development manuals (../shared/data): global
+# vector, global hybrid and routed hybrid side by side. Indexes are cached in
+# ~/.cache/quarry/eval (first run: about 3 minutes for rclone, more for the Chinese book).
+SHARED_DATA ?= $(or $(QUARRY_SHARED_DATA),../shared/data)
+eval: setup models
+	$(CARGO) build --release -p chapter-eval
+	$(or $(CARGO_TARGET_DIR),target)/release/chapter-eval $(SHARED_DATA)/manuals/rclone/MANUAL.md $(SHARED_DATA)/manuals/rclone/questions.jsonl $(MODELS)/all-minilm-l6-v2
+	$(or $(CARGO_TARGET_DIR),target)/release/chapter-eval $(SHARED_DATA)/manuals/trpl-zh-cn/manual.md $(SHARED_DATA)/manuals/trpl-zh-cn/questions.jsonl $(MODELS)/multilingual-e5-small

@@ -97,6 +97,8 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
 pub const EMBEDDER_ONNX: &str = env!("QUARRY_FIXTURE_EMBEDDER_ONNX");
 /// The DOCX search component (components/docx-search).
 pub const DOCX_SEARCH: &str = env!("QUARRY_FIXTURE_DOCX_SEARCH");
+/// The chapter RAG component (components/chapter-rag).
+pub const CHAPTER_RAG: &str = env!("QUARRY_FIXTURE_CHAPTER_RAG");
 
 /// Where `make models` put the converted models.
 pub fn models_dir() -> PathBuf {

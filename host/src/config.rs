@@ -303,7 +303,7 @@ impl Config {
         let invalid = |key: String, message: String| ConfigError::Invalid { path: path.to_path_buf(), key, message };
 
         let cache_dir = match raw.host.cache_dir {
-            Some(dir) => base.join(dir),
+            Some(dir) => base.join(expand_path(&dir).map_err(|m| invalid("host.cache_dir".into(), m))?),
             None => default_cache_dir(),
         };
         let mut embedders = BTreeMap::new();
@@ -350,6 +350,53 @@ impl Config {
     }
 }
 
+/// [`expand`] on a path; a path that is not UTF-8 is taken as it is.
+fn expand_path(path: &Path) -> Result<PathBuf, String> {
+    match path.to_str() {
+        Some(s) => expand(s).map(PathBuf::from),
+        None => Ok(path.to_path_buf()),
+    }
+}
+
+/// Expands a path from the config: a leading `~/` is `$HOME/`, `${NAME}` is the host's
+/// environment variable NAME (an error when unset or empty), `${NAME:-default}` falls back to
+/// `default` (itself expanded). Lets one config name per-user places (models, caches, build
+/// output) without hard-coding them. Grants are unchanged by it: the guest still sees only
+/// what the expanded path names.
+pub fn expand(path: &str) -> Result<String, String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut out = String::new();
+    let mut rest = path;
+    if let Some(tail) = rest.strip_prefix("~/") {
+        out.push_str(&var("HOME").ok_or("`~` needs $HOME, which is not set")?);
+        out.push('/');
+        rest = tail;
+    }
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(|| format!("unclosed `${{` in {path:?}"))?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("bad variable name {name:?} in {path:?}"));
+        }
+        match (var(name), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(&expand(d)?),
+            (None, None) => {
+                return Err(format!("{path:?} uses ${{{name}}}, which is not set; set it or write ${{{name}:-default}}"));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// `$QUARRY_CACHE_DIR`, else `$XDG_CACHE_HOME/quarry`, else `~/.cache/quarry`.
 pub fn default_cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("QUARRY_CACHE_DIR").filter(|d| !d.is_empty()) {
@@ -384,7 +431,7 @@ fn validate_instance(
             "instance names use lowercase letters, digits, `_` and `-` (at most 64)".into(),
         ));
     }
-    let component = base.join(&raw.component);
+    let component = base.join(expand_path(&raw.component).map_err(|m| invalid(key(".component"), m))?);
     if !component.is_file() {
         return Err(invalid(
             key(".component"),
@@ -400,7 +447,7 @@ fn validate_instance(
     let mut dirs: Vec<DirGrant> = Vec::new();
     for (i, d) in raw.grants.dirs.into_iter().enumerate() {
         let k = key(&format!(".grants.dirs[{i}]"));
-        let host = base.join(&d.host);
+        let host = base.join(expand_path(&d.host).map_err(|m| invalid(format!("{k}.host"), m))?);
         if !host.is_dir() {
             return Err(invalid(
                 format!("{k}.host"),
@@ -459,6 +506,20 @@ fn validate_instance(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paths_expand_home_variables_and_defaults() {
+        // HOME and PATH are set in any test run; the odd name is not.
+        let home = std::env::var("HOME").unwrap();
+        assert_eq!(expand("~/x").unwrap(), format!("{home}/x"));
+        assert_eq!(expand("a/${HOME}/b").unwrap(), format!("a/{home}/b"));
+        assert_eq!(expand("${QUARRY_TEST_UNSET_VAR_42:-~/m}").unwrap(), format!("{home}/m"));
+        assert_eq!(expand("${QUARRY_TEST_UNSET_VAR_42:-rel/dir}/f").unwrap(), "rel/dir/f");
+        assert_eq!(expand("plain/path").unwrap(), "plain/path");
+        assert!(expand("${QUARRY_TEST_UNSET_VAR_42}").unwrap_err().contains("not set"));
+        assert!(expand("${HOME").unwrap_err().contains("unclosed"));
+        assert!(expand("${BAD-NAME}").unwrap_err().contains("bad variable name"));
+    }
 
     #[test]
     fn sizes_and_durations() {

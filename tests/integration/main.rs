@@ -2,6 +2,7 @@
 //! `quarry` binary driven as a user would.
 
 mod cache;
+mod chapter_rag;
 mod cli;
 mod config_errors;
 mod docx_search;

@@ -21,7 +21,9 @@ const VOTERS: usize = 40;
 /// A section must hold this share of its chapter's evidence to be routed to instead of it.
 pub const NARROW_SHARE: f32 = 0.7;
 /// A candidate needs this fraction of the best candidate's evidence.
-const CANDIDATE_FLOOR: f32 = 0.25;
+const CANDIDATE_FLOOR: f32 = 0.1;
+/// Each further passage of a chapter counts this much less than the one before.
+const DECAY: f32 = 0.5;
 /// The most chapters a route returns.
 pub const MAX_ROUTED: usize = 3;
 
@@ -36,9 +38,25 @@ pub struct Scored {
     pub score: f32,
 }
 
+/// A question as the searches use it: its words and its vector.
+#[derive(Clone, Debug)]
+pub struct Query {
+    /// The question.
+    pub text: String,
+    /// Its embedding (as a query).
+    pub vector: Vec<f32>,
+}
+
+impl Query {
+    /// The normalised score of chunk `i` for this query.
+    pub fn score(&self, built: &Built, i: usize) -> f32 {
+        from_cosine(dot(&self.vector, built.index.vector(i)))
+    }
+}
+
 /// Vector-only search: the `k` nearest chunks among `allowed`.
-pub fn vector_only(built: &mut Built, query: &[f32], k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Result<Vec<Scored>, ToolError> {
-    let hits = built.index.nearest(query, k, allowed).map_err(|e| ToolError::Upstream(e.to_string()))?;
+pub fn vector_only(built: &mut Built, query: &Query, k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Result<Vec<Scored>, ToolError> {
+    let hits = built.index.nearest(&query.vector, k, allowed).map_err(|e| ToolError::Upstream(e.to_string()))?;
     Ok(hits.into_iter().enumerate().map(|(r, (chunk, score))| Scored { chunk, fused: 1.0 / (61.0 + r as f32), score }).collect())
 }
 
@@ -46,23 +64,23 @@ pub fn vector_only(built: &mut Built, query: &[f32], k: usize, allowed: Option<&
 /// vector score is below `threshold` are dropped; the best `k`.
 pub fn hybrid(
     built: &mut Built,
-    query: &[f32],
-    question: &str,
+    query: &Query,
     k: usize,
     threshold: f32,
     allowed: Option<&dyn Fn(usize) -> bool>,
 ) -> Result<Vec<Scored>, ToolError> {
+    let depth = LEG_DEPTH.max(k);
     let by_vector: Vec<usize> = built
         .index
-        .nearest(query, LEG_DEPTH.max(k), allowed)
+        .nearest(&query.vector, depth, allowed)
         .map_err(|e| ToolError::Upstream(e.to_string()))?
         .into_iter()
         .map(|(i, _)| i)
         .collect();
-    let by_keyword: Vec<usize> = built.bm25.search(question, LEG_DEPTH.max(k), allowed).into_iter().map(|(i, _)| i).collect();
+    let by_keyword: Vec<usize> = built.bm25.search(&query.text, depth, allowed).into_iter().map(|(i, _)| i).collect();
     let mut out = Vec::new();
     for (chunk, fused) in rrf(&[&by_vector, &by_keyword]) {
-        let score = from_cosine(dot(query, built.index.vector(chunk)));
+        let score = query.score(built, chunk);
         if score >= threshold {
             out.push(Scored { chunk, fused, score });
             if out.len() == k {
@@ -104,19 +122,26 @@ pub struct Route {
 }
 
 /// Routes `question` (embedded as `query`).
-pub fn route(built: &mut Built, query: &[f32], question: &str) -> Result<Route, ToolError> {
-    let voters = hybrid(built, query, question, VOTERS, 0.0, None)?;
+pub fn route(built: &mut Built, query: &Query) -> Result<Route, ToolError> {
+    let voters = hybrid(built, query, VOTERS, 0.0, None)?;
     let tree = &built.tree;
-    // Evidence per node: each voter's fused score goes to its chapter and every ancestor.
+    // Evidence per node: its best passages' fused scores, halving from one to the next, so that
+    // a chapter with one excellent passage is not outvoted by a long one with many middling ones.
+    let mut seen = vec![0u32; tree.nodes.len()];
     let mut evidence = vec![0f32; tree.nodes.len()];
+    // All of it, undecayed, for narrowing: a section must hold most of the chapter's matches.
+    let mut mass = vec![0f32; tree.nodes.len()];
     for v in &voters {
         let mut at = Some(built.chunks[v.chunk].chapter);
         while let Some(n) = at {
-            evidence[n] += v.fused;
+            mass[n] += v.fused;
+            evidence[n] += v.fused * DECAY.powi(seen[n] as i32);
+            seen[n] += 1;
             at = tree.nodes[n].parent;
         }
     }
     let total: f32 = tree.roots.iter().map(|&r| evidence[r]).sum();
+    let total_mass: f32 = tree.roots.iter().map(|&r| mass[r]).sum();
     let mut tops: Vec<usize> = tree.roots.iter().copied().filter(|&r| evidence[r] > 0.0).collect();
     tops.sort_by(|&a, &b| evidence[b].total_cmp(&evidence[a]).then(a.cmp(&b)));
     let Some(&best) = tops.first() else {
@@ -137,10 +162,10 @@ pub fn route(built: &mut Built, query: &[f32], question: &str) -> Result<Route, 
         let mut node = top;
         let mut share = evidence[top] / total;
         loop {
-            let child = tree.nodes[node].children.iter().copied().max_by(|&a, &b| evidence[a].total_cmp(&evidence[b]));
+            let child = tree.nodes[node].children.iter().copied().max_by(|&a, &b| mass[a].total_cmp(&mass[b]));
             match child {
-                Some(c) if evidence[c] >= NARROW_SHARE * evidence[node] => {
-                    share *= evidence[c] / evidence[node];
+                Some(c) if mass[c] >= NARROW_SHARE * total_mass => {
+                    share = mass[c] / total_mass;
                     node = c;
                 }
                 _ => break,

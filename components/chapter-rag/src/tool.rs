@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 pub use rag_core::tool::{Model, ToolError};
 
 use crate::index::{self, Built, Report};
-use crate::search::{self, Route, Scored};
+use crate::search::{self, Query, Route, Scored};
 use crate::units::Params;
 
 /// The index file inside `index_dir`.
@@ -402,7 +402,8 @@ impl ChapterTool {
         })
     }
 
-    fn embed_query(&self, env: &dyn Env, tool: &str, q: &str) -> Result<Vec<f32>, ToolError> {
+    /// Checks and embeds a question.
+    pub fn query(&self, env: &dyn Env, tool: &str, q: &str) -> Result<Query, ToolError> {
         let q = q.trim();
         if q.is_empty() {
             return Err(bad_args(tool, "the question is empty: ask it in words"));
@@ -410,16 +411,17 @@ impl ChapterTool {
         if q.len() > MAX_QUERY_BYTES {
             return Err(bad_args(tool, format!("the question is {} bytes; keep it under {MAX_QUERY_BYTES}", q.len())));
         }
-        env.embed(&[q.to_string()], true)?
+        let vector = env.embed(&[q.to_string()], true)?
             .into_iter()
             .next()
-            .ok_or_else(|| ToolError::Upstream("the embedder returned no vector for the question".into()))
+            .ok_or_else(|| ToolError::Upstream("the embedder returned no vector for the question".into()))?;
+        Ok(Query { text: q.to_string(), vector })
     }
 
     /// Routes a question (the `route` tool without its JSON wrapping).
     pub fn route(&mut self, env: &dyn Env, question: &str) -> Result<Route, ToolError> {
-        let q = self.embed_query(env, "route", question)?;
-        search::route(&mut self.built, &q, question.trim())
+        let q = self.query(env, "route", question)?;
+        search::route(&mut self.built, &q)
     }
 
     fn route_tool(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
@@ -480,9 +482,9 @@ impl ChapterTool {
         if !(0.0..=1.0).contains(&threshold) {
             return Err(bad_args(T, format!("similarity_threshold must be within 0 and 1, got {threshold}")));
         }
-        let q = self.embed_query(env, T, &a.query)?;
+        let q = self.query(env, T, &a.query)?;
         let allowed = self.inside(&nodes);
-        let found = search::hybrid(&mut self.built, &q, a.query.trim(), k, threshold, Some(&|i| allowed[i]))?;
+        let found = search::hybrid(&mut self.built, &q, k, threshold, Some(&|i| allowed[i]))?;
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
         let results: Vec<Value> = hits
             .iter()
@@ -506,14 +508,14 @@ impl ChapterTool {
 
     /// Routes `question` and searches inside the routed chapters (the `search` tool's work).
     pub fn routed_search(&mut self, env: &dyn Env, question: &str, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
-        let q = self.embed_query(env, "search", question)?;
-        let route = search::route(&mut self.built, &q, question.trim())?;
+        let q = self.query(env, "search", question)?;
+        let route = search::route(&mut self.built, &q)?;
         let nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
         if nodes.is_empty() {
             return Ok((route, Vec::new()));
         }
         let allowed = self.inside(&nodes);
-        let found = search::hybrid(&mut self.built, &q, question.trim(), limit, self.threshold, Some(&|i| allowed[i]))?;
+        let found = search::hybrid(&mut self.built, &q, limit, self.threshold, Some(&|i| allowed[i]))?;
         Ok((route, found))
     }
 

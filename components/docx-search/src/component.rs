@@ -9,7 +9,6 @@ wit_bindgen::generate!({
 });
 
 use std::cell::RefCell;
-use std::io::Read;
 use std::time::Duration;
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
@@ -75,26 +74,7 @@ impl Env for WasiEnv {
     }
 
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {
-        let file = std::fs::File::open(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => tool::ToolError::NotFound(format!("File does not exist: {path}")),
-            std::io::ErrorKind::PermissionDenied => tool::ToolError::Denied(format!("Blocked unsafe path {path}: {e}")),
-            _ => tool::ToolError::InvalidArgs(format!("cannot open {path}: {e}")),
-        })?;
-        let meta = file.metadata().map_err(|e| tool::ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
-        if meta.is_dir() {
-            return Err(tool::ToolError::InvalidArgs(format!("{path} is a directory, not a DOCX file")));
-        }
-        if meta.len() > max_bytes {
-            return Err(tool::ToolError::InvalidArgs(format!(
-                "{path} is {} bytes, over the {max_bytes}-byte limit (config max_bytes)",
-                meta.len()
-            )));
-        }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        file.take(max_bytes + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| tool::ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
-        Ok(bytes)
+        rag_core::tool::read_file(path, max_bytes, "a DOCX file")
     }
 
     fn fetch(&self, url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {

@@ -35,3 +35,32 @@ pub struct Model {
     /// Window in tokens.
     pub max_tokens: usize,
 }
+
+/// Reads `path` (a file the host granted), refusing more than `max_bytes` before reading it.
+/// `what` names the kind of file expected, for messages ("a DOCX file"). A missing file is
+/// CrewAI's `File does not exist: ...`; a refused one is `Blocked unsafe path ...`.
+pub fn read_file(path: &str, max_bytes: u64, what: &str) -> Result<Vec<u8>, ToolError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ToolError::NotFound(format!("File does not exist: {path}")),
+        std::io::ErrorKind::PermissionDenied => ToolError::Denied(format!("Blocked unsafe path {path}: {e}")),
+        _ => ToolError::InvalidArgs(format!("cannot open {path}: {e}")),
+    })?;
+    let meta = file.metadata().map_err(|e| ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
+    if meta.is_dir() {
+        return Err(ToolError::InvalidArgs(format!("{path} is a directory, not {what}")));
+    }
+    if meta.len() > max_bytes {
+        return Err(ToolError::InvalidArgs(format!(
+            "{path} is {} bytes, over the {max_bytes}-byte limit (config max_bytes)",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // A file that grows after the check is still cut at the limit.
+    file.take(max_bytes + 1).read_to_end(&mut bytes).map_err(|e| ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(ToolError::InvalidArgs(format!("{path} grew past the {max_bytes}-byte limit (config max_bytes)")));
+    }
+    Ok(bytes)
+}

@@ -1,0 +1,274 @@
+//! `chapter-eval MANUAL QUESTIONS MODEL_DIR [INDEX_DIR]`: the chapter RAG's retrieval quality on
+//! a manual with labelled questions (format in ../shared/data/README.md), printed as one table:
+//! section recall@1/3/5/10, chapter recall@1/3 and, for questions that need two sections,
+//! all-found@10, for (a) global vector search, (b) global hybrid search and (c) routed hybrid
+//! search (the `search` tool). Then the latency of `route` and `search` (native, p50/p99).
+//!
+//! It runs chapter-rag's own code natively with the embedder component's model code (tract),
+//! so scores equal the component's; the index is cached in INDEX_DIR (default
+//! ~/.cache/quarry/eval/<model>/) and rebuilt only when the manual or the model changes.
+//! `make eval` runs it on both development manuals.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use chapter_rag::search::{self, Scored};
+use chapter_rag::tool::{ChapterTool, Env, Model, ToolError};
+use embedder_onnx::model::{Kind, Model as Onnx};
+use serde_json::{Value, json};
+
+/// The model in the process, used from two threads while indexing.
+struct Native {
+    model: Onnx,
+    threads: usize,
+}
+
+fn err(e: embedder_onnx::model::EmbedError) -> ToolError {
+    ToolError::Upstream(format!("{e:?}"))
+}
+
+impl Env for Native {
+    fn model(&self) -> Model {
+        let i = self.model.info();
+        Model { id: i.id, dimension: i.dimension as usize, max_tokens: i.max_tokens as usize }
+    }
+    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError> {
+        let kind = if query { Kind::Query } else { Kind::Document };
+        let per = texts.len().div_ceil(self.threads).max(1);
+        std::thread::scope(|s| {
+            let parts: Vec<_> = texts
+                .chunks(per)
+                .map(|part| {
+                    s.spawn(move || {
+                        part.iter().map(|t| self.model.embed(t, kind).map(|e| e.vector).map_err(err)).collect::<Result<Vec<_>, _>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(texts.len());
+            for p in parts {
+                out.extend(p.join().map_err(|_| ToolError::Internal("an embedding thread panicked".into()))??);
+            }
+            Ok(out)
+        })
+    }
+    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError> {
+        texts.iter().map(|t| self.model.count_tokens(t).map_err(err)).collect()
+    }
+    fn stamp(&self, path: &str) -> Option<(u64, u128)> {
+        let m = std::fs::metadata(path).ok()?;
+        Some((m.len(), m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos()))
+    }
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+        let b = std::fs::read(path).map_err(|e| ToolError::NotFound(format!("{path}: {e}")))?;
+        if b.len() as u64 > max_bytes {
+            return Err(ToolError::InvalidArgs(format!("{path} is larger than {max_bytes} bytes")));
+        }
+        Ok(b)
+    }
+    fn log(&self, line: &str) {
+        eprintln!("{line}");
+    }
+    fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
+        if done % 640 == 0 || done == total {
+            eprintln!("{task}: {done}/{total} {unit}");
+        }
+    }
+}
+
+/// A section's lines, inclusive, subtree included.
+type Lines = (usize, usize);
+
+struct Question {
+    text: String,
+    gold: Vec<Lines>,
+    acceptable: Vec<Lines>,
+    chapters: Vec<String>,
+    multi: bool,
+}
+
+fn load_questions(path: &Path, sections: &HashMap<String, Lines>) -> Result<Vec<Question>> {
+    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+    let lines = |v: &Value| -> Result<Vec<Lines>> {
+        v.as_array()
+            .map(|a| a.iter().map(|id| sections.get(id.as_str().unwrap_or_default()).copied().context("unknown section id")).collect())
+            .unwrap_or(Ok(Vec::new()))
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let q: Value = serde_json::from_str(l)?;
+            Ok(Question {
+                text: q["question"].as_str().context("question")?.to_string(),
+                gold: lines(&q["answer_section_ids"])?,
+                acceptable: lines(&q["acceptable_section_ids"])?,
+                chapters: serde_json::from_value(q["chapters"].clone())?,
+                multi: q["type"] == "multi",
+            })
+        })
+        .collect()
+}
+
+fn overlaps(a: Lines, b: Lines) -> bool {
+    a.0 <= b.1 && b.0 <= a.1
+}
+
+/// Sums of hits per measure, for one retriever.
+#[derive(Default)]
+struct Tally {
+    section: [usize; 4],
+    chapter: [usize; 2],
+    all_found: usize,
+}
+
+const KS: [usize; 4] = [1, 3, 5, 10];
+
+fn score(t: &mut Tally, q: &Question, fragments: &[Lines], chapters: &[String]) {
+    for (slot, &k) in KS.iter().enumerate() {
+        let top = &fragments[..k.min(fragments.len())];
+        if top.iter().any(|&f| q.gold.iter().chain(&q.acceptable).any(|&g| overlaps(f, g))) {
+            t.section[slot] += 1;
+        }
+    }
+    for (slot, k) in [1, 3].into_iter().enumerate() {
+        if chapters.iter().take(k).any(|c| q.chapters.contains(c)) {
+            t.chapter[slot] += 1;
+        }
+    }
+    if q.multi {
+        let top = &fragments[..10.min(fragments.len())];
+        if q.gold.iter().all(|&g| top.iter().any(|&f| overlaps(f, g))) {
+            t.all_found += 1;
+        }
+    }
+}
+
+fn percentile(xs: &mut [f64], p: f64) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[((xs.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.len() < 3 {
+        bail!("usage: chapter-eval MANUAL QUESTIONS MODEL_DIR [INDEX_DIR]");
+    }
+    let (manual, questions, model_dir) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]), &args[2]);
+    let sections_path = questions.with_file_name("sections.jsonl");
+    let mut sections = HashMap::new();
+    for l in std::fs::read_to_string(&sections_path).with_context(|| sections_path.display().to_string())?.lines() {
+        let s: Value = serde_json::from_str(l)?;
+        sections.insert(
+            s["id"].as_str().context("id")?.to_string(),
+            (s["line_start"].as_u64().context("line_start")? as usize, s["subtree_line_end"].as_u64().context("end")? as usize),
+        );
+    }
+    let questions = load_questions(&questions, &sections)?;
+    let model = Onnx::load(&json!({ "model_dir": model_dir }).to_string()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let env = Native { model, threads: std::thread::available_parallelism().map_or(2, |n| n.get()) };
+    let model_id = env.model().id;
+    let index_dir = args.get(3).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/quarry/eval")
+            .join(model_id.replace('/', "_"))
+            .join(manual.file_stem().unwrap_or_default())
+    });
+    std::fs::create_dir_all(&index_dir)?;
+    let t = Instant::now();
+    let config = json!({"manual": manual, "index_dir": index_dir, "similarity_threshold": 0.0});
+    let mut tool = ChapterTool::open(&config.to_string(), &env).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let r = tool.report().clone();
+    println!(
+        "{}: {} chapters, {} chunks ({} embedded, {} tokens; {} over the window) in {:.1} s, model {model_id}",
+        manual.display(),
+        r.chapters,
+        r.chunks,
+        r.embedded,
+        r.tokens_embedded,
+        r.over_window,
+        t.elapsed().as_secs_f64()
+    );
+
+    let verbose = std::env::var_os("QUARRY_EVAL_VERBOSE").is_some();
+    let mut tallies: [Tally; 3] = Default::default();
+    let (mut route_ms, mut search_ms) = (Vec::new(), Vec::new());
+    for q in &questions {
+        let qv = tool.query(&env, "eval", &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let built = tool.built();
+        let top_title = |b: &chapter_rag::index::Built, chunk: usize| b.tree.nodes[b.tree.top(b.chunks[chunk].chapter)].title.clone();
+        let frag = |b: &chapter_rag::index::Built, hits: &[Scored]| -> (Vec<Lines>, Vec<String>) {
+            let mut chapters: Vec<String> = Vec::new();
+            for h in hits {
+                let t = top_title(b, h.chunk);
+                if !chapters.contains(&t) {
+                    chapters.push(t);
+                }
+            }
+            (hits.iter().map(|h| b.chunks[h.chunk].lines).collect(), chapters)
+        };
+        let v = search::vector_only(built, &qv, 10, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (f, c) = frag(built, &v);
+        score(&mut tallies[0], q, &f, &c);
+        let h = search::hybrid(built, &qv, 10, 0.0, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (f, c) = frag(built, &h);
+        score(&mut tallies[1], q, &f, &c);
+        let t = Instant::now();
+        tool.route(&env, &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        route_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let (route, found) = tool.routed_search(&env, &q.text, 10).map_err(|e| anyhow::anyhow!("{e}"))?;
+        search_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let built = tool.built();
+        let (f, _) = frag(built, &found);
+        let mut chapters: Vec<String> = Vec::new();
+        for n in route.chapters.iter().map(|r| built.tree.top(r.node)).chain(route.ranking.iter().copied()) {
+            let t = built.tree.nodes[n].title.clone();
+            if !chapters.contains(&t) {
+                chapters.push(t);
+            }
+        }
+        score(&mut tallies[2], q, &f, &chapters);
+        if verbose {
+            let first = |fr: &[Lines]| fr.iter().position(|&x| q.gold.iter().chain(&q.acceptable).any(|&g| overlaps(x, g)));
+            let (fa, _) = frag(built, &v);
+            let (fb, _) = frag(built, &h);
+            eprintln!(
+                "{:?} gold {:?} | routed {:?} conf {:.2} | first gold rank a {:?} b {:?} c {:?}",
+                q.text.chars().take(60).collect::<String>(),
+                q.chapters,
+                route.chapters.iter().map(|r| format!("{} {} {:.2}", r.chapter_id, r.title, r.confidence)).collect::<Vec<_>>(),
+                route.confidence,
+                first(&fa),
+                first(&fb),
+                first(&f)
+            );
+        }
+    }
+    let n = questions.len();
+    let multi = questions.iter().filter(|q| q.multi).count();
+    println!("{n} questions ({multi} multi-section)");
+    println!("| retriever | sec@1 | sec@3 | sec@5 | sec@10 | chap@1 | chap@3 | all-found@10 |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, t) in ["(a) global vector", "(b) global hybrid", "(c) routed hybrid"].iter().zip(&tallies) {
+        let f = |x: usize, of: usize| if of == 0 { "-".to_string() } else { format!("{:.2}", x as f64 / of as f64) };
+        println!(
+            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
+            f(t.section[0], n),
+            f(t.section[1], n),
+            f(t.section[2], n),
+            f(t.section[3], n),
+            f(t.chapter[0], n),
+            f(t.chapter[1], n),
+            f(t.all_found, multi)
+        );
+    }
+    println!(
+        "native latency over {n} questions: route p50 {:.1} ms p99 {:.1} ms; search p50 {:.1} ms p99 {:.1} ms",
+        percentile(&mut route_ms, 0.5),
+        percentile(&mut route_ms, 0.99),
+        percentile(&mut search_ms, 0.5),
+        percentile(&mut search_ms, 0.99)
+    );
+    Ok(())
+}

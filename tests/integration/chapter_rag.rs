@@ -1,0 +1,216 @@
+//! The chapter RAG component in the real host: the six tools over the bundled rclone manual,
+//! bad manuals and bad arguments, the index across a restart, an edit that re-embeds only what
+//! changed, and a failed rebuild that leaves the old index serving and on disk.
+//!
+//! These use the toy embedder (fast and deterministic); retrieval quality with the real models
+//! is measured by `make eval`, and `make demo` runs the real model end to end.
+
+use std::path::PathBuf;
+
+use quarry_tests::{CHAPTER_RAG, TOY_EMBEDDER, TestEnv, within};
+use serde_json::{Value, json};
+
+fn rclone_manual() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../host/demo/rclone/MANUAL.md")
+}
+
+/// A test environment with `docs/` (read-only as /docs) and `index/` (read-write as /index).
+fn env() -> TestEnv {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(CHAPTER_RAG, "chapters");
+    for d in ["docs", "index"] {
+        std::fs::create_dir_all(env.path(d)).unwrap();
+    }
+    env
+}
+
+fn config(tool_config: &str) -> String {
+    format!(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = {{ dimension = 64, max_tokens = 256 }}
+pool = 1
+
+[tools.manual]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = {tool_config}
+[tools.manual.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+memory = "1GiB"
+deadline = "120s"
+"#
+    )
+}
+
+async fn call(host: &quarry::Host, tool: &str, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
+    within(120, host.call(&format!("manual.{tool}"), &args.to_string())).await.map_err(|e| e.to_string())
+}
+
+fn extra(out: &quarry::bindings::ToolOutput) -> Value {
+    serde_json::from_str(out.extra.as_deref().unwrap_or("null")).unwrap()
+}
+
+fn small_manual(windows: &str) -> String {
+    let para = |topic: &str| format!("This paragraph explains {topic} for the reader in some detail. ").repeat(16);
+    format!(
+        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable. {}\n",
+        para("installation"),
+        para("linux packages"),
+        para(windows),
+        para("syncing folders"),
+        para("bandwidth limits"),
+    )
+}
+
+#[tokio::test]
+async fn six_tools_over_the_rclone_manual() {
+    let env = env();
+    std::fs::copy(rclone_manual(), env.path("docs/MANUAL.md")).unwrap();
+    let host = env.host(&config(r#"{ manual = "/docs/MANUAL.md", index_dir = "/index", similarity_threshold = 0.0 }"#)).await;
+    let mut names: Vec<String> = host.tools().iter().map(|t| t.qualified.clone()).collect();
+    names.sort();
+    let want = ["get_chapter", "list_chapter_tree", "route", "search", "search_chapter_content", "validate_citations"];
+    assert_eq!(names, want.map(|t| format!("manual.{t}")));
+    for t in host.tools() {
+        let schema: Value = serde_json::from_str(&t.spec.args_schema).unwrap();
+        assert_eq!(schema["type"], "object", "{}", t.qualified);
+        assert!(!t.spec.args_schema.contains("\"null\""), "{}", t.qualified);
+        assert!(t.spec.description.contains("/docs/MANUAL.md") || t.qualified.ends_with("validate_citations"));
+    }
+
+    let tree = call(&host, "list_chapter_tree", json!({"level": 1})).await.unwrap();
+    assert!(tree.text.lines().any(|l| l.starts_with("1 Rclone syncs your files to cloud storage")), "{}", &tree.text[..300]);
+    let report = &extra(&tree)["report"];
+    assert_eq!(report["chapters"], 2225, "{report}");
+    assert!(report["chunks"].as_u64().unwrap() > 2225);
+    // The health check passed: every top-level chapter has chunks.
+    assert!(report["per_chapter"].as_object().unwrap().values().all(|n| n.as_u64().unwrap() > 0));
+
+    // "rclone tree" is a top-level chapter with its options below.
+    let root = tree.text.lines().find(|l| l.contains(" rclone tree (")).expect("rclone tree chapter");
+    let id = root.split_whitespace().next().unwrap().to_string();
+    let ch = call(&host, "get_chapter", json!({"chapter_id": id, "max_chars": 500})).await.unwrap();
+    assert!(ch.text.starts_with(&format!("Chapter {id} rclone tree\nParent: (none")), "{}", ch.text);
+    assert!(ch.text.contains("[cut at 500 of"), "{}", ch.text);
+    let under = call(&host, "list_chapter_tree", json!({"under": id, "level": 1})).await.unwrap();
+    assert!(under.text.lines().all(|l| l.starts_with(&format!("{id}."))), "{}", under.text);
+
+    let route = call(&host, "route", json!({"question": "bwlimit bandwidth timetable"})).await.unwrap();
+    let r: Value = serde_json::from_str(&route.text).unwrap();
+    let n = r["chapters"].as_array().unwrap().len();
+    assert!((1..=3).contains(&n), "{r}");
+    assert!(r["reason"].as_str().unwrap().contains("passages"));
+
+    let first = r["chapters"][0]["chapter_id"].as_str().unwrap().to_string();
+    let inside = call(&host, "search_chapter_content", json!({"chapter_id": first, "query": "bwlimit", "top_k": 3})).await.unwrap();
+    assert!(!inside.hits.is_empty() && inside.hits.len() <= 3);
+    for h in &inside.hits {
+        let m: Value = serde_json::from_str(&h.metadata).unwrap();
+        let cid = m["chapter_id"].as_str().unwrap();
+        assert!(cid == first || cid.starts_with(&format!("{first}.")) || m["chapter_ids"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().starts_with(&first)), "{m}");
+        assert!(h.score.is_some() && h.source.as_deref().unwrap().starts_with("/docs/MANUAL.md > "));
+    }
+
+    let s = call(&host, "search", json!({"question": "bwlimit bandwidth timetable"})).await.unwrap();
+    assert!(s.text.starts_with("Routed to: "), "{}", s.text);
+    assert!((1..=10).contains(&s.hits.len()), "{}", s.hits.len());
+    assert!(s.text.contains("[1] "));
+
+    let v = call(&host, "validate_citations", json!({"cited": [format!("{first}.1")], "candidates": [first.clone()]})).await;
+    // A section of a candidate is inside it (when the candidate has sections).
+    if let Ok(v) = v {
+        let body: Value = serde_json::from_str(&v.text).unwrap();
+        assert!(body["cited"][0]["reason"].as_str().is_some());
+    }
+    let v = call(&host, "validate_citations", json!({"cited": ["1"], "candidates": ["2"]})).await.unwrap();
+    assert_eq!(extra(&v)["valid"], false);
+}
+
+#[tokio::test]
+async fn bad_ids_and_questions_get_clear_errors() {
+    let env = env();
+    std::fs::write(env.path("docs/m.md"), small_manual("windows installers")).unwrap();
+    let host = env.host(&config(r#"{ manual = "/docs/m.md" }"#)).await;
+    let e = call(&host, "get_chapter", json!({"chapter_id": "2.7"})).await.unwrap_err();
+    assert!(e.contains("no chapter \"2.7\"") && e.contains("nearest ids are 2.1"), "{e}");
+    let e = call(&host, "search", json!({"question": "   "})).await.unwrap_err();
+    assert!(e.contains("the question is empty"), "{e}");
+    let e = call(&host, "route", json!({})).await.unwrap_err();
+    assert!(e.contains("missing field `question`"), "{e}");
+    let e = call(&host, "search_chapter_content", json!({"chapter_id": "9", "query": "x"})).await.unwrap_err();
+    assert!(e.contains("no chapter \"9\""), "{e}");
+    // Still serving.
+    assert!(call(&host, "list_chapter_tree", json!({})).await.is_ok());
+}
+
+#[tokio::test]
+async fn bad_manuals_fail_at_load_with_no_index_written() {
+    let env = env();
+    std::fs::write(env.path("docs/empty.md"), "\n \n").unwrap();
+    std::fs::write(env.path("docs/headings.md"), "# Heading\n\nx\n\n".repeat(10_000)).unwrap();
+    {
+        // 50 MB of Markdown.
+        let line = "Some perfectly ordinary Markdown text in a very large file.\n";
+        let f = std::fs::File::create(env.path("docs/huge.md")).unwrap();
+        let mut w = std::io::BufWriter::new(f);
+        use std::io::Write;
+        for _ in 0..(50_000_000 / line.len()) {
+            w.write_all(line.as_bytes()).unwrap();
+        }
+    }
+    std::fs::write(env.path("docs/manual.pdf"), "%PDF-1.4").unwrap();
+    for (manual, want) in [
+        ("/docs/empty.md", "the document is empty"),
+        ("/docs/huge.md", "over the 20971520-byte limit (config max_bytes)"),
+        ("/docs/headings.md", "has 10000 headings, more than the limit of 5000"),
+        ("/docs/manual.pdf", "convert the manual to Markdown"),
+        ("/docs/missing.md", "File does not exist: /docs/missing.md"),
+    ] {
+        let cfg = quarry::Config::load(&env.config(&config(&format!(r#"{{ manual = "{manual}", index_dir = "/index" }}"#)))).unwrap();
+        let host = quarry::Host::new(cfg).unwrap();
+        let failures = within(60, host.load_all()).await;
+        let msg = failures.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>().join("; ");
+        assert!(msg.contains(want), "{manual}: {msg}");
+        assert!(std::fs::read_dir(env.path("index")).unwrap().next().is_none(), "{manual}: an index was written");
+    }
+}
+
+#[tokio::test]
+async fn restart_edit_and_failed_rebuild() {
+    let env = env();
+    std::fs::write(env.path("docs/m.md"), small_manual("windows installers")).unwrap();
+    let cfg = config(r#"{ manual = "/docs/m.md", index_dir = "/index" }"#);
+    let report = |out: &quarry::bindings::ToolOutput| extra(out)["report"].clone();
+    let chunks;
+    {
+        let host = env.host(&cfg).await;
+        let r = report(&call(&host, "list_chapter_tree", json!({})).await.unwrap());
+        chunks = r["chunks"].as_u64().unwrap();
+        assert_eq!(r["embedded"], chunks);
+    }
+    // A restart reopens the index: nothing embedded.
+    let host = env.host(&cfg).await;
+    let r = report(&call(&host, "list_chapter_tree", json!({})).await.unwrap());
+    assert_eq!((r["embedded"].as_u64(), r["reused"].as_u64()), (Some(0), Some(chunks)), "{r}");
+
+    // Edit one chapter: only its chunks are embedded again, and the file on disk follows.
+    let before = std::fs::read(env.path("index/chapter-rag.qix")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(env.path("docs/m.md"), small_manual("windows msi packages")).unwrap();
+    let r = report(&call(&host, "list_chapter_tree", json!({})).await.unwrap());
+    let embedded = r["embedded"].as_u64().unwrap();
+    assert!(embedded >= 1 && embedded < chunks / 2, "re-embedded {embedded} of {chunks}: {r}");
+    let after = std::fs::read(env.path("index/chapter-rag.qix")).unwrap();
+    assert_ne!(before, after);
+
+    // An edit that cannot be indexed: the old index keeps serving, and stays on disk.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(env.path("docs/m.md"), "").unwrap();
+    let out = call(&host, "search", json!({"question": "bandwidth limits"})).await.unwrap();
+    assert!(out.text.contains("Syncing"), "{}", out.text);
+    assert!(extra(&out)["stale_index"].as_str().unwrap().contains("could not be indexed"), "{}", out.extra.unwrap());
+    assert_eq!(std::fs::read(env.path("index/chapter-rag.qix")).unwrap(), after);
+}
