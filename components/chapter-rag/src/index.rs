@@ -103,10 +103,6 @@ fn embed_text(tree: &Tree, p: &Piece) -> String {
     format!("{}\n{}", path_line(tree, p.chapter), p.text)
 }
 
-fn line_of(text: &str, at: usize) -> usize {
-    text[..at].matches('\n').count() + 1
-}
-
 /// Builds the index of `text`. Vectors for chunk texts that `previous` holds are reused.
 pub fn build(
     env: &dyn Env,
@@ -202,6 +198,7 @@ pub fn build(
     report.embed_ms = ms(t);
 
     // Chunks in document order, numbered within their chapter.
+    let line_index = tree::Lines::new(&text);
     let mut next = vec![0usize; tree.nodes.len()];
     let mut chunks = Vec::with_capacity(pieces.len());
     let mut stored = Vec::with_capacity(pieces.len());
@@ -209,7 +206,7 @@ pub fn build(
         let chunk_index = next[p.chapter];
         next[p.chapter] += 1;
         let node = &tree.nodes[p.chapter];
-        let lines = (line_of(&text, p.range.start), line_of(&text, p.range.end.saturating_sub(1).max(p.range.start)));
+        let lines = (line_index.line(p.range.start), line_index.line(p.range.end.saturating_sub(1).max(p.range.start)));
         let meta = json!({
             "chapter_id": node.id,
             "chapter_ids": p.chapters.iter().map(|&c| tree.nodes[c].id.clone()).collect::<Vec<_>>(),

@@ -109,15 +109,15 @@ impl Tree {
 }
 
 /// Byte offsets where lines start, for turning offsets into 1-based line numbers.
-struct Lines(Vec<usize>);
+pub(crate) struct Lines(Vec<usize>);
 
 impl Lines {
-    fn new(text: &str) -> Lines {
+    pub(crate) fn new(text: &str) -> Lines {
         Lines(std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect())
     }
 
-    /// The 1-based line holding byte `at`.
-    fn line(&self, at: usize) -> usize {
+    /// The 1-based line holding byte `at` (any byte, boundary or not).
+    pub(crate) fn line(&self, at: usize) -> usize {
         self.0.partition_point(|&s| s <= at)
     }
 

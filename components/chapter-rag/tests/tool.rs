@@ -207,3 +207,17 @@ fn an_edit_reembeds_only_what_changed_and_a_failed_rebuild_keeps_the_old_index()
     assert!(out.text.contains("2.1 Bandwidth limits"));
     assert!(out.extra["stale_index"].as_str().unwrap().contains("previous version"), "{}", out.extra);
 }
+
+#[test]
+fn a_chinese_manual_builds_with_lines_on_multibyte_text() {
+    let env = Fake::default();
+    let para = "所有权是 Rust 最为与众不同的特性，它让 Rust 无需垃圾回收即可保障内存安全。".repeat(30);
+    env.put("/docs/m.md", &format!("# 所有权\n\n{para}\n\n## 借用\n\n{para}\n"));
+    let mut t = open(&env);
+    let out = call(&mut t, &env, "search_chapter_content", json!({"chapter_id": "1", "query": "所有权", "top_k": 50})).unwrap();
+    assert!(out.hits.len() >= 2);
+    for h in &out.hits {
+        let lines = h.metadata["lines"].as_array().unwrap();
+        assert!(lines[0].as_u64().unwrap() >= 1 && lines[0].as_u64() <= lines[1].as_u64(), "{}", h.metadata);
+    }
+}
