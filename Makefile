@@ -59,6 +59,11 @@ bench-docx: setup models
 	$(BENCH_VENV)/bin/pip install -q python-docx==1.2.0 onnxruntime tokenizers numpy chromadb
 	QUARRY_BENCH_VENV=$(BENCH_VENV) $(CARGO) bench -p quarry-tests --bench docx
 
+# Chapter RAG on the bundled rclone manual in the host, real MiniLM: cold and incremental index
+# builds, reopen, route and search latency.
+bench-chapters: setup models
+	$(CARGO) bench -p quarry-tests --bench chapters
+
 # Where embedding time goes: per-operator profile natively, in wasm under Quarry's engine, and in
 # wasm without epoch checks (the cost of deadlines), one after the other.
 MODELS ?= $(or $(QUARRY_MODELS),$(HOME)/.cache/quarry/models)

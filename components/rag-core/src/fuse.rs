@@ -8,11 +8,17 @@ pub const K: f32 = 60.0;
 /// Fuses `rankings` (each a list of item ids, best first) into one, as (id, fused score), best
 /// first; ties keep the order of first appearance.
 pub fn rrf(rankings: &[&[usize]]) -> Vec<(usize, f32)> {
+    let weighted: Vec<(&[usize], f32)> = rankings.iter().map(|r| (*r, 1.0)).collect();
+    rrf_weighted(&weighted)
+}
+
+/// [`rrf`] with a weight per ranking: each contributes `weight / (K + rank)`.
+pub fn rrf_weighted(rankings: &[(&[usize], f32)]) -> Vec<(usize, f32)> {
     let mut scores: Vec<(usize, f32)> = Vec::new();
     let mut at: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    for ranking in rankings {
+    for &(ranking, weight) in rankings {
         for (rank, &id) in ranking.iter().enumerate() {
-            let add = 1.0 / (K + rank as f32 + 1.0);
+            let add = weight / (K + rank as f32 + 1.0);
             match at.get(&id) {
                 Some(&slot) => scores[slot].1 += add,
                 None => {
@@ -41,6 +47,13 @@ mod tests {
         // 1 and 4 are both first in one ranking: equal, in order of appearance.
         assert_eq!((fused[1].0, fused[2].0), (1, 4));
         assert!((fused[1].1 - fused[2].1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn weights_scale_a_ranking() {
+        let fused = rrf_weighted(&[(&[1, 2], 2.0), (&[2, 1], 1.0)]);
+        assert_eq!(fused[0].0, 1, "{fused:?}");
+        assert!((fused[0].1 - (2.0 / 61.0 + 1.0 / 62.0)).abs() < 1e-6);
     }
 
     #[test]
