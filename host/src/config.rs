@@ -388,7 +388,9 @@ pub fn expand(path: &str) -> Result<String, String> {
             (Some(v), _) => out.push_str(&v),
             (None, Some(d)) => out.push_str(&expand(d)?),
             (None, None) => {
-                return Err(format!("{path:?} uses ${{{name}}}, which is not set; set it or write ${{{name}:-default}}"));
+                return Err(format!(
+                    "{path:?} uses ${{{name}}}, which is not set; set it or write ${{{name}:-default}}"
+                ));
             }
         }
         rest = &after[end + 1..];

@@ -77,7 +77,8 @@ deadline = "3600s"
     );
 
     // Edit one chapter: a sentence added to "About rclone".
-    let edited = text.replacen("Rclone is a command-line program", "Rclone, benchmarked here, is a command-line program", 1);
+    let edited =
+        text.replacen("Rclone is a command-line program", "Rclone, benchmarked here, is a command-line program", 1);
     assert_ne!(edited, text, "the edit must change the manual");
     std::fs::write(env.path("docs/MANUAL.md"), &edited).unwrap();
     let t = Instant::now();

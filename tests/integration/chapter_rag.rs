@@ -69,7 +69,8 @@ fn small_manual(windows: &str) -> String {
 async fn six_tools_over_the_rclone_manual() {
     let env = env();
     std::fs::copy(rclone_manual(), env.path("docs/MANUAL.md")).unwrap();
-    let host = env.host(&config(r#"{ manual = "/docs/MANUAL.md", index_dir = "/index", similarity_threshold = 0.0 }"#)).await;
+    let host =
+        env.host(&config(r#"{ manual = "/docs/MANUAL.md", index_dir = "/index", similarity_threshold = 0.0 }"#)).await;
     let mut names: Vec<String> = host.tools().iter().map(|t| t.qualified.clone()).collect();
     names.sort();
     let want = ["get_chapter", "list_chapter_tree", "route", "search", "search_chapter_content", "validate_citations"];
@@ -82,7 +83,11 @@ async fn six_tools_over_the_rclone_manual() {
     }
 
     let tree = call(&host, "list_chapter_tree", json!({"level": 1})).await.unwrap();
-    assert!(tree.text.lines().any(|l| l.starts_with("1 Rclone syncs your files to cloud storage")), "{}", &tree.text[..300]);
+    assert!(
+        tree.text.lines().any(|l| l.starts_with("1 Rclone syncs your files to cloud storage")),
+        "{}",
+        &tree.text[..300]
+    );
     let report = &extra(&tree)["report"];
     assert_eq!(report["chapters"], 2225, "{report}");
     assert!(report["chunks"].as_u64().unwrap() > 2225);
@@ -105,12 +110,19 @@ async fn six_tools_over_the_rclone_manual() {
     assert!(r["reason"].as_str().unwrap().contains("passages"));
 
     let first = r["chapters"][0]["chapter_id"].as_str().unwrap().to_string();
-    let inside = call(&host, "search_chapter_content", json!({"chapter_id": first, "query": "bwlimit", "top_k": 3})).await.unwrap();
+    let inside = call(&host, "search_chapter_content", json!({"chapter_id": first, "query": "bwlimit", "top_k": 3}))
+        .await
+        .unwrap();
     assert!(!inside.hits.is_empty() && inside.hits.len() <= 3);
     for h in &inside.hits {
         let m: Value = serde_json::from_str(&h.metadata).unwrap();
         let cid = m["chapter_id"].as_str().unwrap();
-        assert!(cid == first || cid.starts_with(&format!("{first}.")) || m["chapter_ids"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().starts_with(&first)), "{m}");
+        assert!(
+            cid == first
+                || cid.starts_with(&format!("{first}."))
+                || m["chapter_ids"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().starts_with(&first)),
+            "{m}"
+        );
         assert!(h.score.is_some() && h.source.as_deref().unwrap().starts_with("/docs/MANUAL.md > "));
     }
 
@@ -119,7 +131,8 @@ async fn six_tools_over_the_rclone_manual() {
     assert!((1..=10).contains(&s.hits.len()), "{}", s.hits.len());
     assert!(s.text.contains("[1] "));
 
-    let v = call(&host, "validate_citations", json!({"cited": [format!("{first}.1")], "candidates": [first.clone()]})).await;
+    let v = call(&host, "validate_citations", json!({"cited": [format!("{first}.1")], "candidates": [first.clone()]}))
+        .await;
     // A section of a candidate is inside it (when the candidate has sections).
     if let Ok(v) = v {
         let body: Value = serde_json::from_str(&v.text).unwrap();
@@ -169,7 +182,9 @@ async fn bad_manuals_fail_at_load_with_no_index_written() {
         ("/docs/manual.pdf", "convert the manual to Markdown"),
         ("/docs/missing.md", "File does not exist: /docs/missing.md"),
     ] {
-        let cfg = quarry::Config::load(&env.config(&config(&format!(r#"{{ manual = "{manual}", index_dir = "/index" }}"#)))).unwrap();
+        let cfg =
+            quarry::Config::load(&env.config(&config(&format!(r#"{{ manual = "{manual}", index_dir = "/index" }}"#))))
+                .unwrap();
         let host = quarry::Host::new(cfg).unwrap();
         let failures = within(60, host.load_all()).await;
         let msg = failures.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>().join("; ");

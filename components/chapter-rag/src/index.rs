@@ -176,8 +176,10 @@ pub fn build(
             }
         }
     }
-    let mut vectors: Vec<Option<Vec<f32>>> =
-        keys.iter().map(|k| known.get(k.as_str()).map(|&i| previous.expect("known implies previous").vector(i).to_vec())).collect();
+    let mut vectors: Vec<Option<Vec<f32>>> = keys
+        .iter()
+        .map(|k| known.get(k.as_str()).map(|&i| previous.expect("known implies previous").vector(i).to_vec()))
+        .collect();
     let todo: Vec<usize> = (0..pieces.len()).filter(|&i| vectors[i].is_none()).collect();
     let task = format!("embedding {source}");
     env.progress(&task, 0, todo.len() as u64, "chunks");
@@ -185,7 +187,11 @@ pub fn build(
         let input: Vec<String> = batch.iter().map(|&i| texts[i].clone()).collect();
         let out = env.embed(&input, false)?;
         if out.len() != batch.len() {
-            return Err(ToolError::Upstream(format!("the embedder returned {} vectors for {} texts", out.len(), batch.len())));
+            return Err(ToolError::Upstream(format!(
+                "the embedder returned {} vectors for {} texts",
+                out.len(),
+                batch.len()
+            )));
         }
         for (&i, v) in batch.iter().zip(out) {
             vectors[i] = Some(v);
@@ -221,7 +227,14 @@ pub fn build(
         });
         *report.per_chapter.entry(tree.nodes[tree.top(p.chapter)].id.clone()).or_insert(0) += 1;
         stored.push((p.text.clone(), meta));
-        chunks.push(Chunk { text: p.text, range: p.range, lines, chapter: p.chapter, chapters: p.chapters, chunk_index });
+        chunks.push(Chunk {
+            text: p.text,
+            range: p.range,
+            lines,
+            chapter: p.chapter,
+            chapters: p.chapters,
+            chunk_index,
+        });
     }
     report.chunks = chunks.len();
     let vectors: Vec<Vec<f32>> = vectors.into_iter().map(|v| v.expect("every chunk has a vector")).collect();
@@ -259,8 +272,12 @@ pub fn reopen(source: &str, text: String, params: &Params, max_headings: usize, 
         }
         let lines = m.get("lines")?.as_array()?;
         let chapter = *ids.get(m.get("chapter_id")?.as_str()?)?;
-        let chapters =
-            m.get("chapter_ids")?.as_array()?.iter().map(|v| ids.get(v.as_str()?).copied()).collect::<Option<Vec<_>>>()?;
+        let chapters = m
+            .get("chapter_ids")?
+            .as_array()?
+            .iter()
+            .map(|v| ids.get(v.as_str()?).copied())
+            .collect::<Option<Vec<_>>>()?;
         *report.per_chapter.entry(tree.nodes[tree.top(chapter)].id.clone()).or_insert(0) += 1;
         chunks.push(Chunk {
             text: c.text.clone(),

@@ -63,9 +63,18 @@ impl Query {
 }
 
 /// Vector-only search: the `k` nearest chunks among `allowed`.
-pub fn vector_only(built: &mut Built, query: &Query, k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Result<Vec<Scored>, ToolError> {
+pub fn vector_only(
+    built: &mut Built,
+    query: &Query,
+    k: usize,
+    allowed: Option<&dyn Fn(usize) -> bool>,
+) -> Result<Vec<Scored>, ToolError> {
     let hits = built.index.nearest(&query.vector, k, allowed).map_err(|e| ToolError::Upstream(e.to_string()))?;
-    Ok(hits.into_iter().enumerate().map(|(r, (chunk, score))| Scored { chunk, fused: 1.0 / (61.0 + r as f32), score }).collect())
+    Ok(hits
+        .into_iter()
+        .enumerate()
+        .map(|(r, (chunk, score))| Scored { chunk, fused: 1.0 / (61.0 + r as f32), score })
+        .collect())
 }
 
 /// Hybrid search: vectors and BM25 among the chunks `allowed`, fused by rank; chunks whose
@@ -201,7 +210,11 @@ pub fn route(built: &mut Built, query: &Query) -> Result<Route, ToolError> {
         confidence * 100.0
     );
     if !narrowed.is_empty() {
-        reason.push_str(&format!("; narrowed to {} (holding over {:.0}% of the matching passages)", narrowed.join(", "), NARROW_SHARE * 100.0));
+        reason.push_str(&format!(
+            "; narrowed to {} (holding over {:.0}% of the matching passages)",
+            narrowed.join(", "),
+            NARROW_SHARE * 100.0
+        ));
     } else if chapters.len() > 1 {
         reason.push_str("; no single section stands out, so whole chapters are searched");
     }

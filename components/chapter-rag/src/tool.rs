@@ -144,7 +144,8 @@ impl ChapterTool {
                 }
             }
             previous => {
-                let b = index::build(env, &c.manual, text, &params, max_headings, previous.as_ref()).map_err(at_open)?;
+                let b =
+                    index::build(env, &c.manual, text, &params, max_headings, previous.as_ref()).map_err(at_open)?;
                 save(env, index_file.as_ref(), &b)?;
                 b
             }
@@ -179,7 +180,8 @@ impl ChapterTool {
     /// (name, description, JSON schema) of each tool.
     pub fn specs(&self) -> Vec<(String, String, String)> {
         let m = &self.manual;
-        let id = json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
+        let id =
+            json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
         let specs = [
             (
                 "list_chapter_tree",
@@ -237,7 +239,8 @@ impl ChapterTool {
 
     /// Runs tool `tool` with `args` (a JSON object).
     pub fn call(&mut self, env: &dyn Env, tool: &str, args: &str) -> Result<Output, ToolError> {
-        let args: Value = serde_json::from_str(args).map_err(|e| bad_args(tool, format!("arguments are not JSON: {e}")))?;
+        let args: Value =
+            serde_json::from_str(args).map_err(|e| bad_args(tool, format!("arguments are not JSON: {e}")))?;
         if !args.is_object() {
             return Err(bad_args(tool, "arguments must be a JSON object"));
         }
@@ -286,7 +289,10 @@ impl ChapterTool {
                 self.stale = None;
             }
             Err(e) => {
-                let m = format!("{} changed but could not be indexed ({e}); answers come from the previous version", self.manual);
+                let m = format!(
+                    "{} changed but could not be indexed ({e}); answers come from the previous version",
+                    self.manual
+                );
                 env.log(&format!("warning: {m}"));
                 self.stale = Some(m);
             }
@@ -336,7 +342,11 @@ impl ChapterTool {
                 more += 1;
                 continue;
             }
-            let hidden = if d + 1 == depth && !n.children.is_empty() { format!(", {} sections below", n.children.len()) } else { String::new() };
+            let hidden = if d + 1 == depth && !n.children.is_empty() {
+                format!(", {} sections below", n.children.len())
+            } else {
+                String::new()
+            };
             lines.push(format!("{}{} {} ({} chunks{hidden})", "  ".repeat(d), n.id, n.title, counts[i]));
             nodes.push(json!({"id": n.id, "title": n.title, "level": n.level, "depth": d, "children": n.children.len(), "chunks": counts[i]}));
             if d + 1 < depth {
@@ -350,7 +360,11 @@ impl ChapterTool {
         if let Some(w) = &tree.warning {
             text = format!("Note: {w}\n{text}");
         }
-        Ok(Output { text, hits: Vec::new(), extra: json!({"nodes": nodes, "not_shown": more, "report": self.built.report}) })
+        Ok(Output {
+            text,
+            hits: Vec::new(),
+            extra: json!({"nodes": nodes, "not_shown": more, "report": self.built.report}),
+        })
     }
 
     fn get(&self, args: &Value) -> Result<Output, ToolError> {
@@ -368,11 +382,8 @@ impl ChapterTool {
         let parent = n.parent.map(|p| &tree.nodes[p]);
         let body = &self.built.text[n.subtree.clone()];
         let total = body.chars().count();
-        let (shown, truncated) = if total > max {
-            (body.chars().take(max).collect::<String>(), true)
-        } else {
-            (body.to_string(), false)
-        };
+        let (shown, truncated) =
+            if total > max { (body.chars().take(max).collect::<String>(), true) } else { (body.to_string(), false) };
         let mut text = format!(
             "Chapter {} {}\nParent: {}\nLines {}-{}\n\n{}",
             n.id,
@@ -386,7 +397,11 @@ impl ChapterTool {
             let sections: Vec<&str> = n.children.iter().take(12).map(|&c| tree.nodes[c].id.as_str()).collect();
             text.push_str(&format!(
                 "\n\n[cut at {max} of {total} characters; ask for a larger max_chars{}]",
-                if sections.is_empty() { String::new() } else { format!(", or get its sections one by one: {}", sections.join(", ")) }
+                if sections.is_empty() {
+                    String::new()
+                } else {
+                    format!(", or get its sections one by one: {}", sections.join(", "))
+                }
             ));
         }
         Ok(Output {
@@ -411,7 +426,8 @@ impl ChapterTool {
         if q.len() > MAX_QUERY_BYTES {
             return Err(bad_args(tool, format!("the question is {} bytes; keep it under {MAX_QUERY_BYTES}", q.len())));
         }
-        let vector = env.embed(&[q.to_string()], true)?
+        let vector = env
+            .embed(&[q.to_string()], true)?
             .into_iter()
             .next()
             .ok_or_else(|| ToolError::Upstream("the embedder returned no vector for the question".into()))?;
@@ -471,7 +487,10 @@ impl ChapterTool {
         let mut ids: Vec<String> = a.chapter_ids.unwrap_or_default();
         ids.extend(a.chapter_id);
         if ids.is_empty() {
-            return Err(bad_args(T, "give chapter_id (or chapter_ids): the chapters to search in (route or list_chapter_tree names them)"));
+            return Err(bad_args(
+                T,
+                "give chapter_id (or chapter_ids): the chapters to search in (route or list_chapter_tree names them)",
+            ));
         }
         let nodes = ids.iter().map(|id| self.node(T, id)).collect::<Result<Vec<_>, _>>()?;
         let k = a.top_k.unwrap_or(5);
@@ -488,12 +507,18 @@ impl ChapterTool {
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
         let results: Vec<Value> = hits
             .iter()
-            .map(|h| json!({
-                "chapter_id": h.metadata["chapter_id"], "chapter_title": h.metadata["chapter_title"],
-                "chunk_index": h.metadata["chunk_index"], "score": h.score, "content": h.content,
-            }))
+            .map(|h| {
+                json!({
+                    "chapter_id": h.metadata["chapter_id"], "chapter_title": h.metadata["chapter_title"],
+                    "chunk_index": h.metadata["chunk_index"], "score": h.score, "content": h.content,
+                })
+            })
             .collect();
-        Ok(Output { text: pretty(&Value::Array(results)), hits, extra: json!({"chapter_ids": ids, "threshold": threshold}) })
+        Ok(Output {
+            text: pretty(&Value::Array(results)),
+            hits,
+            extra: json!({"chapter_ids": ids, "threshold": threshold}),
+        })
     }
 
     /// Which chunks lie inside any of `nodes` (a chunk of merged chapters counts for each).
@@ -507,7 +532,12 @@ impl ChapterTool {
     }
 
     /// Routes `question` and searches inside the routed chapters (the `search` tool's work).
-    pub fn routed_search(&mut self, env: &dyn Env, question: &str, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
+    pub fn routed_search(
+        &mut self,
+        env: &dyn Env,
+        question: &str,
+        limit: usize,
+    ) -> Result<(Route, Vec<Scored>), ToolError> {
         let q = self.query(env, "search", question)?;
         let route = search::route(&mut self.built, &q)?;
         let nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
@@ -538,7 +568,11 @@ impl ChapterTool {
             .iter()
             .map(|r| format!("{} {} (confidence {:.2})", r.chapter_id, r.path.join(" > "), r.confidence))
             .collect();
-        let mut text = format!("Routed to: {}\nWhy: {}\n", if routed.is_empty() { "nothing".into() } else { routed.join("; ") }, route.reason);
+        let mut text = format!(
+            "Routed to: {}\nWhy: {}\n",
+            if routed.is_empty() { "nothing".into() } else { routed.join("; ") },
+            route.reason
+        );
         if hits.is_empty() {
             text.push_str("\nNo relevant content found.");
         }
@@ -547,7 +581,10 @@ impl ChapterTool {
             text.push_str(&format!(
                 "\n[{}] {} (chapter {}, lines {}-{}, score {:.2})\n{}\n",
                 k + 1,
-                m["path"].as_array().map(|p| p.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" > ")).unwrap_or_default(),
+                m["path"]
+                    .as_array()
+                    .map(|p| p.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" > "))
+                    .unwrap_or_default(),
                 m["chapter_id"].as_str().unwrap_or_default(),
                 m["lines"][0],
                 m["lines"][1],
@@ -575,8 +612,15 @@ impl ChapterTool {
         let mut checks = Vec::new();
         for c in &a.cited {
             let check = match tree.find(c.trim()) {
-                None => json!({"id": c, "valid": false, "reason": format!("no such chapter; nearest: {}", nearest_ids(tree, c.trim(), 3).join(", "))}),
-                Some(i) => match a.candidates.iter().zip(&candidates).find(|(_, n)| n.is_some_and(|n| tree.is_within(i, n))) {
+                None => {
+                    json!({"id": c, "valid": false, "reason": format!("no such chapter; nearest: {}", nearest_ids(tree, c.trim(), 3).join(", "))})
+                }
+                Some(i) => match a
+                    .candidates
+                    .iter()
+                    .zip(&candidates)
+                    .find(|(_, n)| n.is_some_and(|n| tree.is_within(i, n)))
+                {
                     Some((cand, _)) => json!({"id": c, "valid": true, "reason": format!("inside candidate {cand}")}),
                     None => json!({"id": c, "valid": false, "reason": "not among the candidates or their sections"}),
                 },
@@ -584,7 +628,8 @@ impl ChapterTool {
             checks.push(check);
         }
         let valid = !checks.is_empty() && checks.iter().all(|c| c["valid"] == true);
-        let unknown: Vec<&String> = a.candidates.iter().zip(&candidates).filter(|(_, n)| n.is_none()).map(|(c, _)| c).collect();
+        let unknown: Vec<&String> =
+            a.candidates.iter().zip(&candidates).filter(|(_, n)| n.is_none()).map(|(c, _)| c).collect();
         let body = json!({"valid": valid, "cited": checks, "unknown_candidates": unknown});
         Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
     }
@@ -614,7 +659,10 @@ fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<String, Tool
     }
     let bytes = env.read_file(path, max_bytes)?;
     String::from_utf8(bytes).map_err(|e| {
-        ToolError::InvalidArgs(format!("{path}: not UTF-8 text (invalid byte at {}); convert it to UTF-8", e.utf8_error().valid_up_to()))
+        ToolError::InvalidArgs(format!(
+            "{path}: not UTF-8 text (invalid byte at {}); convert it to UTF-8",
+            e.utf8_error().valid_up_to()
+        ))
     })
 }
 

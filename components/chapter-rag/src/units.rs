@@ -142,7 +142,12 @@ pub fn split(
                 .filter(|&(_, n)| n > 0)
                 .collect();
             let chapter = overlaps.iter().max_by_key(|&&(i, n)| (n, std::cmp::Reverse(i))).map_or(among[0], |o| o.0);
-            Piece { text: text[r.clone()].to_string(), range: r, chapter, chapters: overlaps.into_iter().map(|o| o.0).collect() }
+            Piece {
+                text: text[r.clone()].to_string(),
+                range: r,
+                chapter,
+                chapters: overlaps.into_iter().map(|o| o.0).collect(),
+            }
         })
         .collect())
 }

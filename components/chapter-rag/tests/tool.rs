@@ -113,17 +113,25 @@ fn tree_chapter_route_search_and_citations() {
     assert!(ch.text.starts_with("Chapter 2.1 Bandwidth limits\nParent: 2 Syncing"), "{}", ch.text);
     assert!(ch.text.contains("--bwlimit"));
 
-    let route = call(&mut t, &env, "route", json!({"question": "how do I limit bandwidth with bwlimit timetable"})).unwrap();
+    let route =
+        call(&mut t, &env, "route", json!({"question": "how do I limit bandwidth with bwlimit timetable"})).unwrap();
     let r: Value = serde_json::from_str(&route.text).unwrap();
     assert!(r["chapters"][0]["chapter_id"].as_str().unwrap().starts_with('2'), "{r}");
     assert!(r["confidence"].as_f64().unwrap() > 0.0 && !r["reason"].as_str().unwrap().is_empty());
 
-    let found = call(&mut t, &env, "search_chapter_content", json!({"chapter_id": "2", "query": "bwlimit timetable", "top_k": 3})).unwrap();
+    let found = call(
+        &mut t,
+        &env,
+        "search_chapter_content",
+        json!({"chapter_id": "2", "query": "bwlimit timetable", "top_k": 3}),
+    )
+    .unwrap();
     let rows: Value = serde_json::from_str(&found.text).unwrap();
     assert_eq!(rows[0]["chapter_id"], "2.1", "{rows}");
     assert!(found.hits.iter().all(|h| h.metadata["chapter_id"].as_str().unwrap().starts_with('2')));
     // Inside chapter 1 there is no bandwidth text: whatever comes back is from chapter 1.
-    let other = call(&mut t, &env, "search_chapter_content", json!({"chapter_ids": ["1.1"], "query": "bwlimit"})).unwrap();
+    let other =
+        call(&mut t, &env, "search_chapter_content", json!({"chapter_ids": ["1.1"], "query": "bwlimit"})).unwrap();
     assert!(other.hits.iter().all(|h| h.metadata["chapter_id"] == "1.1"));
 
     let s = call(&mut t, &env, "search", json!({"question": "bandwidth throttle bwlimit"})).unwrap();
@@ -173,12 +181,21 @@ fn bad_manuals_are_refused_at_open() {
     assert!(open(json!({"manual": "/docs/big.md", "max_bytes": 1024})).to_string().contains("too large"));
     env.put("/docs/many.md", &"# h\n\ntext\n\n".repeat(10_000));
     let e = open(json!({"manual": "/docs/many.md"}));
-    assert!(matches!(e, ToolError::InvalidConfig(ref m) if m.contains("10000 headings") && m.contains("max_headings")), "{e}");
+    assert!(
+        matches!(e, ToolError::InvalidConfig(ref m) if m.contains("10000 headings") && m.contains("max_headings")),
+        "{e}"
+    );
     env.put("/docs/m.pdf", "x");
     assert!(open(json!({"manual": "/docs/m.pdf"})).to_string().contains("convert the manual to Markdown"));
     assert!(matches!(open(json!({"manual": "/docs/missing.md"})), ToolError::NotFound(_)));
-    assert!(open(json!({"manual": "/docs/m.md", "fragments": 20})).to_string().contains("fragments must be within 8 and 12"));
-    assert!(open(json!({"manual": "/docs/m.md", "chunk_size": 100, "chunk_overlap": 100})).to_string().contains("overlap"));
+    assert!(
+        open(json!({"manual": "/docs/m.md", "fragments": 20}))
+            .to_string()
+            .contains("fragments must be within 8 and 12")
+    );
+    assert!(
+        open(json!({"manual": "/docs/m.md", "chunk_size": 100, "chunk_overlap": 100})).to_string().contains("overlap")
+    );
     assert!(open(json!({"manual": "/docs/m.md", "bogus": 1})).to_string().contains("unknown field"));
 }
 
@@ -214,7 +231,8 @@ fn a_chinese_manual_builds_with_lines_on_multibyte_text() {
     let para = "所有权是 Rust 最为与众不同的特性，它让 Rust 无需垃圾回收即可保障内存安全。".repeat(30);
     env.put("/docs/m.md", &format!("# 所有权\n\n{para}\n\n## 借用\n\n{para}\n"));
     let mut t = open(&env);
-    let out = call(&mut t, &env, "search_chapter_content", json!({"chapter_id": "1", "query": "所有权", "top_k": 50})).unwrap();
+    let out = call(&mut t, &env, "search_chapter_content", json!({"chapter_id": "1", "query": "所有权", "top_k": 50}))
+        .unwrap();
     assert!(out.hits.len() >= 2);
     for h in &out.hits {
         let lines = h.metadata["lines"].as_array().unwrap();

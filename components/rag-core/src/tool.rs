@@ -58,7 +58,9 @@ pub fn read_file(path: &str, max_bytes: u64, what: &str) -> Result<Vec<u8>, Tool
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     // A file that grows after the check is still cut at the limit.
-    file.take(max_bytes + 1).read_to_end(&mut bytes).map_err(|e| ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
+    file.take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::InvalidArgs(format!("cannot read {path}: {e}")))?;
     if bytes.len() as u64 > max_bytes {
         return Err(ToolError::InvalidArgs(format!("{path} grew past the {max_bytes}-byte limit (config max_bytes)")));
     }

@@ -42,7 +42,9 @@ impl Env for Native {
                 .chunks(per)
                 .map(|part| {
                     s.spawn(move || {
-                        part.iter().map(|t| self.model.embed(t, kind).map(|e| e.vector).map_err(err)).collect::<Result<Vec<_>, _>>()
+                        part.iter()
+                            .map(|t| self.model.embed(t, kind).map(|e| e.vector).map_err(err))
+                            .collect::<Result<Vec<_>, _>>()
                     })
                 })
                 .collect();
@@ -92,7 +94,11 @@ fn load_questions(path: &Path, sections: &HashMap<String, Lines>) -> Result<Vec<
     let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
     let lines = |v: &Value| -> Result<Vec<Lines>> {
         v.as_array()
-            .map(|a| a.iter().map(|id| sections.get(id.as_str().unwrap_or_default()).copied().context("unknown section id")).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|id| sections.get(id.as_str().unwrap_or_default()).copied().context("unknown section id"))
+                    .collect()
+            })
             .unwrap_or(Ok(Vec::new()))
     };
     text.lines()
@@ -161,7 +167,10 @@ fn main() -> Result<()> {
         let s: Value = serde_json::from_str(l)?;
         sections.insert(
             s["id"].as_str().context("id")?.to_string(),
-            (s["line_start"].as_u64().context("line_start")? as usize, s["subtree_line_end"].as_u64().context("end")? as usize),
+            (
+                s["line_start"].as_u64().context("line_start")? as usize,
+                s["subtree_line_end"].as_u64().context("end")? as usize,
+            ),
         );
     }
     let questions = load_questions(&questions, &sections)?;
@@ -196,7 +205,9 @@ fn main() -> Result<()> {
     for q in &questions {
         let qv = tool.query(&env, "eval", &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
         let built = tool.built();
-        let top_title = |b: &chapter_rag::index::Built, chunk: usize| b.tree.nodes[b.tree.top(b.chunks[chunk].chapter)].title.clone();
+        let top_title = |b: &chapter_rag::index::Built, chunk: usize| {
+            b.tree.nodes[b.tree.top(b.chunks[chunk].chapter)].title.clone()
+        };
         let frag = |b: &chapter_rag::index::Built, hits: &[Scored]| -> (Vec<Lines>, Vec<String>) {
             let mut chapters: Vec<String> = Vec::new();
             for h in hits {
@@ -230,14 +241,19 @@ fn main() -> Result<()> {
         }
         score(&mut tallies[2], q, &f, &chapters);
         if verbose {
-            let first = |fr: &[Lines]| fr.iter().position(|&x| q.gold.iter().chain(&q.acceptable).any(|&g| overlaps(x, g)));
+            let first =
+                |fr: &[Lines]| fr.iter().position(|&x| q.gold.iter().chain(&q.acceptable).any(|&g| overlaps(x, g)));
             let (fa, _) = frag(built, &v);
             let (fb, _) = frag(built, &h);
             eprintln!(
                 "{:?} gold {:?} | routed {:?} conf {:.2} | first gold rank a {:?} b {:?} c {:?}",
                 q.text.chars().take(60).collect::<String>(),
                 q.chapters,
-                route.chapters.iter().map(|r| format!("{} {} {:.2}", r.chapter_id, r.title, r.confidence)).collect::<Vec<_>>(),
+                route
+                    .chapters
+                    .iter()
+                    .map(|r| format!("{} {} {:.2}", r.chapter_id, r.title, r.confidence))
+                    .collect::<Vec<_>>(),
                 route.confidence,
                 first(&fa),
                 first(&fb),
