@@ -73,7 +73,7 @@ impl Env for Native {
         eprintln!("{line}");
     }
     fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
-        if done % 640 == 0 || done == total {
+        if done.is_multiple_of(640) || done == total {
             eprintln!("{task}: {done}/{total} {unit}");
         }
     }
