@@ -1,8 +1,8 @@
 //! DOCX semantic search: CrewAI's DOCXSearchTool, rebuilt as a sandboxed component.
 //!
-//! - [`package`] vets a file before anything parses it (not a zip, legacy .doc, encrypted,
-//!   truncated, zip bomb);
-//! - [`extract`] reads it with docx-rs, keeping headings, tables, lists, text boxes and notes;
+//! - [`package`] and [`extract`] (from the shared `docx-text` crate) vet a file before anything
+//!   parses it (not a zip, legacy .doc, encrypted, truncated, zip bomb) and read it with docx-rs,
+//!   keeping headings, tables, lists, text boxes and notes;
 //! - [`sections`] chunks it section by section with rag-core;
 //! - [`tool`] is the tool: config, schemas, calls, the index;
 //! - the component glue (wasm only) connects [`tool`] to WIT: files through the preopens the
@@ -10,9 +10,7 @@
 //!
 //! All but the glue is plain Rust, tested natively.
 
-pub mod extract;
-pub mod notes;
-pub mod package;
+pub use docx_text::{extract, notes, package};
 pub mod sections;
 pub mod tool;
 
