@@ -179,7 +179,7 @@ async fn bad_manuals_fail_at_load_with_no_index_written() {
         ("/docs/empty.md", "the document is empty"),
         ("/docs/huge.md", "over the 20971520-byte limit (config max_bytes)"),
         ("/docs/headings.md", "has 10000 headings, more than the limit of 5000"),
-        ("/docs/manual.pdf", "convert the manual to Markdown"),
+        ("/docs/manual.pdf", "convert it to Markdown"),
         ("/docs/missing.md", "File does not exist: /docs/missing.md"),
     ] {
         let cfg =
@@ -228,4 +228,16 @@ async fn restart_edit_and_failed_rebuild() {
     assert!(out.text.contains("Syncing"), "{}", out.text);
     assert!(extra(&out)["stale_index"].as_str().unwrap().contains("could not be indexed"), "{}", out.extra.unwrap());
     assert_eq!(std::fs::read(env.path("index/chapter-rag.qix")).unwrap(), after);
+}
+
+#[tokio::test]
+async fn a_docx_manual_gets_its_tree_from_heading_styles() {
+    let env = env();
+    let docx = quarry_tests::shared_data().join("docx/generated/trpl_zh_cn.pandoc.docx");
+    std::fs::copy(&docx, env.path("docs/book.docx")).unwrap_or_else(|e| panic!("{}: {e}", docx.display()));
+    let host = env.host(&config(r#"{ manual = "/docs/book.docx", similarity_threshold = 0.0 }"#)).await;
+    let tree = call(&host, "list_chapter_tree", json!({"level": 1})).await.unwrap();
+    assert!(tree.text.lines().any(|l| l.contains(" 入门指南 (")), "{}", &tree.text[..400.min(tree.text.len())]);
+    let s = call(&host, "search", json!({"question": "cargo build 构建项目"})).await.unwrap();
+    assert!(!s.hits.is_empty(), "{}", s.text);
 }

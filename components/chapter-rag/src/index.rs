@@ -17,6 +17,7 @@ use rag_core::tool::ToolError;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::manual::Manual;
 use crate::tool::Env;
 use crate::tree::{self, Tree};
 use crate::units::{self, Params, Piece};
@@ -107,13 +108,14 @@ fn embed_text(tree: &Tree, p: &Piece) -> String {
 pub fn build(
     env: &dyn Env,
     source: &str,
-    text: String,
+    manual: Manual,
     params: &Params,
     max_headings: usize,
     previous: Option<&Index>,
 ) -> Result<Built, ToolError> {
     let t = Instant::now();
-    let tree = tree::parse(&text, max_headings).map_err(|e| ToolError::InvalidArgs(format!("{source}: {e}")))?;
+    let tree = manual.tree(max_headings).map_err(|e| ToolError::InvalidArgs(format!("{source}: {e}")))?;
+    let text = manual.text;
     let mut report = Report { chapters: tree.nodes.len(), warning: tree.warning.clone(), ..Report::default() };
     report.parse_ms = ms(t);
 
@@ -252,14 +254,15 @@ fn keywords(tree: &Tree, chunks: &[Chunk]) -> Bm25 {
     Bm25::build(texts.iter().map(String::as_str))
 }
 
-/// The manual as `index` holds it, when `index` was built from this very `text` with these
+/// The manual as `index` holds it, when `index` was built from this very text with these
 /// parameters; `None` when it must be rebuilt.
-pub fn reopen(source: &str, text: String, params: &Params, max_headings: usize, index: Index) -> Option<Built> {
-    let sha256 = content_hash(text.as_bytes());
+pub fn reopen(source: &str, manual: Manual, params: &Params, max_headings: usize, index: Index) -> Option<Built> {
+    let sha256 = content_hash(manual.text.as_bytes());
     if !index.is_current(source, &sha256, &params.key()) || index.documents().len() != 1 {
         return None;
     }
-    let tree = tree::parse(&text, max_headings).ok()?;
+    let tree = manual.tree(max_headings).ok()?;
+    let text = manual.text;
     let ids: HashMap<&str, usize> = tree.nodes.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
     let mut chunks = Vec::with_capacity(index.chunks().len());
     let mut report = Report { chapters: tree.nodes.len(), warning: tree.warning.clone(), ..Report::default() };

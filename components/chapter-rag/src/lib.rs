@@ -1,7 +1,8 @@
 //! Chapter-level ("directory") RAG over a manual: route a question to the right chapters of a
 //! long document, then search inside them.
 //!
-//! - [`tree`] builds the chapter tree from the Markdown headings (CommonMark);
+//! - [`manual`] reads a manual: Markdown as it is, DOCX through `docx-text`;
+//! - [`tree`] builds the chapter tree from the Markdown headings (CommonMark) or the DOCX's;
 //! - [`units`] turns chapters into chunks, merging short chapters with a neighbour;
 //! - [`index`] embeds the chunks (reusing the vectors of unchanged text) and keeps the index;
 //! - [`search`] is hybrid search (vectors + BM25, fused by rank) and routing;
@@ -11,6 +12,7 @@
 //! All but the glue is plain Rust, tested natively.
 
 pub mod index;
+pub mod manual;
 pub mod search;
 pub mod tool;
 pub mod tree;

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 pub use rag_core::tool::{Model, ToolError};
 
 use crate::index::{self, Built, Report};
+use crate::manual::Manual;
 use crate::search::{self, Query, Route, Scored};
 use crate::units::Params;
 
@@ -58,7 +59,7 @@ pub trait Env {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
-    /// The manual (a Markdown file in a granted directory).
+    /// The manual (a Markdown, text or DOCX file in a granted directory).
     manual: String,
     /// A read-write granted directory for the index; without it the index lives in memory.
     index_dir: Option<String>,
@@ -137,7 +138,9 @@ impl ChapterTool {
             e => e,
         })?;
         let built = match previous {
-            Some(ix) if ix.is_current(&c.manual, &rag_core::store::content_hash(text.as_bytes()), &params.key()) => {
+            Some(ix)
+                if ix.is_current(&c.manual, &rag_core::store::content_hash(text.text.as_bytes()), &params.key()) =>
+            {
                 match index::reopen(&c.manual, text.clone(), &params, max_headings, ix) {
                     Some(b) => b,
                     None => index::build(env, &c.manual, text, &params, max_headings, None).map_err(at_open)?,
@@ -270,7 +273,7 @@ impl ChapterTool {
         }
         self.stamp = stamp;
         let rebuilt = read_manual(env, &self.manual, self.max_bytes).and_then(|text| {
-            if rag_core::store::content_hash(text.as_bytes()) == self.built.sha256 {
+            if rag_core::store::content_hash(text.text.as_bytes()) == self.built.sha256 {
                 return Ok(None);
             }
             index::build(env, &self.manual, text, &self.params, self.max_headings, Some(&self.built.index)).map(Some)
@@ -650,20 +653,13 @@ fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built) -> Result<(), Tool
     Ok(())
 }
 
-fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<String, ToolError> {
+fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<Manual, ToolError> {
     let lower = path.to_ascii_lowercase();
-    if !(lower.ends_with(".md") || lower.ends_with(".markdown") || lower.ends_with(".txt")) {
-        return Err(ToolError::InvalidArgs(format!(
-            "{path}: not a Markdown or text file (.md, .markdown, .txt); convert the manual to Markdown first (pandoc does)"
-        )));
+    if ![".md", ".markdown", ".txt", ".docx"].iter().any(|e| lower.ends_with(e)) {
+        // Refused before reading: the file may be large.
+        return Manual::from_bytes(path, Vec::new());
     }
-    let bytes = env.read_file(path, max_bytes)?;
-    String::from_utf8(bytes).map_err(|e| {
-        ToolError::InvalidArgs(format!(
-            "{path}: not UTF-8 text (invalid byte at {}); convert it to UTF-8",
-            e.utf8_error().valid_up_to()
-        ))
-    })
+    Manual::from_bytes(path, env.read_file(path, max_bytes)?)
 }
 
 fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T, ToolError> {

@@ -127,6 +127,17 @@ impl Lines {
     }
 }
 
+/// A heading found in a document's text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heading {
+    /// 1 = top.
+    pub level: u8,
+    /// Its text.
+    pub title: String,
+    /// Byte where its line starts.
+    pub start: usize,
+}
+
 /// Builds the tree of `text` (Markdown), refusing more than `max_headings` headings.
 pub fn parse(text: &str, max_headings: usize) -> Result<Tree, TreeError> {
     if text.trim().is_empty() {
@@ -167,9 +178,24 @@ pub fn parse(text: &str, max_headings: usize) -> Result<Tree, TreeError> {
             _ => {}
         }
     }
+    let headings = headings.into_iter().map(|(level, title, start)| Heading { level, title, start }).collect();
+    from_headings(text, headings, max_headings)
+}
+
+/// Builds the tree of `text` from `headings` found in it (in order; each starting a line), as
+/// another format's reader gives them. Refuses more than `max_headings`.
+pub fn from_headings(text: &str, headings: Vec<Heading>, max_headings: usize) -> Result<Tree, TreeError> {
+    if text.trim().is_empty() {
+        return Err(TreeError::Empty);
+    }
+    if headings.len() > max_headings {
+        return Err(TreeError::TooManyHeadings { found: headings.len(), limit: max_headings });
+    }
+    let lines = Lines::new(text);
     if headings.is_empty() {
         return Ok(pseudo_tree(text, &lines));
     }
+    let headings: Vec<(u8, String, usize)> = headings.into_iter().map(|h| (h.level.max(1), h.title, h.start)).collect();
     let mut tree = Tree::default();
     if !text[..headings[0].2].trim().is_empty() {
         tree.nodes.push(node("0".into(), 1, "Preamble".into(), None, 0..headings[0].2, &lines));

@@ -62,3 +62,32 @@ fn rclone_tree_matches_the_section_list() {
 fn trpl_tree_matches_the_section_list() {
     check("trpl-zh-cn", "manual.md", 545);
 }
+
+fn docx_tree(name: &str) -> chapter_rag::tree::Tree {
+    let path = data().parent().unwrap().join("docx/generated").join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let manual = chapter_rag::manual::Manual::from_bytes(name, bytes).unwrap();
+    manual.tree(10_000).unwrap()
+}
+
+#[test]
+fn docx_manual_tree_follows_its_heading_styles() {
+    let md = std::fs::read_to_string(data().join("rclone/MANUAL.md")).unwrap();
+    let md = parse(&md, 10_000).unwrap();
+    let docx = docx_tree("rclone_manual.pandoc.docx");
+    let tops = |t: &chapter_rag::tree::Tree| {
+        t.roots.iter().map(|&r| t.nodes[r].title.clone()).filter(|t| t != "Preamble").collect::<Vec<_>>()
+    };
+    // The DOCX was made from the Markdown by pandoc: the same chapters at the top.
+    assert_eq!(tops(&docx), tops(&md));
+    let headings = |t: &chapter_rag::tree::Tree| t.nodes.iter().filter(|n| n.id != "0").count();
+    assert_eq!(headings(&docx), headings(&md));
+    assert!(docx.warning.is_none());
+}
+
+#[test]
+fn docx_without_heading_styles_gets_blocks_and_a_warning() {
+    let t = docx_tree("rclone_manual.lo-resave-flattened.docx");
+    assert!(t.warning.as_deref().unwrap().contains("no headings"), "{:?}", t.warning);
+    assert!(t.nodes.len() > 100);
+}

@@ -186,7 +186,7 @@ fn bad_manuals_are_refused_at_open() {
         "{e}"
     );
     env.put("/docs/m.pdf", "x");
-    assert!(open(json!({"manual": "/docs/m.pdf"})).to_string().contains("convert the manual to Markdown"));
+    assert!(open(json!({"manual": "/docs/m.pdf"})).to_string().contains("convert it to Markdown"));
     assert!(matches!(open(json!({"manual": "/docs/missing.md"})), ToolError::NotFound(_)));
     assert!(
         open(json!({"manual": "/docs/m.md", "fragments": 20}))
