@@ -451,6 +451,7 @@ impl ChapterTool {
         }
         let a: A = parse_args("route", args)?;
         let route = self.route(env, &a.question)?;
+        audit(env, "route", &a.question, &route, &[]);
         let body = json!({"chapters": route.chapters, "confidence": route.confidence, "reason": route.reason});
         Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
     }
@@ -566,6 +567,8 @@ impl ChapterTool {
         }
         let (route, found) = self.routed_search(env, &a.question, limit)?;
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
+        let cited: Vec<&str> = hits.iter().filter_map(|h| h.metadata["chapter_id"].as_str()).collect();
+        audit(env, "search", &a.question, &route, &cited);
         let routed: Vec<String> = route
             .chapters
             .iter()
@@ -581,14 +584,20 @@ impl ChapterTool {
         }
         for (k, h) in hits.iter().enumerate() {
             let m = &h.metadata;
+            // A chunk of merged short chapters names them all.
+            let ids: Vec<&str> =
+                m["chapter_ids"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+            let ids = match ids.len() {
+                0 | 1 => format!("chapter {}", m["chapter_id"].as_str().unwrap_or_default()),
+                _ => format!("chapters {}", ids.join(", ")),
+            };
             text.push_str(&format!(
-                "\n[{}] {} (chapter {}, lines {}-{}, score {:.2})\n{}\n",
+                "\n[{}] {} ({ids}, lines {}-{}, score {:.2})\n{}\n",
                 k + 1,
                 m["path"]
                     .as_array()
                     .map(|p| p.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" > "))
                     .unwrap_or_default(),
-                m["chapter_id"].as_str().unwrap_or_default(),
                 m["lines"][0],
                 m["lines"][1],
                 h.score,
@@ -636,6 +645,18 @@ impl ChapterTool {
         let body = json!({"valid": valid, "cited": checks, "unknown_candidates": unknown});
         Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
     }
+}
+
+/// One line per question for the host's log (`RUST_LOG=quarry=info`): what was asked, where it
+/// was routed and which chapters the fragments came from, so answers can be audited.
+fn audit(env: &dyn Env, tool: &str, question: &str, route: &Route, fragments: &[&str]) {
+    let routed: Vec<String> = route.chapters.iter().map(|r| format!("{}@{:.2}", r.chapter_id, r.confidence)).collect();
+    env.log(&format!(
+        "audit: {tool} question={:?} routed=[{}] fragments=[{}]",
+        question.trim(),
+        routed.join(" "),
+        fragments.join(" ")
+    ));
 }
 
 fn at_open(e: ToolError) -> ToolError {
