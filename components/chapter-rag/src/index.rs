@@ -124,17 +124,30 @@ pub fn build(
     let mut pieces = units::pieces(&text, &tree, params).map_err(chunk_err)?;
     let model = env.model();
     let window = model.max_tokens.saturating_sub(RESERVED_TOKENS).max(16);
+    // Token counts the previous index already has (by embedded text) are not asked again:
+    // after a small edit, counting is most of the rebuild.
+    let mut known_tokens: HashMap<&str, u32> = HashMap::new();
+    if let Some(prev) = previous {
+        for c in prev.chunks() {
+            if let (Some(k), Some(n)) =
+                (c.meta.get("esha").and_then(|v| v.as_str()), c.meta.get("tokens").and_then(|v| v.as_u64()))
+            {
+                known_tokens.insert(k, n as u32);
+            }
+        }
+    }
     let mut counts = Vec::new();
     for round in 0..=CAP_ROUNDS {
         let texts: Vec<String> = pieces.iter().map(|p| embed_text(&tree, p)).collect();
-        counts = env.count_tokens(&texts)?;
-        if counts.len() != pieces.len() {
-            return Err(ToolError::Upstream(format!(
-                "the embedder counted {} texts of {}",
-                counts.len(),
-                pieces.len()
-            )));
+        let known: Vec<Option<u32>> =
+            texts.iter().map(|t| known_tokens.get(content_hash(t.as_bytes()).as_str()).copied()).collect();
+        let ask: Vec<String> = texts.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(t, _)| t.clone()).collect();
+        let asked = if ask.is_empty() { Vec::new() } else { env.count_tokens(&ask)? };
+        if asked.len() != ask.len() {
+            return Err(ToolError::Upstream(format!("the embedder counted {} texts of {}", asked.len(), ask.len())));
         }
+        let mut asked = asked.into_iter();
+        counts = known.into_iter().map(|k| k.or_else(|| asked.next()).unwrap_or(0)).collect();
         let over: Vec<usize> = (0..pieces.len()).filter(|&i| counts[i] as usize > window).collect();
         if over.is_empty() || round == CAP_ROUNDS {
             report.over_window = over.len();

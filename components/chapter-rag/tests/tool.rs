@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 struct Fake {
     files: RefCell<HashMap<String, Vec<u8>>>,
     embedded: Cell<usize>,
+    counted: Cell<usize>,
     fail_embed: Cell<bool>,
     stamps: Cell<u128>,
 }
@@ -51,6 +52,7 @@ impl Env for Fake {
             .collect())
     }
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError> {
+        self.counted.set(self.counted.get() + texts.len());
         Ok(texts.iter().map(|t| words(t).len() as u32).collect())
     }
     fn stamp(&self, path: &str) -> Option<(u64, u128)> {
@@ -206,12 +208,16 @@ fn an_edit_reembeds_only_what_changed_and_a_failed_rebuild_keeps_the_old_index()
     let mut t = open(&env);
     let first = env.embedded.get();
     assert_eq!(first, t.report().chunks);
+    let counted = env.counted.get();
     // Edit one chapter.
     env.put("/docs/m.md", &manual().replace("windows installer exe", "windows msi package"));
     let out = call(&mut t, &env, "list_chapter_tree", json!({})).unwrap();
     let report = &out.extra["report"];
     let embedded = env.embedded.get() - first;
     assert!(embedded > 0 && embedded < first / 2, "re-embedded {embedded} of {first}");
+    // Token counts of unchanged text come from the previous index.
+    let recounted = env.counted.get() - counted;
+    assert!(recounted > 0 && recounted < first / 2, "counted {recounted} of {first} again");
     assert_eq!(report["embedded"], embedded);
     assert_eq!(report["reused"].as_u64().unwrap() as usize + embedded, report["chunks"].as_u64().unwrap() as usize);
 
