@@ -302,8 +302,8 @@ impl ChapterTool {
         }
     }
 
-    fn node(&self, tool: &str, id: &str) -> Result<usize, ToolError> {
-        let _ = tool;
+    /// The position of chapter `id`, or a `not-found` error naming the nearest ids.
+    fn node(&self, id: &str) -> Result<usize, ToolError> {
         self.built.tree.find(id.trim()).ok_or_else(|| {
             let near = nearest_ids(&self.built.tree, id.trim(), 5);
             ToolError::NotFound(format!(
@@ -332,7 +332,7 @@ impl ChapterTool {
             counts[c.chapter] += 1;
         }
         let starts: Vec<(usize, usize)> = match &a.under {
-            Some(id) => tree.nodes[self.node("list_chapter_tree", id)?].children.iter().map(|&c| (c, 0)).collect(),
+            Some(id) => tree.nodes[self.node(id)?].children.iter().map(|&c| (c, 0)).collect(),
             None => tree.roots.iter().map(|&r| (r, 0)).collect(),
         };
         let mut lines = Vec::new();
@@ -378,7 +378,7 @@ impl ChapterTool {
             max_chars: Option<usize>,
         }
         let a: A = parse_args("get_chapter", args)?;
-        let i = self.node("get_chapter", &a.chapter_id)?;
+        let i = self.node(&a.chapter_id)?;
         let max = a.max_chars.unwrap_or(DEFAULT_MAX_CHARS).max(100);
         let tree = &self.built.tree;
         let n = &tree.nodes[i];
@@ -496,7 +496,7 @@ impl ChapterTool {
                 "give chapter_id (or chapter_ids): the chapters to search in (route or list_chapter_tree names them)",
             ));
         }
-        let nodes = ids.iter().map(|id| self.node(T, id)).collect::<Result<Vec<_>, _>>()?;
+        let nodes = ids.iter().map(|id| self.node(id)).collect::<Result<Vec<_>, _>>()?;
         let k = a.top_k.unwrap_or(5);
         if !(1..=50).contains(&k) {
             return Err(bad_args(T, format!("top_k must be within 1 and 50, got {k}")));
