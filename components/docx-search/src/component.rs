@@ -5,6 +5,12 @@
 wit_bindgen::generate!({
     path: "../../wit",
     world: "docx-search",
+    // Quarry's own interfaces are bound once, in rag-guest, for every RAG component.
+    with: {
+        "quarry:retrieval/types@0.1.0": rag_guest::types,
+        "quarry:retrieval/embedder@0.1.0": rag_guest::embedder,
+        "quarry:retrieval/progress@0.1.0": rag_guest::progress,
+    },
     generate_all,
 });
 
@@ -12,8 +18,8 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
-use quarry::retrieval::embedder::{self, InputKind};
-use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use rag_guest::to_wit as map_err;
+use rag_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
 use wasi::clocks::monotonic_clock;
 use wasi::http::outgoing_handler;
 use wasi::http::types::{ErrorCode, Fields, OutgoingRequest, RequestOptions, Scheme};
@@ -26,47 +32,17 @@ struct Component;
 /// The component's view of the world.
 struct WasiEnv;
 
-fn map_err(e: tool::ToolError) -> ToolError {
-    match e {
-        tool::ToolError::InvalidArgs(m) => ToolError::InvalidArgs(m),
-        tool::ToolError::InvalidConfig(m) => ToolError::InvalidConfig(m),
-        tool::ToolError::NotFound(m) => ToolError::NotFound(m),
-        tool::ToolError::Upstream(m) => ToolError::Upstream(m),
-        tool::ToolError::Denied(m) => ToolError::Denied(m),
-        tool::ToolError::Internal(m) => ToolError::Internal(m),
-    }
-}
-
-fn embed_err(e: embedder::EmbedError) -> tool::ToolError {
-    let m = match e {
-        embedder::EmbedError::InvalidInput(m) => format!("the embedder refused the input: {m}"),
-        embedder::EmbedError::Unavailable(m) => format!("the embedder is unavailable: {m}"),
-        embedder::EmbedError::Internal(m) => format!("the embedder failed: {m}"),
-    };
-    tool::ToolError::Upstream(m)
-}
-
 impl Env for WasiEnv {
     fn model(&self) -> Model {
-        let i = embedder::info();
-        Model { id: i.id, dimension: i.dimension as usize, max_tokens: i.max_tokens as usize }
+        rag_guest::model()
     }
 
     fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, tool::ToolError> {
-        let kind = if query { InputKind::Query } else { InputKind::Document };
-        let out = embedder::embed(texts, kind).map_err(embed_err)?;
-        if out.len() != texts.len() {
-            return Err(tool::ToolError::Upstream(format!(
-                "the embedder returned {} vectors for {} texts",
-                out.len(),
-                texts.len()
-            )));
-        }
-        Ok(out.into_iter().map(|e| e.vector).collect())
+        rag_guest::embed(texts, query)
     }
 
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, tool::ToolError> {
-        embedder::count_tokens(texts).map_err(embed_err)
+        rag_guest::count_tokens(texts)
     }
 
     fn granted_dirs(&self) -> Vec<String> {
@@ -86,7 +62,7 @@ impl Env for WasiEnv {
     }
 
     fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
-        quarry::retrieval::progress::report(task, done, total, unit);
+        rag_guest::progress(task, done, total, unit);
     }
 }
 
