@@ -191,10 +191,8 @@ pub fn build(
             }
         }
     }
-    let mut vectors: Vec<Option<Vec<f32>>> = keys
-        .iter()
-        .map(|k| known.get(k.as_str()).map(|&i| previous.expect("known implies previous").vector(i).to_vec()))
-        .collect();
+    let mut vectors: Vec<Option<Vec<f32>>> =
+        keys.iter().map(|k| previous.zip(known.get(k.as_str())).map(|(prev, &i)| prev.vector(i).to_vec())).collect();
     let todo: Vec<usize> = (0..pieces.len()).filter(|&i| vectors[i].is_none()).collect();
     let task = format!("embedding {source}");
     env.progress(&task, 0, todo.len() as u64, "chunks");
@@ -252,7 +250,10 @@ pub fn build(
         });
     }
     report.chunks = chunks.len();
-    let vectors: Vec<Vec<f32>> = vectors.into_iter().map(|v| v.expect("every chunk has a vector")).collect();
+    let vectors: Vec<Vec<f32>> = vectors
+        .into_iter()
+        .collect::<Option<_>>()
+        .ok_or_else(|| ToolError::Internal("a chunk was left without a vector".into()))?;
     let sha256 = content_hash(text.as_bytes());
     let mut index = Index::new(&model.id, model.dimension);
     index

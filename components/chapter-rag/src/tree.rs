@@ -271,7 +271,11 @@ fn node(id: String, level: u8, title: String, parent: Option<usize>, own: Range<
 fn pseudo_tree(text: &str, lines: &Lines) -> Tree {
     let splitter = text_splitter::TextSplitter::new(BLOCK_CHARS);
     let mut starts: Vec<usize> = splitter.chunk_indices(text).map(|(i, _)| i).collect();
-    starts[0] = 0;
+    // The first block starts at the top, leading white space included.
+    match starts.first_mut() {
+        Some(first) => *first = 0,
+        None => starts.push(0),
+    }
     let mut tree = Tree::default();
     for (k, &start) in starts.iter().enumerate() {
         let end = starts.get(k + 1).copied().unwrap_or(text.len());

@@ -87,8 +87,8 @@ pub fn units(text: &str, tree: &Tree, min_chars: usize) -> Vec<Vec<usize>> {
 pub fn pieces(text: &str, tree: &Tree, params: &Params) -> Result<Vec<Piece>, rag_core::chunk::ChunkError> {
     let mut out = Vec::new();
     for unit in units(text, tree, params.min_chapter_chars) {
-        let start = tree.nodes[unit[0]].own.start;
-        let end = tree.nodes[*unit.last().expect("units are never empty")].own.end;
+        let (Some(&first), Some(&last)) = (unit.first(), unit.last()) else { continue };
+        let (start, end) = (tree.nodes[first].own.start, tree.nodes[last].own.end);
         out.extend(split(text, start..end, tree, &unit, &params.chunking())?);
     }
     Ok(out)
