@@ -1,4 +1,4 @@
-//! The `quarry` command line: `list`, `call`, `check`.
+//! The `quarry` command line: `list`, `call`, `check`, `serve`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +43,16 @@ pub enum Command {
     },
     /// Validate the config and open every instance; report each failure.
     Check,
+    /// Serve every tool over MCP, swapping in new component versions as their files change.
+    Serve {
+        /// Speak MCP on stdin/stdout (logs go to stderr).
+        #[arg(long, conflicts_with = "http", required_unless_present = "http")]
+        stdio: bool,
+        /// Speak streamable HTTP at http://ADDR/mcp, e.g. 127.0.0.1:8765. An address other
+        /// than loopback needs a bearer token in $QUARRY_MCP_TOKEN.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+    },
 }
 
 /// Exit status: success.
@@ -127,6 +137,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         eprintln!("warning: tool instance {name:?} not loaded: {e}");
     }
     match cli.command {
+        Command::Serve { stdio, http } => serve(host, stdio, http).await,
         Command::Check => {
             let tools = host.tools();
             let loaded = host.config().tools.len() - failures.len();
@@ -175,11 +186,60 @@ pub async fn run(cli: Cli) -> ExitCode {
             Err(e) => {
                 eprintln!("error: {e}");
                 ExitCode::from(match e {
-                    CallError::UnknownTool { .. } | CallError::BadArgs { .. } => EXIT_USAGE,
+                    CallError::UnknownTool { .. } | CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. } => {
+                        EXIT_USAGE
+                    }
                     _ => EXIT_TOOL,
                 })
             }
         },
+    }
+}
+
+/// `quarry serve`: watch the components, then serve until the client leaves (stdio) or the
+/// process is interrupted (HTTP).
+async fn serve(host: std::sync::Arc<Host>, stdio: bool, http: Option<std::net::SocketAddr>) -> ExitCode {
+    let _watcher = match crate::watch::watch(host.clone()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {}", crate::mcp::ServeError::Watch(e));
+            return ExitCode::from(EXIT_TOOL);
+        }
+    };
+    let result = match (stdio, http) {
+        (true, _) => crate::mcp::stdio::serve_stdio(host).await,
+        (false, Some(addr)) => {
+            let token = std::env::var(crate::mcp::http::TOKEN_ENV).ok();
+            match crate::mcp::http::HttpServer::bind(host, crate::mcp::http::HttpOptions { addr, token }).await {
+                Err(e) => Err(e),
+                Ok(server) => {
+                    match server.addr() {
+                        Ok(a) => eprintln!("quarry: serving MCP at http://{a}{}", crate::mcp::http::PATH),
+                        Err(e) => eprintln!("quarry: serving MCP (address unknown: {e})"),
+                    }
+                    let stop = server.stopper();
+                    tokio::spawn(async move {
+                        let _ = tokio::signal::ctrl_c().await;
+                        stop.cancel();
+                    });
+                    server.serve().await
+                }
+            }
+        }
+        (false, None) => {
+            eprintln!("error: say how to serve: --stdio or --http ADDR");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::from(EXIT_OK),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(match e {
+                crate::mcp::ServeError::NoToken(_) | crate::mcp::ServeError::Bind { .. } => EXIT_USAGE,
+                _ => EXIT_TOOL,
+            })
+        }
     }
 }
 

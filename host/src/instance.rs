@@ -160,6 +160,16 @@ pub enum CallError {
         /// The parser's reason.
         message: String,
     },
+    /// The arguments are over [`crate::registry::MAX_ARGS_BYTES`].
+    #[error("{tool}: the arguments are {size} bytes, over the limit of {limit} bytes; pass less text")]
+    ArgsTooLarge {
+        /// The tool.
+        tool: String,
+        /// Their size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The tool returned an error.
     #[error("{tool}: {}", error.describe())]
     Tool {

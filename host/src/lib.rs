@@ -8,6 +8,7 @@
 //! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`];
 //! - [`instance`]: one component version and one running instance;
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
+//! - [`mcp`]: the MCP server (stdio and streamable HTTP);
 //! - [`cli`]: the `quarry` command.
 
 #![deny(missing_docs)]
@@ -20,6 +21,7 @@ pub mod embedder;
 pub mod engine;
 pub mod http;
 pub mod instance;
+pub mod mcp;
 pub mod progress;
 pub mod registry;
 pub mod sandbox;

@@ -22,6 +22,11 @@ use crate::engine::{EngineError, QuarryEngine};
 use crate::instance::{CallError, OpenError, Plugin, ToolInstance};
 use crate::sandbox::StoreState;
 
+/// The largest arguments object a call accepts (1 MiB). Retrieval arguments are a question
+/// and a few options; anything this size is a mistake, and copying it into a sandbox and
+/// parsing it there would only waste the instance's time.
+pub const MAX_ARGS_BYTES: usize = 1 << 20;
+
 /// One tool as listed to users: `instance.tool`.
 #[derive(Debug, Clone)]
 pub struct ToolEntry {
@@ -271,6 +276,13 @@ impl Host {
     /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`.
     pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
         let (inst, tool) = self.resolve(name)?;
+        if args.len() > MAX_ARGS_BYTES {
+            return Err(CallError::ArgsTooLarge {
+                tool: format!("{}.{tool}", inst.name),
+                size: args.len(),
+                limit: MAX_ARGS_BYTES,
+            });
+        }
         let parsed: serde_json::Value = serde_json::from_str(args)
             .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })?;
         if !parsed.is_object() {

@@ -1,0 +1,176 @@
+//! The MCP handler: `tools/list` and `tools/call` over the host's registry.
+//!
+//! - Every tool of every loaded instance is one MCP tool named
+//!   [`mcp_name`]; the list is sorted by name, so it is the same on every call.
+//! - A result's first content block is the whole text the tool produced (CrewAI's
+//!   adapter reads only that); `structuredContent` mirrors the hits and extra data.
+//! - A tool that runs and fails answers `isError: true` with the tool's own words;
+//!   a request that cannot be routed (an unknown tool) is a JSON-RPC error.
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+use crate::bindings::ToolOutput;
+use crate::instance::CallError;
+use crate::mcp::notify::Peers;
+use crate::registry::{Host, ToolEntry};
+
+/// Serves one host's tools. Cheap to clone: the HTTP transport makes one per session.
+#[derive(Clone)]
+pub struct QuarryMcp {
+    host: Arc<Host>,
+    peers: Arc<Peers>,
+}
+
+impl QuarryMcp {
+    /// A handler for `host`; handshake-era sessions register in `peers` to hear of swaps.
+    pub fn new(host: Arc<Host>, peers: Arc<Peers>) -> Self {
+        QuarryMcp { host, peers }
+    }
+
+    /// The MCP tools, sorted by name.
+    pub fn tools(&self) -> Vec<Tool> {
+        self.host.tools().iter().map(to_mcp_tool).collect()
+    }
+}
+
+/// The MCP name of a tool: `instance.tool`, as the CLI writes it. Unique because instance names
+/// are unique and tool names are unique within an instance; stable because both come from the
+/// config and the component, not from load order.
+pub fn mcp_name(entry: &ToolEntry) -> String {
+    entry.qualified.clone()
+}
+
+fn to_mcp_tool(entry: &ToolEntry) -> Tool {
+    // The registry checked at load that every schema is a JSON object with `"type": "object"`.
+    let schema: JsonObject = serde_json::from_str(&entry.spec.args_schema).unwrap_or_else(|_| {
+        let mut o = JsonObject::new();
+        o.insert("type".into(), "object".into());
+        o
+    });
+    Tool::new(mcp_name(entry), entry.spec.description.clone(), Arc::new(schema))
+}
+
+/// `{hits: [{content, score, source, metadata}], extra}`: the typed mirror of the text.
+fn structured(out: &ToolOutput) -> serde_json::Value {
+    let parse = |s: &str| {
+        serde_json::from_str::<serde_json::Value>(s).unwrap_or_else(|_| serde_json::Value::String(s.to_string()))
+    };
+    let hits: Vec<serde_json::Value> = out
+        .hits
+        .iter()
+        .map(|h| {
+            serde_json::json!({
+                "content": h.content,
+                "score": h.score,
+                "source": h.source,
+                "metadata": parse(&h.metadata),
+            })
+        })
+        .collect();
+    let mut v = serde_json::json!({ "hits": hits });
+    if let Some(extra) = out.extra.as_deref() {
+        v["extra"] = parse(extra);
+    }
+    v
+}
+
+/// A tool-level failure: the tool's own message as the text (CrewAI's wording where the tool
+/// matches a CrewAI tool), the error kind beside it for programs.
+fn tool_error(kind: &str, message: String) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(message.clone())]);
+    r.structured_content = Some(serde_json::json!({ "error": { "kind": kind, "message": message } }));
+    r
+}
+
+/// Maps a call's outcome to MCP. Only an unknown tool is a protocol error.
+fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult, ErrorData> {
+    match outcome {
+        Ok(out) => {
+            let mut r = CallToolResult::success(vec![ContentBlock::text(out.text.clone())]);
+            r.structured_content = Some(structured(&out));
+            Ok(r)
+        }
+        Err(CallError::UnknownTool { name, hint }) => {
+            Err(ErrorData::invalid_params(format!("Unknown tool: {name:?}; {hint}"), None))
+        }
+        Err(CallError::Tool { error, .. }) => {
+            let (kind, message) = error.parts();
+            Ok(tool_error(kind, message.to_string()))
+        }
+        Err(e @ (CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. })) => {
+            Ok(tool_error("invalid-args", e.to_string()))
+        }
+        Err(e @ CallError::OutputTooLarge { .. }) => Ok(tool_error("output-too-large", e.to_string())),
+        Err(e @ (CallError::Fault { .. } | CallError::Restart { .. })) => Ok(tool_error("fault", e.to_string())),
+    }
+}
+
+impl ServerHandler for QuarryMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("quarry", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Retrieval tools, each sandboxed in WebAssembly. Tool names are `instance.tool`; \
+                 results carry the full answer as text and the hits as structured content.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.host.tools().iter().find(|t| mcp_name(t) == name).map(to_mcp_tool)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = serde_json::Value::Object(request.arguments.unwrap_or_default()).to_string();
+        let outcome = self.host.call(&request.name, &args).await;
+        if let Err(e) = &outcome {
+            tracing::info!(target: "quarry::mcp", tool = %request.name, "call failed: {e}");
+        }
+        to_response(outcome).map(Into::into)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.peers.add(context.peer);
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    /// A 2026-07-28 client's `subscriptions/listen`: one `tools/list_changed` per swap until
+    /// the client cancels it.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut swaps = self.host.subscribe();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                swap = swaps.recv() => match swap {
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        if context.sink().notify_tool_list_changed().await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            }
+        }
+    }
+}

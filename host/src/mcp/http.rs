@@ -1,0 +1,186 @@
+//! MCP over streamable HTTP, at `/mcp` on one address.
+//!
+//! - Handshake-era clients get a session each (`Mcp-Session-Id`) and a GET stream on
+//!   which `tools/list_changed` arrives; 2026-07-28 requests are served statelessly.
+//! - Loopback only by default. Any other address needs a bearer token
+//!   ([`TOKEN_ENV`]), checked on every request; on loopback the token is optional, and
+//!   rmcp's Host-header check stops DNS-rebinding pages from reaching the server.
+//! - A request body over [`MAX_BODY_BYTES`] gets 413; a client that sends its headers
+//!   slower than [`HEADER_TIMEOUT`] is dropped.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use crate::mcp::ServeError;
+use crate::mcp::handler::QuarryMcp;
+use crate::mcp::notify::{Peers, fan_out};
+use crate::registry::Host;
+
+/// The environment variable holding the bearer token clients must send.
+pub const TOKEN_ENV: &str = "QUARRY_MCP_TOKEN";
+/// The path the server answers on.
+pub const PATH: &str = "/mcp";
+/// The largest request body accepted (16 MiB, as over stdio).
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+/// How long a client may take to send its request headers.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Where to listen; port 0 picks a free port.
+    pub addr: SocketAddr,
+    /// The bearer token clients must send; required unless `addr` is loopback.
+    pub token: Option<String>,
+}
+
+/// A bound server, before it serves: [`HttpServer::addr`] is the real address (with the
+/// port chosen when 0 was asked for).
+pub struct HttpServer {
+    listener: tokio::net::TcpListener,
+    service: Arc<StreamableHttpService<QuarryMcp, LocalSessionManager>>,
+    token: Option<Arc<str>>,
+    host: Arc<Host>,
+    peers: Arc<Peers>,
+    stop: CancellationToken,
+}
+
+impl HttpServer {
+    /// Binds `options.addr`; refuses a non-loopback address without a token.
+    pub async fn bind(host: Arc<Host>, options: HttpOptions) -> Result<HttpServer, ServeError> {
+        let token = options.token.filter(|t| !t.is_empty());
+        let loopback = options.addr.ip().is_loopback();
+        if !loopback && token.is_none() {
+            return Err(ServeError::NoToken(options.addr));
+        }
+        let listener = tokio::net::TcpListener::bind(options.addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr: options.addr, source })?;
+        let stop = CancellationToken::new();
+        let mut config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(true)
+            .with_max_request_body_bytes(MAX_BODY_BYTES)
+            .with_cancellation_token(stop.child_token());
+        if !loopback {
+            // Remote clients name the server by whatever host they reach it as; the bearer
+            // token, not the Host header, is what keeps strangers out.
+            config = config.disable_allowed_hosts();
+        }
+        let peers = Arc::new(Peers::default());
+        let handler = QuarryMcp::new(host.clone(), peers.clone());
+        let service =
+            StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
+        Ok(HttpServer { listener, service: Arc::new(service), token: token.map(Arc::from), host, peers, stop })
+    }
+
+    /// The address actually bound.
+    pub fn addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A token that stops the server when cancelled.
+    pub fn stopper(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Accepts connections until stopped.
+    pub async fn serve(self) -> Result<(), ServeError> {
+        let fan = tokio::spawn(fan_out(self.host.clone(), self.peers.clone()));
+        loop {
+            let (stream, remote) = tokio::select! {
+                () = self.stop.cancelled() => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, don't spin.
+                        tracing::warn!(target: "quarry::mcp", "accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let (service, token) = (self.service.clone(), self.token.clone());
+            let stop = self.stop.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let (service, token) = (service.clone(), token.clone());
+                    async move { Ok::<_, Infallible>(route(&service, token.as_deref(), req).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), svc);
+                tokio::select! {
+                    res = conn => if let Err(e) = res {
+                        tracing::debug!(target: "quarry::mcp", %remote, "connection ended: {e}");
+                    },
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
+        fan.abort();
+        Ok(())
+    }
+}
+
+async fn route(
+    service: &StreamableHttpService<QuarryMcp, LocalSessionManager>,
+    token: Option<&str>,
+    req: Request<Incoming>,
+) -> Response<BoxBody<Bytes, Infallible>> {
+    if req.uri().path() != PATH {
+        return plain(StatusCode::NOT_FOUND, &format!("not found; the MCP endpoint is {PATH}"));
+    }
+    if let Some(expected) = token {
+        let sent = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !sent.is_some_and(|s| same(s.as_bytes(), expected.as_bytes())) {
+            let mut r =
+                plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
+            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
+            return r;
+        }
+    }
+    service.handle(req).await
+}
+
+/// Compares in time that depends only on the lengths, so the token can't be guessed byte by byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn plain(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, Infallible>> {
+    let mut r = Response::new(Full::new(Bytes::from(format!("{message}\n"))).boxed());
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same;
+
+    #[test]
+    fn token_comparison() {
+        assert!(same(b"secret", b"secret"));
+        assert!(!same(b"secret", b"secreT"));
+        assert!(!same(b"secret", b"secret2"));
+        assert!(!same(b"", b"x"));
+    }
+}
