@@ -5,8 +5,9 @@
 //! - Loopback only by default. Any other address needs a bearer token
 //!   ([`TOKEN_ENV`]), checked on every request; on loopback the token is optional, and
 //!   rmcp's Host-header check stops DNS-rebinding pages from reaching the server.
-//! - A request body over [`MAX_BODY_BYTES`] gets 413; a client that sends its headers
-//!   slower than [`HEADER_TIMEOUT`] is dropped.
+//! - A body that is not one JSON-RPC message gets a JSON-RPC error (400), one over
+//!   [`MAX_BODY_BYTES`] gets 413 with one; a client that sends its headers slower than
+//!   [`HEADER_TIMEOUT`] is dropped.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -156,7 +157,70 @@ async fn route(
             return r;
         }
     }
-    service.handle(req).await
+    let ends_session = req.method() == hyper::Method::DELETE;
+    let response = if req.method() == hyper::Method::POST {
+        let (parts, body) = req.into_parts();
+        match read_message(body).await {
+            Ok(bytes) => service.handle(Request::from_parts(parts, Full::new(bytes))).await,
+            Err(refusal) => return refusal,
+        }
+    } else {
+        service.handle(req).await
+    };
+    if ends_session && response.status() == StatusCode::ACCEPTED {
+        // rmcp acknowledges a session's end with 202; the Python SDK 1.x (CrewAI's) logs
+        // "Session termination failed" on anything but 200 or 204.
+        let mut done = Response::new(Full::new(Bytes::new()).boxed());
+        *done.status_mut() = StatusCode::NO_CONTENT;
+        return done;
+    }
+    response
+}
+
+/// Reads a POST body (at most [`MAX_BODY_BYTES`]) and checks it is one JSON-RPC message.
+///
+/// rmcp answers a body that is not JSON, or not a JSON-RPC message, with a bare
+/// `415 Unsupported Media Type`; a JSON-RPC client should get a JSON-RPC error it can read:
+/// parse error (-32700) or invalid request (-32600), with `id` when one can be found.
+async fn read_message(body: Incoming) -> Result<Bytes, Response<BoxBody<Bytes, Infallible>>> {
+    let bytes = match http_body_util::Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let msg = format!("the request is over {MAX_BODY_BYTES} bytes; send less");
+            return Err(rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &msg, serde_json::Value::Null));
+        }
+        Err(e) => {
+            let msg = format!("cannot read the request body: {e}");
+            return Err(rpc_error(StatusCode::BAD_REQUEST, -32600, &msg, serde_json::Value::Null));
+        }
+    };
+    if let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes) {
+        let (code, what) = if e.is_syntax() || e.is_eof() {
+            (-32700, "parse error: the body is not JSON")
+        } else {
+            (-32600, "invalid request: the body is not a JSON-RPC 2.0 request, notification or response")
+        };
+        let id = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("id").cloned())
+            .filter(|id| id.is_string() || id.is_number())
+            .unwrap_or(serde_json::Value::Null);
+        return Err(rpc_error(StatusCode::BAD_REQUEST, code, &format!("{what} ({e})"), id));
+    }
+    Ok(bytes)
+}
+
+fn rpc_error(
+    status: StatusCode,
+    code: i64,
+    message: &str,
+    id: serde_json::Value,
+) -> Response<BoxBody<Bytes, Infallible>> {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r
 }
 
 /// Compares in time that depends only on the lengths, so the token can't be guessed byte by byte.
