@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine (see README.md):
 #   make demo   builds everything in release and runs the main job
-#   make test   builds what the tests need and runs every test
+#   make test   builds what the tests need (and the MCP clients' venvs) and runs every test
 SHELL := /bin/bash
 CARGO ?= cargo
 # Guests build in their own target dir (shared with tests/build.rs).
@@ -35,6 +35,7 @@ demo: components host models
 	QUARRY_GUEST_DIR=$(abspath $(GUEST_DIR)) QUARRY_DEMO_INDEX=$(DEMO_INDEX) $(BIN) --config host/demo.toml call rclone.search '{"question": "$(DEMO_QUESTION)"}'
 
 test: setup models
+	bash tests/mcp/venvs.sh
 	$(CARGO) build -p quarry
 	$(CARGO) test --workspace $(NOT_GUESTS)
 

@@ -1,6 +1,8 @@
 //! Shared test harness: fixture components, a temp-dir environment that writes
 //! a config the way a user would, and helpers to drive the host and the CLI.
 
+pub mod mcp_client;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,4 +139,54 @@ pub fn shared_data() -> PathBuf {
     std::env::var_os("QUARRY_SHARED_DATA")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
+}
+
+/// What a child process did: [`run_with_timeout`].
+pub struct ProcessOutput {
+    /// Exited with status 0 in time.
+    pub success: bool,
+    /// Its stdout, lossily decoded.
+    pub stdout: String,
+    /// Its stderr, lossily decoded, with a note when it was killed.
+    pub stderr: String,
+}
+
+/// Runs `cmd` to completion, killing it after `limit`: a hung client fails its test instead of
+/// hanging the run.
+pub fn run_with_timeout(mut cmd: std::process::Command, limit: Duration) -> ProcessOutput {
+    use std::io::Read;
+    use std::process::Stdio;
+
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = r.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let start = std::time::Instant::now();
+    let (status, killed) = loop {
+        if let Some(status) = child.try_wait().expect("wait for child") {
+            break (Some(status), false);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break (None, true);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = err.join().unwrap_or_default();
+    if killed {
+        stderr.push_str(&format!("\n(killed after {limit:?})"));
+    }
+    ProcessOutput { success: status.is_some_and(|s| s.success()), stdout: out.join().unwrap_or_default(), stderr }
 }

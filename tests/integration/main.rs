@@ -9,4 +9,6 @@ mod docx_search;
 mod embedder;
 mod embedder_onnx;
 mod hot_swap;
+mod mcp;
+mod mcp_bad_input;
 mod sandbox;

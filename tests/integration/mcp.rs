@@ -1,0 +1,194 @@
+//! The MCP server (`quarry serve`) driven by real clients that nobody here wrote: the official
+//! Python `mcp` SDK, 1.x (the handshake era CrewAI's adapter speaks) and 2.x (the stateless
+//! 2026-07-28 revision), over stdio and streamable HTTP, plus CrewAI's own `MCPServerAdapter`.
+//! The clients live in venvs made by `tests/mcp/venvs.sh` (`make test` runs it); the client
+//! scripts, in `tests/mcp/`, assert; these tests set up the tools, run a script and check that
+//! it passed.
+//!
+//! The config serves chapter RAG over a small manual and DOCX search (both on the toy
+//! embedder), echo (swapped from v1 to v2 during the run), and the hostile component as `slow`,
+//! whose `spin` runs into its 3 s deadline while other instances must keep answering.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use quarry_tests::{
+    CHAPTER_RAG, DOCX_SEARCH, ECHO_V1, ECHO_V2, HOSTILE, TOY_EMBEDDER, TestEnv, quarry_bin, shared_data,
+};
+
+/// The Python of venv `name`, made by tests/mcp/venvs.sh.
+fn venv_python(name: &str) -> PathBuf {
+    let root = std::env::var_os("QUARRY_VENVS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/venvs"));
+    let python = root.join(name).join("bin/python");
+    assert!(python.is_file(), "{} is missing: run tests/mcp/venvs.sh (`make test` does)", python.display());
+    python
+}
+
+fn scripts() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp")
+}
+
+fn manual() -> String {
+    let para = |topic: &str| format!("This paragraph explains {topic} for the reader in some detail. ").repeat(12);
+    format!(
+        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable to limit the bandwidth of a transfer. {}\n",
+        para("installation"),
+        para("linux packages"),
+        para("windows installers"),
+        para("syncing folders"),
+        para("bandwidth limits"),
+    )
+}
+
+/// The tools of the MCP tests, and `quarry list --json` of them (what tools/list must say).
+struct McpEnv {
+    env: TestEnv,
+    config: PathBuf,
+    expected: PathBuf,
+    echo: PathBuf,
+}
+
+fn mcp_env() -> McpEnv {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(CHAPTER_RAG, "chapters");
+    env.plugin(DOCX_SEARCH, "docx");
+    env.plugin(HOSTILE, "hostile");
+    let echo = env.plugin(ECHO_V1, "echo");
+    for d in ["docs", "index-manual", "index-docs"] {
+        std::fs::create_dir_all(env.path(d)).unwrap();
+    }
+    std::fs::write(env.path("docs/MANUAL.md"), manual()).unwrap();
+    let docx = shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
+    std::fs::copy(&docx, env.path("docs/tables.docx"))
+        .unwrap_or_else(|e| panic!("{}: {e} (set QUARRY_SHARED_DATA)", docx.display()));
+    let config = env.config(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 256 }
+pool = 1
+
+[tools.manual]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = { manual = "/docs/MANUAL.md", index_dir = "/index", similarity_threshold = 0.0 }
+[tools.manual.grants]
+dirs = [{ host = "docs", guest = "/docs" }, { host = "index-manual", guest = "/index", mode = "rw" }]
+memory = "1GiB"
+deadline = "120s"
+
+[tools.docs]
+component = "plugins/docx.wasm"
+embedder = "toy"
+config = { index_dir = "/index" }
+[tools.docs.grants]
+dirs = [{ host = "docs", guest = "/docs" }, { host = "index-docs", guest = "/index", mode = "rw" }]
+memory = "1GiB"
+deadline = "120s"
+
+[tools.echo]
+component = "plugins/echo.wasm"
+config = { greeting = "hi" }
+
+[tools.slow]
+component = "plugins/hostile.wasm"
+[tools.slow.grants]
+deadline = "3s"
+"#,
+    );
+    let out = Command::new(quarry_bin()).arg("--config").arg(&config).args(["list", "--json"]).output().unwrap();
+    assert!(out.status.success(), "quarry list failed: {}", String::from_utf8_lossy(&out.stderr));
+    let expected = env.path("expected-tools.json");
+    std::fs::write(&expected, &out.stdout).unwrap();
+    McpEnv { env, config, expected, echo }
+}
+
+/// Runs a client script with `python`; fails the test with its output unless it exits 0.
+fn run_client(python: &Path, script: &str, args: &[&str]) {
+    let mut cmd = Command::new(python);
+    cmd.current_dir(scripts()).arg(scripts().join(script)).args(args).env("PYTHONUNBUFFERED", "1");
+    let out = quarry_tests::run_with_timeout(cmd, std::time::Duration::from_secs(600));
+    let text = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.success, "{script} {args:?} failed\n{text}");
+    assert!(out.stdout.contains("] ok"), "{script} did not finish\n{text}");
+    println!("{text}");
+}
+
+fn client(venv: &str, script: &str, transport: &str) {
+    let m = mcp_env();
+    let (quarry, config, expected) = (quarry_bin(), m.config.display().to_string(), m.expected.display().to_string());
+    run_client(
+        &venv_python(venv),
+        script,
+        &[
+            "--quarry",
+            &quarry.display().to_string(),
+            "--config",
+            &config,
+            "--transport",
+            transport,
+            "--expected",
+            &expected,
+            "--swap-src",
+            ECHO_V2,
+            "--swap-dest",
+            &m.echo.display().to_string(),
+        ],
+    );
+    drop(m.env);
+}
+
+#[test]
+fn handshake_era_over_stdio() {
+    client("mcp1", "handshake_client.py", "stdio");
+}
+
+#[test]
+fn handshake_era_over_http() {
+    client("mcp1", "handshake_client.py", "http");
+}
+
+#[test]
+fn stateless_revision_over_stdio() {
+    client("mcp2", "modern_client.py", "stdio");
+}
+
+#[test]
+fn stateless_revision_over_http() {
+    client("mcp2", "modern_client.py", "http");
+}
+
+/// The README's CrewAI example (tests/mcp/crewai_example.py): `MCPServerAdapter` over `url`, or
+/// over stdio when `None`; the agent's tools are quarry's, and the one it runs answers.
+fn crewai_example(url: Option<&str>, m: &McpEnv) {
+    let mut cmd = Command::new(venv_python("crewai"));
+    cmd.current_dir(scripts())
+        .arg(scripts().join("crewai_example.py"))
+        .arg(quarry_bin())
+        .arg(&m.config)
+        .args(url)
+        // CrewAI's telemetry would try the network.
+        .envs([("CREWAI_DISABLE_TELEMETRY", "true"), ("OTEL_SDK_DISABLED", "true"), ("ANONYMIZED_TELEMETRY", "False")]);
+    let out = quarry_tests::run_with_timeout(cmd, std::time::Duration::from_secs(600));
+    let text = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.success, "the CrewAI example failed\n{text}");
+    assert!(out.stdout.contains("'manual_search'") && out.stdout.contains("'docs_search_docx'"), "{text}");
+    assert!(out.stdout.contains("Routed to: "), "the search did not answer\n{text}");
+}
+
+#[test]
+fn crewai_adapter_over_stdio() {
+    let m = mcp_env();
+    crewai_example(None, &m);
+}
+
+#[test]
+fn crewai_adapter_over_http() {
+    let m = mcp_env();
+    let served = quarry_tests::mcp_client::Served::start(&quarry_bin(), &m.config);
+    crewai_example(Some(&served.url), &m);
+}

@@ -1,0 +1,200 @@
+//! Bad input to the MCP server, byte for byte, over stdio and HTTP: a line or body that is not
+//! JSON, JSON that is not JSON-RPC, an unknown tool, arguments that break the schema, 10 MB of
+//! arguments and a message over the size limit. Each gets an error a JSON-RPC client can read,
+//! and the server answers `tools/list` afterwards.
+
+use std::io::{BufRead, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use quarry_tests::mcp_client::{McpHttp, Served};
+use quarry_tests::{ECHO_V1, TestEnv, quarry_bin};
+use serde_json::{Value, json};
+
+const TEN_MB: usize = 10 << 20;
+/// Over the 16 MiB a message may be, on either transport.
+const SEVENTEEN_MB: usize = 17 << 20;
+
+fn env() -> (TestEnv, std::path::PathBuf) {
+    let env = TestEnv::new();
+    env.plugin(ECHO_V1, "echo");
+    let config = env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n");
+    (env, config)
+}
+
+fn big_args() -> Value {
+    json!({"text": "x".repeat(TEN_MB)})
+}
+
+/// `quarry serve --stdio`, with its stdout lines parsed as they come.
+struct Stdio_ {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+}
+
+impl Stdio_ {
+    fn start(config: &std::path::Path) -> Stdio_ {
+        let mut child = Command::new(quarry_bin())
+            .arg("--config")
+            .arg(config)
+            .args(["serve", "--stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start quarry serve --stdio");
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Stdio_ { child, stdin, lines }
+    }
+
+    fn send(&mut self, line: &[u8]) {
+        self.stdin
+            .write_all(line)
+            .and_then(|()| self.stdin.write_all(b"\n"))
+            .and_then(|()| self.stdin.flush())
+            .unwrap();
+    }
+
+    /// The next message from the server.
+    fn recv(&self) -> Value {
+        let line = self.lines.recv_timeout(Duration::from_secs(120)).expect("an answer within 2 minutes");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON from the server ({e}): {line}"))
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string().as_bytes());
+        let answer = self.recv();
+        assert_eq!(answer["id"], json!(id), "answer to another request: {answer}");
+        answer
+    }
+
+    /// The server still serves: tools/list answers with the echo tool.
+    fn still_serving(&mut self, id: u64) {
+        let list = self.request(id, "tools/list", json!({}));
+        assert_eq!(list["result"]["tools"][0]["name"], "echo.echo", "{list}");
+    }
+}
+
+impl Drop for Stdio_ {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn error_code(v: &Value) -> i64 {
+    v["error"]["code"].as_i64().unwrap_or_else(|| panic!("not a JSON-RPC error: {v}"))
+}
+
+/// A tool error: a result with `isError`, its text saying `needle`.
+fn assert_tool_error(v: &Value, needle: &str) {
+    assert_eq!(
+        v["result"]["isError"],
+        json!(true),
+        "not a tool error: {}",
+        &v.to_string()[..v.to_string().len().min(500)]
+    );
+    let text = v["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(needle), "the error says {text:?}, not {needle:?}");
+}
+
+#[test]
+fn bad_input_over_stdio() {
+    let (_env, config) = env();
+    let mut s = Stdio_::start(&config);
+    let init = s.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+    s.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+
+    s.send(b"{this is not json");
+    let e = s.recv();
+    assert_eq!(error_code(&e), -32700, "{e}");
+    assert_eq!(e["id"], Value::Null);
+    s.still_serving(2);
+
+    s.send(br#"{"jsonrpc":"2.0","id":3,"method":42}"#);
+    assert_eq!(error_code(&s.recv()), -32600);
+    s.still_serving(4);
+
+    let e = s.request(5, "tools/call", json!({"name": "nosuch.tool", "arguments": {}}));
+    assert_eq!(error_code(&e), -32602, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("Unknown tool"), "{e}");
+    s.still_serving(6);
+
+    let e = s.request(7, "tools/call", json!({"name": "echo.echo", "arguments": {"text": 5}}));
+    assert_tool_error(&e, "`text` (a string) is required");
+    s.still_serving(8);
+
+    let e = s.request(9, "tools/call", json!({"name": "echo.echo", "arguments": big_args()}));
+    assert_tool_error(&e, "over the limit of 1048576 bytes");
+    s.still_serving(10);
+
+    let mut huge =
+        br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo.echo","arguments":{"text":""#
+            .to_vec();
+    huge.extend(std::iter::repeat_n(b'x', SEVENTEEN_MB));
+    huge.extend(br#""}}}"#);
+    s.send(&huge);
+    let e = s.recv();
+    assert_eq!(error_code(&e), -32600, "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("over 16777216 bytes"), "{e}");
+    s.still_serving(12);
+}
+
+/// The server still serves: tools/list answers with the echo tool.
+async fn still_serving(c: &mut McpHttp) {
+    let list = c.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(list["result"]["tools"][0]["name"], "echo.echo", "{list}");
+}
+
+#[tokio::test]
+async fn bad_input_over_http() {
+    let (_env, config) = env();
+    let served = Served::start(&quarry_bin(), &config);
+    let mut c = McpHttp::open(&served.url).await.unwrap();
+
+    let r = c.post(b"{this is not json".to_vec()).await.unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(error_code(&r.messages[0]), -32700, "{r:?}");
+    still_serving(&mut c).await;
+
+    let r = c.post(br#"{"jsonrpc":"2.0","id":77,"method":42}"#.to_vec()).await.unwrap();
+    assert_eq!(r.status, 400, "{r:?}");
+    assert_eq!(error_code(&r.messages[0]), -32600, "{r:?}");
+    assert_eq!(r.messages[0]["id"], json!(77), "the id is echoed when it can be read: {r:?}");
+    still_serving(&mut c).await;
+
+    let e = c.call("nosuch.tool", json!({})).await.unwrap();
+    assert_eq!(error_code(&e), -32602, "{e}");
+    still_serving(&mut c).await;
+
+    let e = c.call("echo.echo", json!({"text": 5})).await.unwrap();
+    assert_tool_error(&e, "`text` (a string) is required");
+    still_serving(&mut c).await;
+
+    let e = c.call("echo.echo", big_args()).await.unwrap();
+    assert_tool_error(&e, "over the limit of 1048576 bytes");
+    still_serving(&mut c).await;
+
+    let huge = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
+        "params": {"name": "echo.echo", "arguments": {"text": "x".repeat(SEVENTEEN_MB)}}});
+    let r = c.post(huge.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(300)]);
+    assert_eq!(error_code(&r.messages[0]), -32600, "{r:?}");
+    // A refused body may leave the connection unusable; a new one must be served.
+    let mut c = McpHttp::open(&served.url).await.unwrap();
+    still_serving(&mut c).await;
+}
