@@ -8,7 +8,7 @@ GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
 NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx --exclude chapter-eval
 GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search -p chapter-rag -p rag-guest
 
-.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx bench-chapters eval profile-embedder
+.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx bench-chapters bench-mcp eval profile-embedder
 
 setup:
 	rustup target add wasm32-wasip2
@@ -64,6 +64,12 @@ bench-docx: setup models
 # builds, reopen, route and search latency.
 bench-chapters: setup models
 	$(CARGO) bench -p quarry-tests --bench chapters
+
+# MCP over streamable HTTP: tools/call throughput and latency at concurrency 1, 8 and 32, cheap
+# and search calls, beside the same calls in process. Reuses the demo index.
+bench-mcp: setup models
+	$(CARGO) build --release -p quarry
+	$(CARGO) bench -p quarry-tests --bench mcp
 
 # Where embedding time goes: per-operator profile natively, in wasm under Quarry's engine, and in
 # wasm without epoch checks (the cost of deadlines), one after the other.

@@ -37,6 +37,8 @@ pub struct McpHttp {
     send: SendRequest<Full<Bytes>>,
     session: Option<String>,
     next_id: u64,
+    /// Sent as `Authorization: Bearer <token>` when set.
+    pub token: Option<String>,
 }
 
 impl McpHttp {
@@ -48,7 +50,7 @@ impl McpHttp {
         stream.set_nodelay(true)?;
         let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(conn);
-        Ok(McpHttp { url: uri, send, session: None, next_id: 1 })
+        Ok(McpHttp { url: uri, send, session: None, next_id: 1, token: None })
     }
 
     /// Connects and does the handshake: `initialize`, then `notifications/initialized`.
@@ -73,10 +75,16 @@ impl McpHttp {
             .header(hyper::header::HOST, self.url.authority().map(|a| a.to_string()).unwrap_or_default())
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .header(hyper::header::ACCEPT, "application/json, text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
         if let Some(s) = &self.session {
             req = req.header("mcp-session-id", s).header("mcp-protocol-version", "2025-11-25");
         }
         let req = req.body(Full::new(Bytes::from(body)))?;
+        // The connection is ready for the next request only once it has read the last response
+        // to its end, which its task may not have done yet.
+        tokio::time::timeout(TIMEOUT, self.send.ready()).await??;
         let res = tokio::time::timeout(TIMEOUT, self.send.send_request(req)).await??;
         let status = res.status().as_u16();
         if let Some(s) = res.headers().get("mcp-session-id") {
@@ -122,12 +130,18 @@ impl Served {
     /// Starts the server for `config` and waits (at most 5 minutes: the first start may build an
     /// index) until it says where it listens. Its stderr is passed on to ours.
     pub fn start(quarry: &std::path::Path, config: &std::path::Path) -> Served {
+        Served::start_with_env(quarry, config, &[])
+    }
+
+    /// [`Served::start`] with extra environment variables.
+    pub fn start_with_env(quarry: &std::path::Path, config: &std::path::Path, env: &[(&str, &str)]) -> Served {
         use std::io::BufRead;
 
         let mut child = std::process::Command::new(quarry)
             .arg("--config")
             .arg(config)
             .args(["serve", "--http", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

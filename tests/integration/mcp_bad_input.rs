@@ -1,7 +1,8 @@
 //! Bad input to the MCP server, byte for byte, over stdio and HTTP: a line or body that is not
 //! JSON, JSON that is not JSON-RPC, an unknown tool, arguments that break the schema, 10 MB of
 //! arguments and a message over the size limit. Each gets an error a JSON-RPC client can read,
-//! and the server answers `tools/list` afterwards.
+//! and the server answers `tools/list` afterwards. Also: the bearer token, when one is set, and
+//! the refusal to listen beyond loopback without one.
 
 use std::io::{BufRead, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -197,4 +198,34 @@ async fn bad_input_over_http() {
     // A refused body may leave the connection unusable; a new one must be served.
     let mut c = McpHttp::open(&served.url).await.unwrap();
     still_serving(&mut c).await;
+}
+
+#[tokio::test]
+async fn bearer_token_when_set_and_required_beyond_loopback() {
+    let (_env, config) = env();
+    let served = Served::start_with_env(&quarry_bin(), &config, &[("QUARRY_MCP_TOKEN", "s3cret")]);
+    let mut c = McpHttp::connect(&served.url).await.unwrap();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let r = c.post(init.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 401, "no token: {r:?}");
+    c.token = Some("wrong".into());
+    let r = c.post(init.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 401, "wrong token: {r:?}");
+    c.token = Some("s3cret".into());
+    let r = c.post(init.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 200, "right token: {r:?}");
+    assert!(r.answer(1).is_some_and(|a| a["result"].is_object()), "{r:?}");
+
+    // Beyond loopback, no token is a refusal to start, saying what to do.
+    let out = std::process::Command::new(quarry_bin())
+        .arg("--config")
+        .arg(&config)
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .env_remove("QUARRY_MCP_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without a bearer token: set QUARRY_MCP_TOKEN"), "{err}");
 }

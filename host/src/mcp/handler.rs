@@ -174,3 +174,51 @@ impl ServerHandler for QuarryMcp {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bindings::{Hit, ToolError};
+
+    #[test]
+    fn output_is_one_text_block_mirrored_in_structured_content() {
+        let out = ToolOutput {
+            text: "[1] Install > Linux\nuse apt".into(),
+            hits: vec![Hit {
+                content: "use apt".into(),
+                score: Some(0.5),
+                source: Some("/m.md".into()),
+                metadata: r#"{"chapter_id":"1.1"}"#.into(),
+            }],
+            extra: Some(r#"{"route":[]}"#.into()),
+        };
+        let r = to_response(Ok(out)).unwrap();
+        assert_eq!(r.is_error, Some(false));
+        assert_eq!(r.content.len(), 1);
+        assert_eq!(r.content[0].as_text().map(|t| t.text.as_str()), Some("[1] Install > Linux\nuse apt"));
+        assert_eq!(
+            r.structured_content,
+            Some(serde_json::json!({
+                "hits": [{"content": "use apt", "score": 0.5, "source": "/m.md", "metadata": {"chapter_id": "1.1"}}],
+                "extra": {"route": []},
+            }))
+        );
+    }
+
+    #[test]
+    fn tool_errors_keep_the_tools_words_and_unknown_tools_are_protocol_errors() {
+        let e = CallError::Tool {
+            tool: "cb.search".into(),
+            error: ToolError::Upstream("Search failed with error: timeout".into()),
+        };
+        let r = to_response(Err(e)).unwrap();
+        assert_eq!(r.is_error, Some(true));
+        assert_eq!(r.content[0].as_text().map(|t| t.text.as_str()), Some("Search failed with error: timeout"));
+        assert_eq!(r.structured_content.unwrap()["error"]["kind"], "upstream");
+
+        let e = CallError::UnknownTool { name: "x.y".into(), hint: "run `quarry list`".into() };
+        let err = to_response(Err(e)).unwrap_err();
+        assert_eq!(err.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert!(err.message.contains("Unknown tool"), "{}", err.message);
+    }
+}

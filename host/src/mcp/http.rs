@@ -35,6 +35,10 @@ pub const TOKEN_ENV: &str = "QUARRY_MCP_TOKEN";
 pub const PATH: &str = "/mcp";
 /// The largest request body accepted (16 MiB, as over stdio).
 pub const MAX_BODY_BYTES: usize = 16 << 20;
+/// How long a handshake-era session may sit idle before the server forgets it. rmcp's default
+/// is 5 minutes, shorter than an agent may think between two tool calls; a forgotten session
+/// answers 404 and the client must start over.
+pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
 /// How long a client may take to send its request headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -81,8 +85,9 @@ impl HttpServer {
         }
         let peers = Arc::new(Peers::default());
         let handler = QuarryMcp::new(host.clone(), peers.clone());
-        let service =
-            StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(LocalSessionManager::default()), config);
+        let mut sessions = LocalSessionManager::default();
+        sessions.session_config.keep_alive = Some(SESSION_IDLE);
+        let service = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
         Ok(HttpServer { listener, service: Arc::new(service), token: token.map(Arc::from), host, peers, stop })
     }
 
@@ -112,6 +117,11 @@ impl HttpServer {
                     }
                 },
             };
+            // A response goes out in several writes (an SSE priming event, the message, the end
+            // of the stream); with Nagle's algorithm on, the client's delayed ACK adds ~40 ms.
+            if let Err(e) = stream.set_nodelay(true) {
+                tracing::debug!(target: "quarry::mcp", %remote, "cannot set TCP_NODELAY: {e}");
+            }
             let (service, token) = (self.service.clone(), self.token.clone());
             let stop = self.stop.clone();
             tokio::spawn(async move {

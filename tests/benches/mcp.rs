@@ -1,0 +1,140 @@
+//! MCP benchmark: `tools/call` over streamable HTTP against `quarry serve --http` (the release
+//! binary), at concurrency 1, 8 and 32, for a cheap call (`list_chapter_tree`) and a search
+//! (`search`, real MiniLM), on the main job's config (host/demo.toml: the rclone manual). Each
+//! concurrent client is its own session on its own connection. Beside it, in the same run, the
+//! same calls in process (`Host::call`, no MCP), so the protocol's cost shows as a ratio.
+//!
+//! Run with `make bench-mcp`. It reuses the demo index (`make demo` builds it; without it, the
+//! first start embeds the manual: about 10 minutes on 2 cores).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use quarry_tests::mcp_client::{McpHttp, Served};
+use quarry_tests::{CHAPTER_RAG, quarry_bin, shared_data};
+use serde_json::{Value, json};
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+}
+
+fn questions() -> Vec<String> {
+    let path = shared_data().join("manuals/rclone/questions.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["question"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The arguments of call `i` of `tool`.
+fn args(tool: &str, i: usize, questions: &[String]) -> Value {
+    match tool {
+        "rclone.search" => json!({ "question": questions[i % questions.len()] }),
+        _ => json!({}),
+    }
+}
+
+struct Stats {
+    p50: f64,
+    p99: f64,
+    per_sec: f64,
+}
+
+fn stats(mut ms: Vec<f64>, wall: f64) -> Stats {
+    ms.sort_by(f64::total_cmp);
+    Stats { p50: percentile(&ms, 0.5), p99: percentile(&ms, 0.99), per_sec: ms.len() as f64 / wall }
+}
+
+/// `calls` calls of `tool` spread over `clients` sessions, all at once.
+async fn over_mcp(url: &str, tool: &str, calls: usize, clients: usize, questions: &Arc<Vec<String>>) -> Stats {
+    let mut sessions = Vec::new();
+    for _ in 0..clients {
+        sessions.push(McpHttp::open(url).await.expect("MCP session"));
+    }
+    let start = Instant::now();
+    let workers: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(w, mut c)| {
+            let (tool, questions) = (tool.to_string(), questions.clone());
+            tokio::spawn(async move {
+                let mut ms = Vec::new();
+                for i in (w..calls).step_by(clients) {
+                    let t = Instant::now();
+                    let r = c.call(&tool, args(&tool, i, &questions)).await.expect("tools/call");
+                    assert_eq!(r["result"]["isError"], json!(false), "{tool} failed: {r}");
+                    ms.push(t.elapsed().as_secs_f64() * 1e3);
+                }
+                ms
+            })
+        })
+        .collect();
+    let mut ms = Vec::new();
+    for w in workers {
+        ms.extend(w.await.expect("worker"));
+    }
+    stats(ms, start.elapsed().as_secs_f64())
+}
+
+async fn in_process(host: &quarry::Host, tool: &str, calls: usize, questions: &[String]) -> Stats {
+    let start = Instant::now();
+    let mut ms = Vec::new();
+    for i in 0..calls {
+        let t = Instant::now();
+        host.call(tool, &args(tool, i, questions).to_string()).await.unwrap_or_else(|e| panic!("{tool}: {e}"));
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    stats(ms, start.elapsed().as_secs_f64())
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let config = root.join("host/demo.toml");
+    // The demo config finds the components in $QUARRY_GUEST_DIR: the ones built for the tests.
+    let guest_dir =
+        PathBuf::from(CHAPTER_RAG).ancestors().nth(3).expect("<guest>/wasm32-wasip2/release/x.wasm").to_path_buf();
+    // SAFETY: set before any thread of ours reads the environment (the runtime's workers don't).
+    unsafe { std::env::set_var("QUARRY_GUEST_DIR", &guest_dir) };
+    let questions = Arc::new(questions());
+    let cases = [("rclone.list_chapter_tree", 2000), ("rclone.search", 160)];
+
+    let t = Instant::now();
+    let host = quarry::Host::new(quarry::Config::load(&config).expect("host/demo.toml")).expect("host");
+    let failures = host.load_all().await;
+    assert!(failures.is_empty(), "{failures:?}");
+    println!("in-process host loaded in {:.1} s", t.elapsed().as_secs_f64());
+    let mut baseline = Vec::new();
+    for (tool, calls) in cases {
+        in_process(&host, tool, calls / 10, &questions).await; // warm-up
+        baseline.push(in_process(&host, tool, calls / 2, &questions).await);
+    }
+    drop(host);
+
+    let served = Served::start(&quarry_bin(), &config);
+    println!("\ntools/call over streamable HTTP ({}), one session per client:", served.url);
+    println!("| call | clients | calls | calls/s | p50 ms | p99 ms | p50 vs in-process |");
+    println!("|---|---|---|---|---|---|---|");
+    for ((tool, calls), base) in cases.into_iter().zip(&baseline) {
+        over_mcp(&served.url, tool, calls / 10, 1, &questions).await; // warm-up
+        println!(
+            "| {tool} in process | 1 | {} | {:.0} | {:.2} | {:.2} | 1.00 |",
+            calls / 2,
+            base.per_sec,
+            base.p50,
+            base.p99
+        );
+        for clients in [1, 8, 32] {
+            let s = over_mcp(&served.url, tool, calls, clients, &questions).await;
+            println!(
+                "| {tool} | {clients} | {calls} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                s.per_sec,
+                s.p50,
+                s.p99,
+                s.p50 / base.p50
+            );
+        }
+    }
+}
