@@ -121,6 +121,8 @@ pub struct Grants {
     pub deadline: Duration,
     /// Largest output of one call, in bytes.
     pub max_output: u64,
+    /// Amazon Bedrock: which knowledge bases, and how to reach them. None: no Bedrock at all.
+    pub bedrock: Option<crate::bedrock::BedrockGrant>,
 }
 
 /// A directory made visible to the guest.
@@ -176,6 +178,20 @@ struct RawGrants {
     deadline: Option<HumanDuration>,
     http_timeout: Option<HumanDuration>,
     max_output: Option<ByteSize>,
+    bedrock: Option<RawBedrock>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBedrock {
+    knowledge_bases: Vec<String>,
+    region: Option<String>,
+    endpoint: Option<String>,
+    profile: Option<String>,
+    max_attempts: Option<u32>,
+    attempt_timeout: Option<HumanDuration>,
+    timeout: Option<HumanDuration>,
+    connect_timeout: Option<HumanDuration>,
 }
 
 #[derive(Deserialize)]
@@ -488,6 +504,10 @@ fn validate_instance(
         ));
     }
     let http_timeout = raw.grants.http_timeout.map_or(DEFAULT_HTTP_TIMEOUT, |d| d.0);
+    let bedrock = match raw.grants.bedrock {
+        None => None,
+        Some(b) => Some(bedrock_grant(b).map_err(|(k, m)| invalid(key(&format!(".grants.bedrock.{k}")), m))?),
+    };
     let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     Ok(InstanceConfig {
         name: name.to_string(),
@@ -501,8 +521,59 @@ fn validate_instance(
             memory,
             deadline: raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0),
             max_output: raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0),
+            bedrock,
         },
     })
+}
+
+fn bedrock_grant(raw: RawBedrock) -> Result<crate::bedrock::BedrockGrant, (&'static str, String)> {
+    let mut g = crate::bedrock::BedrockGrant::default();
+    if raw.knowledge_bases.is_empty() {
+        return Err((
+            "knowledge_bases",
+            "list the knowledge-base ids this instance may query (or \"*\" for any)".into(),
+        ));
+    }
+    for kb in &raw.knowledge_bases {
+        let ok =
+            kb == "*" || kb.starts_with("arn:") || (!kb.is_empty() && kb.chars().all(|c| c.is_ascii_alphanumeric()));
+        if !ok {
+            return Err((
+                "knowledge_bases",
+                format!("{kb:?} is not a knowledge-base id (letters and digits), an ARN or \"*\""),
+            ));
+        }
+    }
+    g.knowledge_bases = raw.knowledge_bases;
+    g.region = raw.region.filter(|r| !r.trim().is_empty());
+    if let Some(e) = raw.endpoint {
+        let ok = e
+            .parse::<http::Uri>()
+            .is_ok_and(|u| matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some());
+        if !ok {
+            return Err((
+                "endpoint",
+                format!("{e:?} is not an http(s) URL, like \"https://bedrock-agent-runtime.us-east-1.amazonaws.com\""),
+            ));
+        }
+        g.endpoint = Some(e);
+    }
+    g.profile = raw.profile;
+    if let Some(n) = raw.max_attempts {
+        if !(1..=10).contains(&n) {
+            return Err(("max_attempts", format!("{n} is out of range: between 1 and 10 attempts")));
+        }
+        g.max_attempts = n;
+    }
+    let within = |d: Option<HumanDuration>, default: Duration, key: &'static str| match d {
+        None => Ok(default),
+        Some(d) if d.0 > Duration::ZERO && d.0 <= Duration::from_secs(600) => Ok(d.0),
+        Some(_) => Err((key, "must be more than 0 and at most 10m".to_string())),
+    };
+    g.attempt_timeout = within(raw.attempt_timeout, g.attempt_timeout, "attempt_timeout")?;
+    g.timeout = within(raw.timeout, g.timeout, "timeout")?;
+    g.connect_timeout = within(raw.connect_timeout, g.connect_timeout, "connect_timeout")?;
+    Ok(g)
 }
 
 #[cfg(test)]

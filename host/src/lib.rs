@@ -5,7 +5,7 @@
 //! - [`engine`], [`cache`]: the wasmtime engine (epochs, pooling allocator) and
 //!   the precompiled-component cache;
 //! - [`sandbox`]: per-instance WASI state built from the grants;
-//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`];
+//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`], [`bedrock`];
 //! - [`instance`]: one component version and one running instance;
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
 //! - [`mcp`]: the MCP server (stdio and streamable HTTP);
@@ -13,6 +13,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bedrock;
 pub mod bindings;
 pub mod cache;
 pub mod cli;

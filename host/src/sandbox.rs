@@ -37,6 +37,8 @@ pub struct StoreState {
     pub(crate) limiter: MemoryLimiter,
     pub(crate) stderr: GuestLog,
     pub(crate) embedder: Option<Arc<dyn EmbedderBackend>>,
+    /// The instance's Bedrock grant and client, when it has one.
+    pub(crate) bedrock: Option<Arc<crate::bedrock::BedrockLink>>,
     /// The instance's name, for tagging what it reports.
     pub(crate) instance: String,
 }
@@ -76,6 +78,7 @@ impl StoreState {
             limiter: MemoryLimiter::new(cfg.grants.memory as usize),
             stderr,
             embedder,
+            bedrock: cfg.grants.bedrock.clone().map(crate::bedrock::BedrockLink::new),
             instance: cfg.name.clone(),
         })
     }
