@@ -1,0 +1,300 @@
+//! The tool: one instance per configured knowledge base, one tool, `retrieve`.
+
+use serde_json::{Map, Value, json};
+
+use crate::config::{self, Config};
+use crate::output;
+
+/// Why a call or an open failed; the glue maps these to WIT's `tool-error`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolError {
+    /// Bad call arguments.
+    InvalidArgs(String),
+    /// Bad instance config.
+    InvalidConfig(String),
+    /// Bedrock failed or could not be reached.
+    Upstream(String),
+    /// The host's grant refused the knowledge base.
+    Denied(String),
+}
+
+/// How the host's `bedrock` capability failed (see the WIT `bedrock-error`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The service's error code and message.
+    Service {
+        /// e.g. `ValidationException`.
+        code: String,
+        /// The service's message.
+        message: String,
+    },
+    /// Not granted.
+    Denied(String),
+    /// No answer (connection, timeout, credentials).
+    Unavailable(String),
+    /// The request body was refused before sending.
+    InvalidRequest(String),
+}
+
+/// The host's `bedrock` capability, as the tool sees it.
+pub trait Bedrock {
+    /// `BEDROCK_KB_ID` from the host's environment.
+    fn default_knowledge_base(&self) -> Option<String>;
+    /// `Retrieve`: JSON request body in, JSON response body out.
+    fn retrieve(&self, kb: &str, request: &str) -> Result<String, Failure>;
+}
+
+/// One result as a hit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HitOut {
+    /// The text (for a row, its columns as `name: value` lines).
+    pub content: String,
+    /// The service's relevance score.
+    pub score: Option<f32>,
+    /// The source URI, URL, id or query.
+    pub source: Option<String>,
+    /// `{content_type, source_type, metadata, row_content, byte_content}` where present.
+    pub metadata: Value,
+}
+
+/// A call's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    /// CrewAI's JSON text.
+    pub text: String,
+    /// The results as hits.
+    pub hits: Vec<HitOut>,
+    /// `{nextToken, guardrailAction, knowledge_base_id}`.
+    pub extra: Value,
+}
+
+/// A configured instance.
+#[derive(Debug)]
+pub struct Tool {
+    config: Config,
+}
+
+/// The tool's name.
+pub const NAME: &str = "retrieve";
+
+impl Tool {
+    /// Validates the config (CrewAI's rules); `BEDROCK_KB_ID` comes from the host.
+    pub fn open(config: &str, env: &dyn Bedrock) -> Result<Tool, ToolError> {
+        let config = config::parse(config, env.default_knowledge_base()).map_err(ToolError::InvalidConfig)?;
+        Ok(Tool { config })
+    }
+
+    /// `(name, description, args schema)`.
+    pub fn spec(&self) -> (String, String, String) {
+        let description = format!(
+            "Retrieves information from Amazon Bedrock Knowledge Base '{}' given a query",
+            self.config.knowledge_base_id
+        );
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "The query to retrieve information from the knowledge base"},
+                "number_of_results": {"type": "integer", "minimum": 1, "maximum": 100, "description": "How many results to return (default: the instance's)"},
+                "next_token": {"type": "string", "minLength": 1, "maxLength": 2048, "description": "The nextToken of a previous answer, for the next page"},
+                "filter": {"type": "object", "description": "A Bedrock metadata filter, e.g. {\"equals\": {\"key\": \"year\", \"value\": 2024}} or {\"andAll\": [...]}"}
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        });
+        (NAME.to_string(), description, schema.to_string())
+    }
+
+    /// The RetrieveRequest body for a call.
+    pub fn request(&self, args: &Value) -> Result<Value, ToolError> {
+        let a = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be an object".into()))?;
+        if let Some(k) =
+            a.keys().find(|k| !["query", "number_of_results", "next_token", "filter"].contains(&k.as_str()))
+        {
+            return Err(ToolError::InvalidArgs(format!(
+                "unknown argument `{k}`; this tool takes query, number_of_results, next_token and filter"
+            )));
+        }
+        let query = match a.get("query") {
+            Some(Value::String(q)) if !q.trim().is_empty() => q.clone(),
+            Some(Value::String(_)) | None | Some(Value::Null) => {
+                return Err(ToolError::InvalidArgs(
+                    "`query` is required: the text to search the knowledge base for".into(),
+                ));
+            }
+            Some(_) => return Err(ToolError::InvalidArgs("`query` must be a string".into())),
+        };
+        let mut configuration = self.config.retrieval_configuration.clone();
+        let per_call_n = match a.get("number_of_results") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(config::check_number_of_results(v).map_err(ToolError::InvalidArgs)?),
+        };
+        let filter = match a.get("filter") {
+            None | Some(Value::Null) => None,
+            Some(f @ Value::Object(_)) => Some(f.clone()),
+            Some(_) => {
+                return Err(ToolError::InvalidArgs(
+                    "`filter` must be an object, like {\"equals\": {\"key\": \"k\", \"value\": \"v\"}}".into(),
+                ));
+            }
+        };
+        if per_call_n.is_some() || filter.is_some() {
+            let vs = configuration
+                .as_object_mut()
+                .map(|c| c.entry("vectorSearchConfiguration").or_insert_with(|| json!({})))
+                .and_then(Value::as_object_mut)
+                .ok_or_else(|| {
+                    ToolError::InvalidConfig("retrieval_configuration.vectorSearchConfiguration must be a table".into())
+                })?;
+            if let Some(n) = per_call_n {
+                vs.insert("numberOfResults".into(), json!(n));
+            }
+            if let Some(f) = filter {
+                vs.insert("filter".into(), f);
+            }
+        }
+        let next_token = match a.get("next_token") {
+            None | Some(Value::Null) => self.config.next_token.clone(),
+            Some(Value::String(t)) => {
+                config::check_next_token(t).map_err(ToolError::InvalidArgs)?;
+                Some(t.clone())
+            }
+            Some(_) => return Err(ToolError::InvalidArgs("`next_token` must be a string".into())),
+        };
+        let mut body = Map::new();
+        body.insert("retrievalQuery".into(), json!({ "text": query }));
+        if configuration.as_object().is_some_and(|o| !o.is_empty()) {
+            body.insert("retrievalConfiguration".into(), configuration);
+        }
+        if let Some(g) = &self.config.guardrail_configuration {
+            body.insert("guardrailConfiguration".into(), g.clone());
+        }
+        if let Some(t) = next_token {
+            body.insert("nextToken".into(), json!(t));
+        }
+        Ok(Value::Object(body))
+    }
+
+    /// Runs `retrieve` with `args` (a JSON object).
+    pub fn call(&self, args: &str, env: &dyn Bedrock) -> Result<Output, ToolError> {
+        let args: Value =
+            serde_json::from_str(args).map_err(|e| ToolError::InvalidArgs(format!("arguments are not JSON: {e}")))?;
+        let request = self.request(&args)?;
+        let kb = &self.config.knowledge_base_id;
+        let body = env.retrieve(kb, &request.to_string()).map_err(|f| match f {
+            // CrewAI's wording: `Error ({code}): {message}` for the service, `Unexpected error: …` otherwise.
+            Failure::Service { code, message } => ToolError::Upstream(format!("Error ({code}): {message}")),
+            Failure::Unavailable(m) => ToolError::Upstream(format!("Unexpected error: {m}")),
+            Failure::Denied(m) => ToolError::Denied(m),
+            Failure::InvalidRequest(m) => ToolError::InvalidArgs(format!("Unexpected error: {m}")),
+        })?;
+        let response: Value = serde_json::from_str(&body)
+            .map_err(|e| ToolError::Upstream(format!("Unexpected error: Bedrock's answer is not JSON: {e}")))?;
+        let answer = output::answer(&response);
+        let hits = response
+            .get("retrievalResults")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(hit).collect())
+            .unwrap_or_default();
+        let mut extra = json!({ "knowledge_base_id": kb });
+        for key in ["nextToken", "guardrailAction"] {
+            if let Some(v) = response.get(key) {
+                extra[key] = v.clone();
+            }
+        }
+        Ok(Output { text: output::dumps(&answer), hits, extra })
+    }
+}
+
+fn hit(r: &Value) -> HitOut {
+    let o = output::to_value(&output::result(r));
+    let content = match o.get("row_content").and_then(Value::as_array) {
+        Some(row) if o["content"].as_str().is_none_or(str::is_empty) => row
+            .iter()
+            .map(|c| {
+                format!("{}: {}", c["columnName"].as_str().unwrap_or("?"), c["columnValue"].as_str().unwrap_or(""))
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => o["content"].as_str().unwrap_or_default().to_string(),
+    };
+    let mut metadata = Map::new();
+    for key in ["content_type", "source_type", "metadata", "row_content", "byte_content"] {
+        if let Some(v) = o.get(key) {
+            metadata.insert(key.into(), v.clone());
+        }
+    }
+    if let Some(d) = r.get("documentId") {
+        metadata.insert("document_id".into(), d.clone());
+    }
+    HitOut {
+        content,
+        score: r.get("score").and_then(Value::as_f64).map(|s| s as f32),
+        source: o["source_uri"].as_str().map(str::to_string),
+        metadata: Value::Object(metadata),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    struct Fake {
+        sent: RefCell<Vec<(String, Value)>>,
+        answer: Result<String, Failure>,
+    }
+
+    impl Bedrock for Fake {
+        fn default_knowledge_base(&self) -> Option<String> {
+            None
+        }
+        fn retrieve(&self, kb: &str, request: &str) -> Result<String, Failure> {
+            self.sent.borrow_mut().push((kb.to_string(), serde_json::from_str(request).unwrap()));
+            self.answer.clone()
+        }
+    }
+
+    fn fake(answer: Result<String, Failure>) -> Fake {
+        Fake { sent: RefCell::default(), answer }
+    }
+
+    #[test]
+    fn request_body_field_names() {
+        let env = fake(Ok(r#"{"retrievalResults": []}"#.into()));
+        let t = Tool::open(r#"{"knowledge_base_id": "KB00000001", "guardrail_configuration": {"guardrailId": "g1", "guardrailVersion": "1"}}"#, &env).unwrap();
+        let out = t.call(r#"{"query": "q", "number_of_results": 3, "next_token": "p2", "filter": {"equals": {"key": "a", "value": 1}}}"#, &env).unwrap();
+        assert_eq!(out.text, "{\n  \"message\": \"No results found for the given query.\"\n}");
+        let (kb, body) = env.sent.borrow()[0].clone();
+        assert_eq!(kb, "KB00000001");
+        assert_eq!(
+            body,
+            json!({
+                "retrievalQuery": {"text": "q"},
+                "retrievalConfiguration": {"vectorSearchConfiguration": {"numberOfResults": 3, "filter": {"equals": {"key": "a", "value": 1}}}},
+                "guardrailConfiguration": {"guardrailId": "g1", "guardrailVersion": "1"},
+                "nextToken": "p2"
+            })
+        );
+        assert_eq!(t.spec().1, "Retrieves information from Amazon Bedrock Knowledge Base 'KB00000001' given a query");
+    }
+
+    #[test]
+    fn errors_keep_crewais_wording() {
+        let env = fake(Err(Failure::Service { code: "ValidationException".into(), message: "bad".into() }));
+        let t = Tool::open(r#"{"knowledge_base_id": "KB00000001"}"#, &env).unwrap();
+        assert_eq!(
+            t.call(r#"{"query": "q"}"#, &env),
+            Err(ToolError::Upstream("Error (ValidationException): bad".into()))
+        );
+        let env = fake(Err(Failure::Unavailable("timed out".into())));
+        assert_eq!(t.call(r#"{"query": "q"}"#, &env), Err(ToolError::Upstream("Unexpected error: timed out".into())));
+        assert!(matches!(t.call(r#"{"query": " "}"#, &env), Err(ToolError::InvalidArgs(_))));
+        assert!(
+            matches!(t.call(r#"{"query": "q", "next_token": "a b"}"#, &env), Err(ToolError::InvalidArgs(m)) if m.contains("cannot contain spaces"))
+        );
+        assert!(
+            matches!(t.call(r#"{"query": "q", "k": 1}"#, &env), Err(ToolError::InvalidArgs(m)) if m.contains("unknown argument `k`"))
+        );
+    }
+}
