@@ -7,8 +7,17 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const FIXTURES: &[&str] =
-    &["hostile", "echo-v1", "echo-v2", "toy-embedder", "embed-probe", "embedder-onnx", "docx-search", "chapter-rag"];
+const FIXTURES: &[&str] = &[
+    "hostile",
+    "echo-v1",
+    "echo-v2",
+    "toy-embedder",
+    "embed-probe",
+    "embedder-onnx",
+    "docx-search",
+    "chapter-rag",
+    "bedrock-kb",
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));

@@ -1,6 +1,7 @@
 //! Shared test harness: fixture components, a temp-dir environment that writes
 //! a config the way a user would, and helpers to drive the host and the CLI.
 
+pub mod fake_bedrock;
 pub mod mcp_client;
 
 use std::path::{Path, PathBuf};
@@ -101,6 +102,8 @@ pub const EMBEDDER_ONNX: &str = env!("QUARRY_FIXTURE_EMBEDDER_ONNX");
 pub const DOCX_SEARCH: &str = env!("QUARRY_FIXTURE_DOCX_SEARCH");
 /// The chapter RAG component (components/chapter-rag).
 pub const CHAPTER_RAG: &str = env!("QUARRY_FIXTURE_CHAPTER_RAG");
+/// The Bedrock knowledge-base component (components/bedrock-kb).
+pub const BEDROCK_KB: &str = env!("QUARRY_FIXTURE_BEDROCK_KB");
 
 /// Where `make models` put the converted models.
 pub fn models_dir() -> PathBuf {

@@ -48,6 +48,12 @@ fn bad_values_say_the_accepted_form() {
         ("dirs = [{ host = \"missing\", guest = \"/d\" }]", "tools.echo.grants.dirs[0].host"),
         ("dirs = [{ host = \"data\", guest = \"d\" }]", "must be absolute"),
         ("dirs = [{ host = \"data\", guest = \"/d\" }, { host = \"data\", guest = \"/d\" }]", "granted twice"),
+        ("bedrock = { knowledge_bases = [] }", "tools.echo.grants.bedrock.knowledge_bases"),
+        ("bedrock = { knowledge_bases = [\"KB-1\"] }", "is not a knowledge-base id"),
+        ("bedrock = { knowledge_bases = [\"*\"], endpoint = \"localhost:9\" }", "is not an http(s) URL"),
+        ("bedrock = { knowledge_bases = [\"*\"], max_attempts = 0 }", "between 1 and 10 attempts"),
+        ("bedrock = { knowledge_bases = [\"*\"], timeout = \"11m\" }", "tools.echo.grants.bedrock.timeout"),
+        ("bedrock = { knowledge_bases = [\"*\"], secret = \"x\" }", "unknown field `secret`"),
     ];
     for (grant, expect) in cases {
         let e = error_for(

@@ -1,6 +1,7 @@
 //! Integration tests: fixture components in the real wasmtime host, and the
 //! `quarry` binary driven as a user would.
 
+mod bedrock;
 mod cache;
 mod chapter_rag;
 mod cli;
