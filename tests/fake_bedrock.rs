@@ -41,8 +41,12 @@ pub const KB_MISSING_HEADER: &str = "KBNOTFOUNH";
 pub const KB_INVALID_TYPE: &str = "KBINVALIDT";
 /// Answers AccessDeniedException (403) with the error type in the body's `code`.
 pub const KB_DENIED_CODE: &str = "KBDENIEDC1";
-/// Answers InternalServerException (500), every attempt.
+/// Answers InternalServerException (500), every attempt, the type in the `x-amzn-errortype` header.
 pub const KB_BROKEN: &str = "KBBROKEN01";
+/// Answers BadGatewayException (502), every attempt, the type in the body's `__type`.
+pub const KB_BAD_GATEWAY_TYPE: &str = "KBGATEWAYT";
+/// Answers InternalServerException (500), every attempt, the type in the body's `code`.
+pub const KB_BROKEN_CODE: &str = "KBBROKENC1";
 
 /// One request the fake saw.
 #[derive(Debug, Clone)]
@@ -182,6 +186,14 @@ async fn handle(
             &[("x-amzn-errortype", "InternalServerException")],
             json!({"message": "internal failure", "reason": "test"}),
         ),
+        KB_BAD_GATEWAY_TYPE => reply(
+            502,
+            &[],
+            json!({"__type": "com.amazon.bedrock.agent.runtime#BadGatewayException", "message": "upstream model failed", "resourceName": "m"}),
+        ),
+        KB_BROKEN_CODE => {
+            reply(500, &[], json!({"code": "InternalServerException", "message": "internal failure (code)"}))
+        }
         _ => results(&parsed, token.as_deref()),
     }
 }

@@ -255,6 +255,8 @@ async fn throttling_is_retried_and_errors_keep_crewais_wording() {
         (fb::KB_INVALID_TYPE, "Error (ValidationException): numberOfResults is too large".to_string()),
         (fb::KB_DENIED_CODE, "Error (AccessDeniedException): not authorized to retrieve".to_string()),
         (fb::KB_BROKEN, "Error (InternalServerException): internal failure".to_string()),
+        (fb::KB_BAD_GATEWAY_TYPE, "Error (BadGatewayException): upstream model failed".to_string()),
+        (fb::KB_BROKEN_CODE, "Error (InternalServerException): internal failure (code)".to_string()),
     ] {
         let c = case(
             &fake,
@@ -264,8 +266,10 @@ async fn throttling_is_retried_and_errors_keep_crewais_wording() {
         let run = call(&c, json!({"query": "q"}), &aws_env()).await;
         assert_eq!(run.error(), format!("error: kb.retrieve: upstream: {expected}"));
     }
-    let broken = fake.seen().iter().filter(|s| s.path.contains(fb::KB_BROKEN)).count();
-    assert_eq!(broken, 2, "a 500 is retried up to max_attempts");
+    for kb in [fb::KB_BROKEN, fb::KB_BAD_GATEWAY_TYPE, fb::KB_BROKEN_CODE] {
+        let n = fake.seen().iter().filter(|s| s.path.contains(kb)).count();
+        assert_eq!(n, 2, "{kb}: a 5xx is retried up to max_attempts");
+    }
     let missing = fake.seen().iter().filter(|s| s.path.contains(fb::KB_MISSING_HEADER)).count();
     assert_eq!(missing, 1, "a 404 is not retried");
 }
