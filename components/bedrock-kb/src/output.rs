@@ -69,19 +69,7 @@ fn write_value(v: &Value, level: usize, out: &mut String) {
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => out.push_str(&python_number(n)),
         Value::String(s) => write_string(s, out),
-        Value::Array(a) if a.is_empty() => out.push_str("[]"),
-        Value::Array(a) => {
-            out.push('[');
-            for (i, v) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                indent(level + 1, out);
-                write_value(v, level + 1, out);
-            }
-            indent(level, out);
-            out.push(']');
-        }
+        Value::Array(a) => write_ordered(&Ordered::Array(a.iter().cloned().map(Ordered::Value).collect()), level, out),
         Value::Object(o) => {
             let items: Vec<(String, Ordered)> = o.iter().map(|(k, v)| (k.clone(), Ordered::Value(v.clone()))).collect();
             write_ordered(&Ordered::Object(items), level, out);
