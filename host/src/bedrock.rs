@@ -6,7 +6,8 @@
 //! - Region: `grants.bedrock.region`, then `AWS_REGION`, then `AWS_DEFAULT_REGION`, then
 //!   `us-east-1`; an empty value counts as unset (the SDK would take `""` as a region).
 //! - Every call is bounded: attempts, per-attempt and whole-operation timeouts come from the
-//!   grant (defaults: 3 attempts, 10 s, 30 s), and the SDK retries throttling and 5xx.
+//!   grant (defaults: 3 attempts, 10 s, 30 s, all within the instance's deadline), and the SDK
+//!   retries throttling and 5xx.
 //! - The grant lists the knowledge bases an instance may query; anything else is `denied`.
 //!
 //! Requests and responses cross the WIT boundary as the service's JSON shapes; [`request`]
@@ -142,8 +143,9 @@ impl BedrockLink {
         if let Some(u) = req.user {
             call = call.user_context(u);
         }
-        // The SDK's operation timeout bounds the call; this is a backstop against a hang it misses.
-        let limit = self.grant.timeout + Duration::from_secs(5);
+        // The SDK's operation timeout bounds the call; this is a backstop against a hang it
+        // misses, still inside the instance's deadline (the config keeps a second free).
+        let limit = self.grant.timeout + Duration::from_millis(500);
         match tokio::time::timeout(limit, call.send()).await {
             Err(_) => Err(BedrockError::Unavailable(format!("no answer from Bedrock within {limit:?}"))),
             Ok(Ok(out)) => Ok(response(&out).to_string()),

@@ -504,9 +504,10 @@ fn validate_instance(
         ));
     }
     let http_timeout = raw.grants.http_timeout.map_or(DEFAULT_HTTP_TIMEOUT, |d| d.0);
+    let deadline = raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0);
     let bedrock = match raw.grants.bedrock {
         None => None,
-        Some(b) => Some(bedrock_grant(b).map_err(|(k, m)| invalid(key(&format!(".grants.bedrock.{k}")), m))?),
+        Some(b) => Some(bedrock_grant(b, deadline).map_err(|(k, m)| invalid(key(&format!(".grants.bedrock.{k}")), m))?),
     };
     let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     Ok(InstanceConfig {
@@ -519,14 +520,19 @@ fn validate_instance(
             dirs,
             http: HttpPolicy::new(name, allow, private, http_timeout),
             memory,
-            deadline: raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0),
+            deadline,
             max_output: raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0),
             bedrock,
         },
     })
 }
 
-fn bedrock_grant(raw: RawBedrock) -> Result<crate::bedrock::BedrockGrant, (&'static str, String)> {
+/// Validates `grants.bedrock`. A Bedrock call must end inside the instance's `deadline`: time
+/// blocked in a host call is not counted by epochs, so a call still waiting on AWS when the
+/// deadline passes is abandoned as a fault and the instance recycled. The whole-call timeout
+/// therefore defaults to 30 s or the deadline less a second, whichever is shorter, and may not
+/// be set longer.
+fn bedrock_grant(raw: RawBedrock, deadline: Duration) -> Result<crate::bedrock::BedrockGrant, (&'static str, String)> {
     let mut g = crate::bedrock::BedrockGrant::default();
     if raw.knowledge_bases.is_empty() {
         return Err((
@@ -565,13 +571,20 @@ fn bedrock_grant(raw: RawBedrock) -> Result<crate::bedrock::BedrockGrant, (&'sta
         }
         g.max_attempts = n;
     }
+    let room = deadline.saturating_sub(Duration::from_secs(1)).max(deadline / 2);
     let within = |d: Option<HumanDuration>, default: Duration, key: &'static str| match d {
-        None => Ok(default),
-        Some(d) if d.0 > Duration::ZERO && d.0 <= Duration::from_secs(600) => Ok(d.0),
-        Some(_) => Err((key, "must be more than 0 and at most 10m".to_string())),
+        None => Ok(default.min(room)),
+        Some(d) if d.0 <= room => Ok(d.0),
+        Some(d) => Err((
+            key,
+            format!(
+                "{:?} does not fit in the call's grants.deadline of {deadline:?}: at most {room:?}; raise grants.deadline to wait longer",
+                d.0
+            ),
+        )),
     };
-    g.attempt_timeout = within(raw.attempt_timeout, g.attempt_timeout, "attempt_timeout")?;
     g.timeout = within(raw.timeout, g.timeout, "timeout")?;
+    g.attempt_timeout = within(raw.attempt_timeout, g.attempt_timeout.min(g.timeout), "attempt_timeout")?;
     g.connect_timeout = within(raw.connect_timeout, g.connect_timeout, "connect_timeout")?;
     Ok(g)
 }

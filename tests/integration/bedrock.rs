@@ -53,6 +53,11 @@ struct Case {
 /// A config with one instance `kb` of the component; `tool_config` is its `config` table and
 /// `grant` the body of its `grants.bedrock` table (the fake's endpoint is added).
 fn case(fake: &Fake, tool_config: &str, grant: &str) -> Case {
+    case_within(fake, tool_config, grant, "60s")
+}
+
+/// [`case`] with the instance's `grants.deadline`.
+fn case_within(fake: &Fake, tool_config: &str, grant: &str, deadline: &str) -> Case {
     let env = TestEnv::new();
     env.plugin(BEDROCK_KB, "bedrock-kb");
     let config = env.config(&format!(
@@ -61,7 +66,7 @@ fn case(fake: &Fake, tool_config: &str, grant: &str) -> Case {
 component = "plugins/bedrock-kb.wasm"
 config = {tool_config}
 [tools.kb.grants]
-deadline = "60s"
+deadline = "{deadline}"
 bedrock = {{ endpoint = "{}", {grant} }}
 "#,
         fake.endpoint
@@ -289,6 +294,21 @@ async fn a_slow_answer_times_out() {
         run.error()
     );
     assert!(run.took < Duration::from_secs(15), "took {:?}", run.took);
+
+    // With no timeouts given, the call still ends inside a short deadline as Bedrock's timeout,
+    // not as a missed deadline that recycles the instance.
+    let c = case_within(
+        &fake,
+        &format!(r#"{{ knowledge_base_id = "{}" }}"#, fb::KB_SLOW),
+        r#"knowledge_bases = ["*"]"#,
+        "3s",
+    );
+    let run = call(&c, json!({"query": "q"}), &aws_env()).await;
+    assert!(
+        run.error().contains("upstream: Unexpected error:") && run.error().contains("timed out"),
+        "{}",
+        run.error()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,6 +53,10 @@ fn bad_values_say_the_accepted_form() {
         ("bedrock = { knowledge_bases = [\"*\"], endpoint = \"localhost:9\" }", "is not an http(s) URL"),
         ("bedrock = { knowledge_bases = [\"*\"], max_attempts = 0 }", "between 1 and 10 attempts"),
         ("bedrock = { knowledge_bases = [\"*\"], timeout = \"11m\" }", "tools.echo.grants.bedrock.timeout"),
+        (
+            "bedrock = { knowledge_bases = [\"*\"], timeout = \"30s\" }",
+            "does not fit in the call's grants.deadline of 10s",
+        ),
         ("bedrock = { knowledge_bases = [\"*\"], secret = \"x\" }", "unknown field `secret`"),
     ];
     for (grant, expect) in cases {
