@@ -458,7 +458,8 @@ fn location(l: &t::RetrievalResultLocation) -> Value {
 
 impl Host for StoreState {
     async fn default_knowledge_base(&mut self) -> wasmtime::Result<Option<String>> {
-        Ok(std::env::var("BEDROCK_KB_ID").ok().filter(|v| !v.trim().is_empty()))
+        // Only an instance granted Bedrock may read this one host variable.
+        Ok(self.bedrock.as_ref().and_then(|_| std::env::var("BEDROCK_KB_ID").ok()).filter(|v| !v.trim().is_empty()))
     }
 
     async fn retrieve(&mut self, kb: String, request: String) -> wasmtime::Result<Result<String, BedrockError>> {
