@@ -7,6 +7,7 @@
 //! - [`vector`]: nearest neighbours, exact below [`vector::EXACT_LIMIT`] vectors, HNSW
 //!   (`instant-distance`) above;
 //! - [`bm25`]: a keyword leg, and [`fuse`]: reciprocal rank fusion of the legs;
+//! - [`pyjson`]: JSON as Python's `json.dumps(indent=2)` writes it, keys in their order;
 //! - [`tool`]: the error kinds and model identity every tool component shares;
 //! - [`store`]: the index of documents and chunks, keyed by content hash + model id + chunking
 //!   parameters, in a versioned file written atomically.
@@ -16,6 +17,7 @@
 pub mod bm25;
 pub mod chunk;
 pub mod fuse;
+pub mod pyjson;
 pub mod score;
 pub mod store;
 pub mod tool;
