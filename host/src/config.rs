@@ -20,6 +20,14 @@
 //! deadline = "10s"                  # per call, guest time and host calls together
 //! http_timeout = "30s"              # connect / first byte / between bytes
 //! max_output = "16MiB"              # largest result a call may return
+//! couchbase = { connection = "local", scopes = ["travel.inventory"] }  # see below
+//!
+//! [couchbase.local]                 # a named Couchbase connection, used by grants
+//! connection_string = "couchbase://127.0.0.1"   # couchbases:// for TLS
+//! username = "quarry"               # or username_env = "CB_USERNAME"
+//! password_env = "CB_PASSWORD"      # or password = "..." (the environment keeps it out of files)
+//! ca_file = "certs/ca.pem"          # couchbases:// only: trust this CA (PEM) beside the system's
+//! accept_invalid_certs = false      # couchbases:// only: for development clusters, never production
 //! ```
 //!
 //! Denied unless granted: every directory, every environment variable, every
@@ -29,6 +37,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -89,6 +98,8 @@ pub struct Config {
     pub tools: BTreeMap<String, InstanceConfig>,
     /// Embedder instances by name.
     pub embedders: BTreeMap<String, InstanceConfig>,
+    /// Named Couchbase connections, referred to by `grants.couchbase.connection`.
+    pub couchbase: BTreeMap<String, Arc<crate::couchbase::Connection>>,
 }
 
 /// One configured instance of a component.
@@ -123,6 +134,8 @@ pub struct Grants {
     pub max_output: u64,
     /// Amazon Bedrock: which knowledge bases, and how to reach them. None: no Bedrock at all.
     pub bedrock: Option<crate::bedrock::BedrockGrant>,
+    /// Couchbase: which connection, which buckets and scopes. None: no Couchbase at all.
+    pub couchbase: Option<crate::couchbase::CouchbaseGrant>,
 }
 
 /// A directory made visible to the guest.
@@ -145,6 +158,29 @@ struct RawConfig {
     tools: BTreeMap<String, RawInstance>,
     #[serde(default)]
     embedders: BTreeMap<String, RawInstance>,
+    #[serde(default)]
+    couchbase: BTreeMap<String, RawConnection>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConnection {
+    connection_string: String,
+    username: Option<String>,
+    username_env: Option<String>,
+    password: Option<String>,
+    password_env: Option<String>,
+    ca_file: Option<PathBuf>,
+    #[serde(default)]
+    accept_invalid_certs: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCouchbase {
+    connection: String,
+    scopes: Vec<String>,
+    timeout: Option<HumanDuration>,
 }
 
 #[derive(Deserialize, Default)]
@@ -179,6 +215,7 @@ struct RawGrants {
     http_timeout: Option<HumanDuration>,
     max_output: Option<ByteSize>,
     bedrock: Option<RawBedrock>,
+    couchbase: Option<RawCouchbase>,
 }
 
 #[derive(Deserialize)]
@@ -322,6 +359,11 @@ impl Config {
             Some(dir) => base.join(expand_path(&dir).map_err(|m| invalid("host.cache_dir".into(), m))?),
             None => default_cache_dir(),
         };
+        let mut couchbase = BTreeMap::new();
+        for (name, conn) in raw.couchbase {
+            let conn = connection(&base, conn).map_err(|(k, m)| invalid(format!("couchbase.{name}.{k}"), m))?;
+            couchbase.insert(name, Arc::new(conn));
+        }
         let mut embedders = BTreeMap::new();
         for (name, inst) in raw.embedders {
             if inst.embedder.is_some() {
@@ -336,7 +378,7 @@ impl Config {
                     "pool must be between 1 and 64 instances".into(),
                 ));
             }
-            let cfg = validate_instance(&base, "embedders", &name, inst, &invalid)?;
+            let cfg = validate_instance(&base, "embedders", &name, inst, &couchbase, &invalid)?;
             embedders.insert(name, cfg);
         }
         let mut tools = BTreeMap::new();
@@ -347,7 +389,7 @@ impl Config {
                     "`pool` sizes an embedder's instance pool; it applies only under [embedders.NAME]".into(),
                 ));
             }
-            let cfg = validate_instance(&base, "tools", &name, inst, &invalid)?;
+            let cfg = validate_instance(&base, "tools", &name, inst, &couchbase, &invalid)?;
             if let Some(e) = &cfg.embedder
                 && !embedders.contains_key(e)
             {
@@ -362,7 +404,7 @@ impl Config {
             }
             tools.insert(name, cfg);
         }
-        Ok(Config { path: path.to_path_buf(), cache_dir, tools, embedders })
+        Ok(Config { path: path.to_path_buf(), cache_dir, tools, embedders, couchbase })
     }
 }
 
@@ -440,6 +482,7 @@ fn validate_instance(
     section: &str,
     name: &str,
     raw: RawInstance,
+    connections: &BTreeMap<String, Arc<crate::couchbase::Connection>>,
     invalid: &dyn Fn(String, String) -> ConfigError,
 ) -> Result<InstanceConfig, ConfigError> {
     let key = |k: &str| format!("{section}.{name}{k}");
@@ -509,6 +552,13 @@ fn validate_instance(
         None => None,
         Some(b) => Some(bedrock_grant(b, deadline).map_err(|(k, m)| invalid(key(&format!(".grants.bedrock.{k}")), m))?),
     };
+    let couchbase = match raw.grants.couchbase {
+        None => None,
+        Some(c) => Some(
+            couchbase_grant(c, connections, deadline)
+                .map_err(|(k, m)| invalid(key(&format!(".grants.couchbase.{k}")), m))?,
+        ),
+    };
     let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     Ok(InstanceConfig {
         name: name.to_string(),
@@ -523,8 +573,118 @@ fn validate_instance(
             deadline,
             max_output: raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0),
             bedrock,
+            couchbase,
         },
     })
+}
+
+/// Validates a `[couchbase.NAME]` connection and reads its credentials (from the environment
+/// when `*_env` is given), so that a missing variable is reported at load, naming its key.
+fn connection(base: &Path, raw: RawConnection) -> Result<crate::couchbase::Connection, (&'static str, String)> {
+    let cs = raw.connection_string.trim().to_string();
+    let tls = if cs.starts_with("couchbases://") {
+        true
+    } else if cs.starts_with("couchbase://") {
+        false
+    } else {
+        return Err((
+            "connection_string",
+            format!(
+                "{cs:?} is not a Couchbase connection string: write \"couchbase://HOST\" (or couchbases:// for TLS)"
+            ),
+        ));
+    };
+    if cs.split_once("://").is_none_or(|(_, rest)| rest.is_empty()) {
+        return Err(("connection_string", format!("{cs:?} names no host, like \"couchbase://127.0.0.1\"")));
+    }
+    if !tls && (raw.ca_file.is_some() || raw.accept_invalid_certs) {
+        let k = if raw.ca_file.is_some() { "ca_file" } else { "accept_invalid_certs" };
+        return Err((k, "applies only to TLS connections: use a couchbases:// connection string".into()));
+    }
+    let secret = |plain: Option<String>,
+                  env: Option<String>,
+                  key: &'static str,
+                  env_key: &'static str|
+     -> Result<String, (&'static str, String)> {
+        match (plain, env) {
+            (Some(_), Some(_)) => Err((key, format!("give either {key} or {env_key}, not both"))),
+            (Some(v), None) if !v.is_empty() => Ok(v),
+            (Some(_), None) => Err((key, "is empty".into())),
+            (None, Some(var)) => std::env::var(&var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
+                (env_key, format!("environment variable {var} is not set; set it or write {key} directly"))
+            }),
+            (None, None) => Err((key, format!("missing: give {key} or {env_key}"))),
+        }
+    };
+    let username = secret(raw.username, raw.username_env, "username", "username_env")?;
+    let password = secret(raw.password, raw.password_env, "password", "password_env")?;
+    let ca_pem = match raw.ca_file {
+        None => None,
+        Some(p) => {
+            let p = base.join(expand_path(&p).map_err(|m| ("ca_file", m))?);
+            let pem = std::fs::read(&p).map_err(|e| ("ca_file", format!("cannot read {}: {e}", p.display())))?;
+            Some(pem)
+        }
+    };
+    Ok(crate::couchbase::Connection {
+        connection_string: cs,
+        username,
+        password: crate::couchbase::Secret(password),
+        ca_pem,
+        accept_invalid_certs: raw.accept_invalid_certs,
+    })
+}
+
+/// Validates `grants.couchbase`: a known connection, `bucket.scope` or `bucket.*` entries, and
+/// a timeout inside the instance's deadline (as for Bedrock: time blocked in a host call is not
+/// counted by epochs, so the host call must end first).
+fn couchbase_grant(
+    raw: RawCouchbase,
+    connections: &BTreeMap<String, Arc<crate::couchbase::Connection>>,
+    deadline: Duration,
+) -> Result<crate::couchbase::CouchbaseGrant, (&'static str, String)> {
+    let connection = connections.get(&raw.connection).cloned().ok_or_else(|| {
+        let known: Vec<_> = connections.keys().map(String::as_str).collect();
+        (
+            "connection",
+            format!(
+                "no connection named {:?}; define [couchbase.{}] or use one of: {}",
+                raw.connection,
+                raw.connection,
+                if known.is_empty() { "(none defined)".to_string() } else { known.join(", ") }
+            ),
+        )
+    })?;
+    if raw.scopes.is_empty() {
+        return Err((
+            "scopes",
+            "list the \"bucket.scope\" pairs this instance may use (\"bucket.*\" for a whole bucket)".into(),
+        ));
+    }
+    let mut scopes = Vec::new();
+    for s in &raw.scopes {
+        match s.split_once('.') {
+            Some((b, sc)) if !b.is_empty() && !sc.is_empty() && !sc.contains('.') => {
+                scopes.push((b.to_string(), sc.to_string()))
+            }
+            _ => return Err(("scopes", format!("{s:?} is not \"bucket.scope\" or \"bucket.*\""))),
+        }
+    }
+    let room = deadline.saturating_sub(Duration::from_secs(1)).max(deadline / 2);
+    let timeout = match raw.timeout {
+        None => crate::couchbase::DEFAULT_TIMEOUT.min(room),
+        Some(d) if d.0 <= room => d.0,
+        Some(d) => {
+            return Err((
+                "timeout",
+                format!(
+                    "{:?} does not fit in the call's grants.deadline of {deadline:?}: at most {room:?}; raise grants.deadline to wait longer",
+                    d.0
+                ),
+            ));
+        }
+    };
+    Ok(crate::couchbase::CouchbaseGrant { connection_name: raw.connection, connection, scopes, timeout })
 }
 
 /// Validates `grants.bedrock`. A Bedrock call must end inside the instance's `deadline`: time

@@ -5,7 +5,8 @@
 //! - [`engine`], [`cache`]: the wasmtime engine (epochs, pooling allocator) and
 //!   the precompiled-component cache;
 //! - [`sandbox`]: per-instance WASI state built from the grants;
-//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`], [`bedrock`];
+//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`], [`bedrock`],
+//!   [`couchbase`];
 //! - [`instance`]: one component version and one running instance;
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
 //! - [`mcp`]: the MCP server (stdio and streamable HTTP);
@@ -18,6 +19,7 @@ pub mod bindings;
 pub mod cache;
 pub mod cli;
 pub mod config;
+pub mod couchbase;
 pub mod embedder;
 pub mod engine;
 pub mod http;

@@ -39,6 +39,8 @@ pub struct StoreState {
     pub(crate) embedder: Option<Arc<dyn EmbedderBackend>>,
     /// The instance's Bedrock grant and client, when it has one.
     pub(crate) bedrock: Option<Arc<crate::bedrock::BedrockLink>>,
+    /// The instance's Couchbase grant and connection, when it has one.
+    pub(crate) couchbase: Option<Arc<crate::couchbase::CouchbaseLink>>,
     /// The instance's name, for tagging what it reports.
     pub(crate) instance: String,
 }
@@ -79,6 +81,7 @@ impl StoreState {
             stderr,
             embedder,
             bedrock: cfg.grants.bedrock.clone().map(crate::bedrock::BedrockLink::new),
+            couchbase: cfg.grants.couchbase.clone().map(crate::couchbase::CouchbaseLink::new),
             instance: cfg.name.clone(),
         })
     }

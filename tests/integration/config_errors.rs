@@ -84,6 +84,63 @@ fn references_and_files_are_checked() {
 }
 
 #[test]
+fn couchbase_connections_and_grants_are_checked() {
+    let env = echo_env();
+    let conn = "[couchbase.local]\nconnection_string = \"couchbase://127.0.0.1\"\nusername = \"u\"\npassword = \"p\"\n";
+    let tool = "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\n";
+    let cases = [
+        (
+            conn.replace("couchbase://", "http://"),
+            "couchbase.local.connection_string",
+            "is not a Couchbase connection string",
+        ),
+        (conn.replace("couchbase://127.0.0.1", "couchbase://"), "couchbase.local.connection_string", "names no host"),
+        (
+            conn.replace("password = \"p\"", "password_env = \"QUARRY_TEST_UNSET_CB_PASSWORD\""),
+            "couchbase.local.password_env",
+            "QUARRY_TEST_UNSET_CB_PASSWORD is not set",
+        ),
+        (conn.replace("password = \"p\"\n", ""), "couchbase.local.password", "give password or password_env"),
+        (format!("{conn}password_env = \"X\"\n"), "couchbase.local.password", "not both"),
+        (format!("{conn}ca_file = \"ca.pem\"\n"), "couchbase.local.ca_file", "couchbases://"),
+        (
+            conn.replace("couchbase://", "couchbases://") + "ca_file = \"missing.pem\"\n",
+            "couchbase.local.ca_file",
+            "cannot read",
+        ),
+        (
+            format!("{conn}{tool}couchbase = {{ connection = \"other\", scopes = [\"b.s\"] }}\n"),
+            "tools.echo.grants.couchbase.connection",
+            "no connection named \"other\"; define [couchbase.other] or use one of: local",
+        ),
+        (
+            format!("{conn}{tool}couchbase = {{ connection = \"local\", scopes = [] }}\n"),
+            "tools.echo.grants.couchbase.scopes",
+            "\"bucket.*\"",
+        ),
+        (
+            format!("{conn}{tool}couchbase = {{ connection = \"local\", scopes = [\"travel\"] }}\n"),
+            "tools.echo.grants.couchbase.scopes",
+            "\"travel\" is not \"bucket.scope\"",
+        ),
+        (
+            format!("{conn}{tool}couchbase = {{ connection = \"local\", scopes = [\"b.s\"], timeout = \"30s\" }}\n"),
+            "tools.echo.grants.couchbase.timeout",
+            "does not fit in the call's grants.deadline of 10s",
+        ),
+        (
+            format!("{conn}{tool}couchbase = {{ connection = \"local\", scopes = [\"b.s\"], password = \"p\" }}\n"),
+            "",
+            "unknown field `password`",
+        ),
+    ];
+    for (body, key, expect) in cases {
+        let e = error_for(&env, &body);
+        assert!(e.contains(key) && e.contains(expect), "{body}: {e}");
+    }
+}
+
+#[test]
 fn missing_file_is_a_read_error() {
     let err = quarry::Config::load(std::path::Path::new("/nonexistent/quarry.toml")).unwrap_err().to_string();
     assert!(err.contains("/nonexistent/quarry.toml"), "{err}");
