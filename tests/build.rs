@@ -17,6 +17,7 @@ const FIXTURES: &[&str] = &[
     "docx-search",
     "chapter-rag",
     "bedrock-kb",
+    "couchbase-search",
 ];
 
 fn main() {

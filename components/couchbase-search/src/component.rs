@@ -1,0 +1,124 @@
+//! The component: WIT glue around [`crate::tool`], over the host's `couchbase` capability and
+//! the host-linked embedder.
+
+wit_bindgen::generate!({
+    path: "../../wit",
+    world: "couchbase-search",
+    // Quarry's own interfaces are bound once, in rag-guest, for every RAG component.
+    with: {
+        "quarry:retrieval/types@0.1.0": rag_guest::types,
+        "quarry:retrieval/embedder@0.1.0": rag_guest::embedder,
+    },
+    generate_all,
+});
+
+use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
+use quarry::retrieval::couchbase::{self as cb, CouchbaseError, IndexScope};
+use rag_guest::to_wit;
+use rag_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
+
+use crate::tool::{self, At, Env, Failure, IndexInfo, Model, Query, Row, Tool, VectorField};
+
+struct Component;
+
+/// The host's embedder and Couchbase.
+struct Host;
+
+fn failure(e: CouchbaseError) -> Failure {
+    match e {
+        CouchbaseError::Unavailable(m) => Failure::Unavailable(m),
+        CouchbaseError::NotFound(m) => Failure::NotFound(m),
+        CouchbaseError::Denied(m) => Failure::Denied(m),
+        CouchbaseError::InvalidRequest(m) => Failure::InvalidRequest(m),
+        CouchbaseError::Service(m) => Failure::Service(m),
+    }
+}
+
+fn index_scope(at: &At) -> IndexScope {
+    match at {
+        At::Scoped(b, s) => IndexScope::Scoped((b.clone(), s.clone())),
+        At::Cluster => IndexScope::Cluster,
+    }
+}
+
+impl Env for Host {
+    fn model(&self) -> Model {
+        rag_guest::model()
+    }
+
+    fn embed_query(&self, text: &str) -> Result<Vec<f32>, tool::ToolError> {
+        let mut v = rag_guest::embed(&[text.to_string()], true)?;
+        Ok(v.pop().unwrap_or_default())
+    }
+
+    fn bucket_exists(&self, bucket: &str) -> Result<bool, Failure> {
+        cb::bucket_exists(bucket).map_err(failure)
+    }
+
+    fn scopes(&self, bucket: &str) -> Result<Vec<(String, Vec<String>)>, Failure> {
+        Ok(cb::scopes(bucket).map_err(failure)?.into_iter().map(|s| (s.name, s.collections)).collect())
+    }
+
+    fn search_indexes(&self, at: &At) -> Result<Vec<IndexInfo>, Failure> {
+        let all = cb::search_indexes(&index_scope(at)).map_err(failure)?;
+        Ok(all
+            .into_iter()
+            .map(|i| IndexInfo {
+                name: i.name,
+                vector_fields: i
+                    .vector_fields
+                    .into_iter()
+                    .map(|f| VectorField { path: f.path, dims: f.dims, similarity: f.similarity })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    fn search(&self, q: &Query) -> Result<Vec<Row>, Failure> {
+        let req = cb::VectorSearch {
+            at: index_scope(&q.at),
+            index: q.index.clone(),
+            field: q.field.clone(),
+            vector: q.vector.clone(),
+            k: q.k,
+            limit: q.limit,
+            fields: q.fields.clone(),
+            prefilter: q.prefilter.clone(),
+        };
+        let rows = cb::search(&req).map_err(failure)?;
+        Ok(rows.into_iter().map(|r| Row { id: r.id, score: r.score, fields: r.fields }).collect())
+    }
+}
+
+impl Guest for Component {
+    type Instance = Tool;
+}
+
+impl GuestInstance for Tool {
+    fn open(config: String) -> Result<Instance, ToolError> {
+        Tool::open(&config, &Host).map(Instance::new).map_err(to_wit)
+    }
+
+    fn specs(&self) -> Vec<ToolSpec> {
+        let (name, description, args_schema) = self.spec();
+        vec![ToolSpec { name, description, args_schema }]
+    }
+
+    fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
+        if tool != tool::NAME {
+            return Err(ToolError::NotFound(format!("no tool `{tool}`; this component offers `{}`", tool::NAME)));
+        }
+        let out = Tool::call(self, &args, &Host).map_err(to_wit)?;
+        Ok(ToolOutput {
+            text: out.text,
+            hits: out
+                .hits
+                .into_iter()
+                .map(|h| Hit { content: h.content, score: h.score, source: h.source, metadata: h.metadata.to_string() })
+                .collect(),
+            extra: Some(out.extra.to_string()),
+        })
+    }
+}
+
+export!(Component);
