@@ -2,6 +2,7 @@
 //! a config the way a user would, and helpers to drive the host and the CLI.
 
 pub mod fake_bedrock;
+pub mod fake_couchbase;
 pub mod mcp_client;
 
 use std::path::{Path, PathBuf};
@@ -104,6 +105,8 @@ pub const DOCX_SEARCH: &str = env!("QUARRY_FIXTURE_DOCX_SEARCH");
 pub const CHAPTER_RAG: &str = env!("QUARRY_FIXTURE_CHAPTER_RAG");
 /// The Bedrock knowledge-base component (components/bedrock-kb).
 pub const BEDROCK_KB: &str = env!("QUARRY_FIXTURE_BEDROCK_KB");
+/// The Couchbase vector search component (components/couchbase-search).
+pub const COUCHBASE_SEARCH: &str = env!("QUARRY_FIXTURE_COUCHBASE_SEARCH");
 
 /// Where `make models` put the converted models.
 pub fn models_dir() -> PathBuf {

@@ -6,6 +6,7 @@ mod cache;
 mod chapter_rag;
 mod cli;
 mod config_errors;
+mod couchbase;
 mod docx_search;
 mod embedder;
 mod embedder_onnx;
