@@ -26,7 +26,7 @@
 //! connection_string = "couchbase://127.0.0.1"   # couchbases:// for TLS
 //! username = "quarry"               # or username_env = "CB_USERNAME"
 //! password_env = "CB_PASSWORD"      # or password = "..." (the environment keeps it out of files)
-//! ca_file = "certs/ca.pem"          # couchbases:// only: trust this CA (PEM) beside the system's
+//! ca_file = "certs/ca.pem"          # couchbases:// only: trust this CA (PEM) instead of the system roots
 //! accept_invalid_certs = false      # couchbases:// only: for development clusters, never production
 //! ```
 //!

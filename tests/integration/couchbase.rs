@@ -346,8 +346,9 @@ async fn the_grant_limits_buckets_and_scopes() {
 }
 
 /// Against a real cluster, when `QUARRY_TEST_COUCHBASE_URL` and its companions are set:
-/// `_USERNAME`, `_PASSWORD`, `_BUCKET`, `_SCOPE`, `_COLLECTION`, `_INDEX` (a vector index
-/// whose `embedding` field has 4 dimensions, matching the toy embedder used here).
+/// `_USERNAME`, `_PASSWORD`, `_BUCKET`, `_SCOPE`, `_COLLECTION`, `_INDEX` (a vector index with
+/// an `embedding` field), and optionally `_DIMS`, that field's dimension (default 4): the toy
+/// embedder makes vectors of it, so this checks the wire and the checks, not relevance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_cluster_when_configured() {
     let var = |k: &str| std::env::var(format!("QUARRY_TEST_COUCHBASE_{k}")).ok().filter(|v| !v.is_empty());
@@ -359,6 +360,7 @@ async fn real_cluster_when_configured() {
         );
         return;
     };
+    let dims: u32 = var("DIMS").map_or(4, |d| d.parse().expect("QUARRY_TEST_COUCHBASE_DIMS is a number"));
     let env = env();
     let body = format!(
         r#"
@@ -368,7 +370,7 @@ username = "{}"
 password = "{}"
 [embedders.toy]
 component = "plugins/toy.wasm"
-config = {{ dimension = 4 }}
+config = {{ dimension = {dims} }}
 pool = 1
 [tools.hotels]
 component = "plugins/couchbase-search.wasm"
