@@ -101,6 +101,9 @@ pub struct CouchbaseLink {
     grant: CouchbaseGrant,
     cluster: OnceCell<Cluster>,
     agent: OnceCell<couchbase_core::agent::Agent>,
+    /// Buckets seen to exist, so that opening an instance (bucket, scopes, indexes) and each
+    /// search do not look them up again.
+    known: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Errors inside the capability, before they become the WIT's.
@@ -109,7 +112,7 @@ type Result<T> = std::result::Result<T, CouchbaseError>;
 impl CouchbaseLink {
     /// A link for `grant`.
     pub fn new(grant: CouchbaseGrant) -> Arc<CouchbaseLink> {
-        Arc::new(CouchbaseLink { grant, cluster: OnceCell::new(), agent: OnceCell::new() })
+        Arc::new(CouchbaseLink { grant, cluster: OnceCell::new(), agent: OnceCell::new(), known: Default::default() })
     }
 
     /// Runs `op` against the cluster, connecting first if needed, all within the timeout.
@@ -195,22 +198,36 @@ impl CouchbaseLink {
         if !self.grant.allows_bucket(bucket) {
             return Err(self.grant.deny_bucket(bucket));
         }
-        self.bounded("looking up the bucket", |c| async move {
-            match c.buckets().get_bucket(bucket, None).await {
-                Ok(_) => Ok(true),
-                Err(e) if matches!(e.kind(), ErrorKind::BucketNotFound) => Ok(false),
-                Err(e) => Err(sdk_error(&e)),
-            }
-        })
-        .await
+        let exists = self
+            .bounded("looking up the bucket", |c| async move {
+                match c.buckets().get_bucket(bucket, None).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if matches!(e.kind(), ErrorKind::BucketNotFound) => Ok(false),
+                    Err(e) => Err(sdk_error(&e)),
+                }
+            })
+            .await?;
+        if exists {
+            self.known.lock().unwrap_or_else(|p| p.into_inner()).insert(bucket.to_string());
+        }
+        Ok(exists)
+    }
+
+    /// Fails with `not-found` unless `bucket` exists; asks the cluster only the first time.
+    async fn ensure_bucket(&self, bucket: &str) -> Result<()> {
+        if self.known.lock().unwrap_or_else(|p| p.into_inner()).contains(bucket) {
+            return Ok(());
+        }
+        match self.bucket_exists(bucket).await? {
+            true => Ok(()),
+            false => Err(CouchbaseError::NotFound(format!("bucket {bucket:?} does not exist"))),
+        }
     }
 
     /// The scopes and collections of `bucket` (the bucket is looked up first: the SDK hangs on
     /// a missing one).
     pub async fn scopes(&self, bucket: &str) -> Result<Vec<ScopeInfo>> {
-        if !self.bucket_exists(bucket).await? {
-            return Err(CouchbaseError::NotFound(format!("bucket {bucket:?} does not exist")));
-        }
+        self.ensure_bucket(bucket).await?;
         self.bounded("listing scopes", |c| async move {
             let scopes = c.bucket(bucket).collections().get_all_scopes(None).await.map_err(|e| sdk_error(&e))?;
             Ok(scopes
@@ -229,9 +246,7 @@ impl CouchbaseLink {
         match at {
             IndexScope::Scoped((bucket, scope)) => {
                 self.check_scope(bucket, scope)?;
-                if !self.bucket_exists(bucket).await? {
-                    return Err(CouchbaseError::NotFound(format!("bucket {bucket:?} does not exist")));
-                }
+                self.ensure_bucket(bucket).await?;
                 let defs = self
                     .bounded("listing search indexes", |c| async move {
                         let all = c
@@ -310,9 +325,7 @@ impl CouchbaseLink {
         use couchbase::search::queries::{Query, QueryStringQuery};
         use couchbase::search::request::SearchRequest;
         use couchbase::search::vector::{VectorQuery, VectorSearch as SdkVectorSearch};
-        if !self.bucket_exists(bucket).await? {
-            return Err(CouchbaseError::NotFound(format!("bucket {bucket:?} does not exist")));
-        }
+        self.ensure_bucket(bucket).await?;
         let mut vq = VectorQuery::with_vector(q.field.as_str(), q.vector.clone()).num_candidates(q.k);
         if let Some(p) = &q.prefilter {
             vq = vq.prefilter(Query::QueryString(QueryStringQuery::new(p.as_str())));

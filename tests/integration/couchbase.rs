@@ -141,6 +141,8 @@ async fn scoped_search_bootstraps_with_scram_and_sends_crewais_query() {
         assert!(http.iter().any(|h| h == want), "no {want} in {http:?}");
     }
     assert!(fake.seen().iter().filter(|s| s.service != "kv").all(|s| s.authenticated));
+    // The bucket is looked up once (the SDK hangs on a missing one), not before every request.
+    assert_eq!(http.iter().filter(|h| *h == "GET /pools/default/buckets/travel").count(), 1, "{http:?}");
 
     // CrewAI's query: k = size = limit (3), every stored field, no filter.
     let q = queries(&fake);

@@ -318,9 +318,9 @@ fn parse_args(args: &str) -> Result<(String, Option<String>), ToolError> {
         Some(Value::String(s)) if s.trim().is_empty() => None,
         Some(Value::String(s)) => Some(s.clone()),
         Some(_) => {
-            return Err(
-                bad("prefilter must be a string in the Search query-string syntax, like \"+city:paris\"".into()),
-            );
+            return Err(bad(
+                "prefilter must be a string in the Search query-string syntax, like \"+city:paris\"".into()
+            ));
         }
     };
     Ok((query, prefilter))
