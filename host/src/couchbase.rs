@@ -104,6 +104,9 @@ pub struct CouchbaseLink {
     /// Buckets seen to exist, so that opening an instance (bucket, scopes, indexes) and each
     /// search do not look them up again.
     known: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Cluster-level indexes seen listed on a bucket the grant covers whole (at open, or by an
+    /// earlier search), so that a search does not list the cluster's indexes again.
+    allowed_indexes: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// Errors inside the capability, before they become the WIT's.
@@ -112,7 +115,13 @@ type Result<T> = std::result::Result<T, CouchbaseError>;
 impl CouchbaseLink {
     /// A link for `grant`.
     pub fn new(grant: CouchbaseGrant) -> Arc<CouchbaseLink> {
-        Arc::new(CouchbaseLink { grant, cluster: OnceCell::new(), agent: OnceCell::new(), known: Default::default() })
+        Arc::new(CouchbaseLink {
+            grant,
+            cluster: OnceCell::new(),
+            agent: OnceCell::new(),
+            known: Default::default(),
+            allowed_indexes: Default::default(),
+        })
     }
 
     /// Runs `op` against the cluster, connecting first if needed, all within the timeout.
@@ -278,7 +287,16 @@ impl CouchbaseLink {
                 .map_err(|_| self.no_answer("listing cluster-level search indexes"))??;
                 let defs: Vec<Value> =
                     all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<_>>()?;
-                Ok(defs.iter().map(search_index).filter(|i| self.grant.allows_whole_bucket(&i.source_bucket)).collect())
+                let granted: Vec<SearchIndex> = defs
+                    .iter()
+                    .map(search_index)
+                    .filter(|i| self.grant.allows_whole_bucket(&i.source_bucket))
+                    .collect();
+                self.allowed_indexes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(granted.iter().map(|i| i.name.clone()));
+                Ok(granted)
             }
         }
     }
@@ -309,12 +327,16 @@ impl CouchbaseLink {
             IndexScope::Cluster => {
                 // The index's bucket decides what the search can reach: look it up, and check
                 // that the grant covers the whole bucket.
-                let indexes = self.search_indexes(&IndexScope::Cluster).await?;
-                if !indexes.iter().any(|i| i.name == q.index) {
-                    return Err(CouchbaseError::NotFound(format!(
-                        "no cluster-level search index {:?} on a bucket granted whole (\"bucket.*\") to this instance",
-                        q.index
-                    )));
+                let seen = self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).contains(&q.index);
+                if !seen {
+                    let indexes = self.search_indexes(&IndexScope::Cluster).await?;
+                    if !indexes.iter().any(|i| i.name == q.index) {
+                        return Err(CouchbaseError::NotFound(format!(
+                            "no cluster-level search index {:?} on a bucket granted whole (\"bucket.*\") to this instance",
+                            q.index
+                        )));
+                    }
+                    self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).insert(q.index.clone());
                 }
                 self.cluster_search(q).await
             }

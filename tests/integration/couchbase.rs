@@ -197,7 +197,8 @@ async fn cluster_level_index_goes_through_the_core_agent() {
     let out = search(&host, json!({"query": "city break", "prefilter": "-city:paris"})).await.unwrap();
     let http: Vec<String> =
         fake.seen().iter().filter(|s| s.service == "fts").map(|s| format!("{} {}", s.method, s.path)).collect();
-    assert!(http.contains(&"GET /api/index/".to_string()), "{http:?}");
+    // Listed once, at open: the search reuses what the listing said about the index's bucket.
+    assert_eq!(http.iter().filter(|h| *h == "GET /api/index/").count(), 1, "{http:?}");
     assert!(!http.iter().any(|h| h.contains("/scope/")), "no scoped request: {http:?}");
     let q = queries(&fake);
     assert_eq!(q.last().unwrap().path, "/api/index/travel-vec/query");
