@@ -8,7 +8,7 @@ GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
 NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx --exclude chapter-eval
 GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search -p chapter-rag -p rag-guest -p bedrock-kb -p couchbase-search
 
-.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx bench-chapters bench-mcp eval profile-embedder
+.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval profile-embedder
 
 setup:
 	rustup target add wasm32-wasip2
@@ -70,6 +70,11 @@ bench-chapters: setup models
 bench-mcp: setup models
 	$(CARGO) build --release -p quarry
 	$(CARGO) bench -p quarry-tests --bench mcp
+
+# Couchbase vector search against the local fake cluster: the SDK alone beside the component in
+# the host (scoped and cluster-level), so the ratio is Quarry's cost.
+bench-couchbase: setup
+	$(CARGO) bench -p quarry-tests --bench couchbase
 
 # Where embedding time goes: per-operator profile natively, in wasm under Quarry's engine, and in
 # wasm without epoch checks (the cost of deadlines), one after the other.
