@@ -44,29 +44,10 @@ pub trait Bedrock {
     fn retrieve(&self, kb: &str, request: &str) -> Result<String, Failure>;
 }
 
-/// One result as a hit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HitOut {
-    /// The text (for a row, its columns as `name: value` lines).
-    pub content: String,
-    /// The service's relevance score.
-    pub score: Option<f32>,
-    /// The source URI, URL, id or query.
-    pub source: Option<String>,
-    /// `{content_type, source_type, metadata, row_content, byte_content}` where present.
-    pub metadata: Value,
-}
-
-/// A call's result.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Output {
-    /// CrewAI's JSON text.
-    pub text: String,
-    /// The results as hits.
-    pub hits: Vec<HitOut>,
-    /// `{nextToken, guardrailAction, knowledge_base_id}`.
-    pub extra: Value,
-}
+/// A call's result: CrewAI's JSON text; one hit per result (a row's columns as `name: value`
+/// lines; metadata `{content_type, source_type, metadata, row_content, byte_content}` where
+/// present); extra `{nextToken, guardrailAction, knowledge_base_id}`.
+pub use rag_core::tool::{HitOut, Output};
 
 /// A configured instance.
 #[derive(Debug)]

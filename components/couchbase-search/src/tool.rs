@@ -123,29 +123,11 @@ pub trait Env {
     fn search(&self, query: &Query) -> Result<Vec<Row>, Failure>;
 }
 
-/// One result as a hit.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HitOut {
-    /// The row's fields, as JSON text.
-    pub content: String,
-    /// The normalised score (see rag-core's `score`), for cosine and dot-product indexes.
-    pub score: Option<f32>,
-    /// `bucket.scope.collection/id`.
-    pub source: Option<String>,
-    /// `{id, score, fields}`: the server's own score and the fields as JSON.
-    pub metadata: Value,
-}
-
-/// A call's result.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Output {
-    /// CrewAI's text: the rows' fields, `json.dumps(indent=2)`.
-    pub text: String,
-    /// The rows as hits.
-    pub hits: Vec<HitOut>,
-    /// `{index, scoped_index, prefilter}`.
-    pub extra: Value,
-}
+/// A call's result: CrewAI's text (the rows' fields, `json.dumps(indent=2)`); one hit per row
+/// (its fields as text, a normalised score for cosine and dot-product indexes,
+/// `bucket.scope.collection/id` as its source, `{id, score, fields}` with the server's own
+/// score); extra `{index, scoped_index, embedding_key, prefilter}`.
+pub use rag_core::tool::{HitOut, Output};
 
 /// A configured, checked instance.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! What every RAG tool component has in common with its host: the error kinds of WIT's
-//! `tool-error` and the embedding model's identity. Plain Rust, so a tool's logic is tested
+//! `tool-error`, the shape of a call's output, and the embedding model's identity. Plain Rust, so a tool's logic is tested
 //! natively; each component maps these onto its own WIT bindings.
 
 /// Why a call or an open failed; maps one-to-one onto WIT's `tool-error`.
@@ -34,6 +34,30 @@ pub struct Model {
     pub dimension: usize,
     /// Window in tokens.
     pub max_tokens: usize,
+}
+
+/// One result of a call, as WIT's `hit` carries it (each component maps it onto its bindings).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HitOut {
+    /// The retrieved text.
+    pub content: String,
+    /// A relevance score in [0, 1], when the tool has one.
+    pub score: Option<f32>,
+    /// Where the content came from.
+    pub source: Option<String>,
+    /// Any further fields, a JSON object.
+    pub metadata: serde_json::Value,
+}
+
+/// A call's result, as WIT's `tool-output` carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    /// The whole answer as an LLM reads it.
+    pub text: String,
+    /// The results, typed.
+    pub hits: Vec<HitOut>,
+    /// Extra structured data (paging tokens, the query's settings).
+    pub extra: serde_json::Value,
 }
 
 /// Reads `path` (a file the host granted), refusing more than `max_bytes` before reading it.
