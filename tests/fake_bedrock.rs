@@ -19,6 +19,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::percent_decode;
+
 /// The access key the fake accepts.
 pub const ACCESS_KEY: &str = "AKIAQUARRYTEST000001";
 /// Its secret.
@@ -230,25 +232,6 @@ fn results(request: &Value, token: Option<&str>) -> Response<Full<Bytes>> {
         body["guardrailAction"] = json!("INTERVENED");
     }
     reply(200, &[], body)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Some(v) = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// SigV4's URI encoding: everything but unreserved characters, `/` kept when `slash` is false.

@@ -34,6 +34,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::percent_decode;
+
 /// The user the fake accepts, on KV (SCRAM) and HTTP (Basic).
 pub const USERNAME: &str = "quarry";
 /// Its password.
@@ -1464,23 +1466,4 @@ fn pbkdf2_sha512(password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         out.iter_mut().zip(&u).for_each(|(o, x)| *o ^= x);
     }
     out
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Some(v) = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }

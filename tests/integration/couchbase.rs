@@ -24,11 +24,16 @@ fn tool_config(extra: &str) -> String {
 /// A config with connection `local` to the fake, the toy embedder of `dims` dimensions and one
 /// instance `hotels`, granted `scopes` with `timeout`.
 fn config(fake: &FakeCluster, password: &str, dims: u32, tool: &str, scopes: &str, timeout: &str) -> String {
+    config_for(&fake.connection_string(), fc::USERNAME, password, dims, tool, scopes, timeout)
+}
+
+/// [`config`] for any cluster.
+fn config_for(url: &str, user: &str, password: &str, dims: u32, tool: &str, scopes: &str, timeout: &str) -> String {
     format!(
         r#"
 [couchbase.local]
-connection_string = "{}"
-username = "{}"
+connection_string = "{url}"
+username = "{user}"
 password = "{password}"
 
 [embedders.toy]
@@ -41,11 +46,9 @@ component = "plugins/couchbase-search.wasm"
 embedder = "toy"
 config = {tool}
 [tools.hotels.grants]
-deadline = "20s"
+deadline = "30s"
 couchbase = {{ connection = "local", scopes = {scopes}, timeout = "{timeout}" }}
-"#,
-        fake.connection_string(),
-        fc::USERNAME
+"#
     )
 }
 
@@ -365,26 +368,12 @@ async fn real_cluster_when_configured() {
     };
     let dims: u32 = var("DIMS").map_or(4, |d| d.parse().expect("QUARRY_TEST_COUCHBASE_DIMS is a number"));
     let env = env();
-    let body = format!(
-        r#"
-[couchbase.real]
-connection_string = "{}"
-username = "{}"
-password = "{}"
-[embedders.toy]
-component = "plugins/toy.wasm"
-config = {{ dimension = {dims} }}
-pool = 1
-[tools.hotels]
-component = "plugins/couchbase-search.wasm"
-embedder = "toy"
-config = {{ bucket_name = "{}", scope_name = "{}", collection_name = "{}", index_name = "{}" }}
-[tools.hotels.grants]
-deadline = "30s"
-couchbase = {{ connection = "real", scopes = ["{}.{}"], timeout = "20s" }}
-"#,
-        vals[0], vals[1], vals[2], vals[3], vals[4], vals[5], vals[6], vals[3], vals[4]
+    let tool = format!(
+        r#"{{ bucket_name = "{}", scope_name = "{}", collection_name = "{}", index_name = "{}" }}"#,
+        vals[3], vals[4], vals[5], vals[6]
     );
+    let scopes = format!(r#"["{}.{}"]"#, vals[3], vals[4]);
+    let body = config_for(&vals[0], &vals[1], &vals[2], dims, &tool, &scopes, "20s");
     let host = load(&env, &body).await.unwrap();
     let out = search(&host, json!({"query": "anything"})).await.unwrap();
     let rows: Value = serde_json::from_str(&out.text).unwrap();
