@@ -463,16 +463,23 @@ fn sdk_error(e: &couchbase::error::Error) -> CouchbaseError {
     }
 }
 
-/// Maps a core error the same way, by its text (the core's kinds are not the SDK's).
+/// Maps a core (agent) error the same way, by the Search service's own error kinds.
 fn core_error(e: &couchbase_core::error::Error) -> CouchbaseError {
+    use couchbase_core::error::ErrorKind as Core;
+    use couchbase_core::searchx::error::{ErrorKind as Search, ServerErrorKind as Server};
     let text = e.to_string();
-    let lower = text.to_ascii_lowercase();
-    if lower.contains("index not found") || lower.contains("bucket not found") {
-        CouchbaseError::NotFound(text)
-    } else if lower.contains("authentication") {
-        CouchbaseError::Unavailable(text)
-    } else {
-        CouchbaseError::Service(text)
+    match e.kind() {
+        Core::Search(se) => match se.kind() {
+            Search::Server(s) => match s.kind() {
+                Server::IndexNotFound | Server::SourceNotFound => CouchbaseError::NotFound(text),
+                Server::AuthenticationFailure => CouchbaseError::Unavailable(text),
+                _ => CouchbaseError::Service(text),
+            },
+            Search::InvalidArgument { .. } => CouchbaseError::InvalidRequest(text),
+            _ => CouchbaseError::Service(text),
+        },
+        Core::InvalidArgument { .. } => CouchbaseError::InvalidRequest(text),
+        _ => CouchbaseError::Service(text),
     }
 }
 
@@ -539,40 +546,38 @@ pub fn vector_fields(def: &Value) -> Vec<VectorField> {
     out
 }
 
-impl Host for StoreState {
-    async fn bucket_exists(&mut self, bucket: String) -> wasmtime::Result<Result<bool>> {
-        Ok(match self.couchbase.clone() {
-            None => Err(not_granted()),
-            Some(l) => l.bucket_exists(&bucket).await,
-        })
-    }
-
-    async fn scopes(&mut self, bucket: String) -> wasmtime::Result<Result<Vec<ScopeInfo>>> {
-        Ok(match self.couchbase.clone() {
-            None => Err(not_granted()),
-            Some(l) => l.scopes(&bucket).await,
-        })
-    }
-
-    async fn search_indexes(&mut self, at: IndexScope) -> wasmtime::Result<Result<Vec<SearchIndex>>> {
-        Ok(match self.couchbase.clone() {
-            None => Err(not_granted()),
-            Some(l) => l.search_indexes(&at).await,
-        })
-    }
-
-    async fn search(&mut self, query: VectorSearch) -> wasmtime::Result<Result<Vec<SearchRow>>> {
-        Ok(match self.couchbase.clone() {
-            None => Err(not_granted()),
-            Some(l) => l.search(&query).await,
+impl StoreState {
+    /// The instance's Couchbase link, or `denied` when its config grants none.
+    fn couchbase_link(&self) -> Result<Arc<CouchbaseLink>> {
+        self.couchbase.clone().ok_or_else(|| {
+            CouchbaseError::Denied(
+                "this instance has no Couchbase grant; add [tools.NAME.grants.couchbase] with a connection and scopes"
+                    .into(),
+            )
         })
     }
 }
 
-fn not_granted() -> CouchbaseError {
-    CouchbaseError::Denied(
-        "this instance has no Couchbase grant; add [tools.NAME.grants.couchbase] with a connection and scopes".into(),
-    )
+impl Host for StoreState {
+    async fn bucket_exists(&mut self, bucket: String) -> wasmtime::Result<Result<bool>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.bucket_exists(&bucket).await }.await)
+    }
+
+    async fn scopes(&mut self, bucket: String) -> wasmtime::Result<Result<Vec<ScopeInfo>>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.scopes(&bucket).await }.await)
+    }
+
+    async fn search_indexes(&mut self, at: IndexScope) -> wasmtime::Result<Result<Vec<SearchIndex>>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.search_indexes(&at).await }.await)
+    }
+
+    async fn search(&mut self, query: VectorSearch) -> wasmtime::Result<Result<Vec<SearchRow>>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.search(&query).await }.await)
+    }
 }
 
 #[cfg(test)]
