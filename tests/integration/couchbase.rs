@@ -348,6 +348,14 @@ async fn the_grant_limits_buckets_and_scopes() {
     let e =
         load(&env, &config(&fake, fc::PASSWORD, 4, &tool_config(""), r#"["travel.tenants"]"#, "5s")).await.unwrap_err();
     assert!(e.contains("denied: scope travel.inventory is not in this instance's grants"), "{e}");
+    // No grant at all: the capability answers `denied`, naming what to add.
+    let ungranted: String = config(&fake, fc::PASSWORD, 4, &tool_config(""), r#"["travel.inventory"]"#, "5s")
+        .lines()
+        .filter(|l| !l.starts_with("couchbase = {"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let e = load(&env, &ungranted).await.unwrap_err();
+    assert!(e.contains("denied: this instance has no Couchbase grant; add [tools.NAME.grants.couchbase]"), "{e}");
     assert!(!fake.seen().iter().any(|s| s.service == "fts"), "nothing searched or listed");
 }
 
