@@ -54,6 +54,10 @@ pub struct Spec {
     /// Whether scoped index listings name indexes `bucket.scope.index`, as Couchbase 7.6 does
     /// (true), or by their bare name (false). Queries accept both forms either way.
     pub qualified_scoped_names: bool,
+    /// Whether the cluster-level listing (`/api/index`) includes scoped indexes (by their
+    /// `bucket.scope.index` names), as a 7.6 cluster's does; otherwise it lists only
+    /// bucket-level indexes.
+    pub cluster_lists_scoped: bool,
 }
 
 /// One bucket.
@@ -287,6 +291,7 @@ pub fn standard() -> Spec {
         ],
         vector_search: true,
         qualified_scoped_names: true,
+        cluster_lists_scoped: false,
     }
 }
 
@@ -870,7 +875,7 @@ async fn fts(state: &State, method: &str, segs: &[&str], body: &Value) -> Respon
                 .spec
                 .indexes
                 .iter()
-                .filter(|i| i.scope.is_none())
+                .filter(|i| i.scope.is_none() || state.spec.cluster_lists_scoped)
                 .map(|i| (listed_name(state, i), index_def(state, i)))
                 .collect();
             reply_json(200, &json!({"status": "ok", "indexDefs": {"implVersion": "5.5.0", "indexDefs": defs}}))

@@ -26,6 +26,10 @@ use tokio::sync::OnceCell;
 use crate::bindings::quarry::retrieval::bedrock::{BedrockError, Host, ServiceError};
 use crate::sandbox::StoreState;
 
+/// The largest Retrieve request body the host parses (64 KiB): the query text is at most
+/// 20,000 characters by the API model, and the rest is a few options and a filter.
+pub const MAX_REQUEST_BYTES: usize = 64 << 10;
+
 /// What an instance may do with Bedrock (`[tools.NAME.grants.bedrock]`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct BedrockGrant {
@@ -63,10 +67,91 @@ impl Default for BedrockGrant {
 }
 
 impl BedrockGrant {
-    /// Whether `kb` (an id, or an ARN ending in `knowledge-base/<id>`) is granted.
+    /// Whether `kb` is granted: `*` grants everything; an id grants that id; an ARN grants that
+    /// ARN, and an ARN pattern (`*` for a whole field: region, account or id) grants the ARNs it
+    /// matches. An id never grants an ARN (it could name another account's or region's
+    /// knowledge base), nor an ARN an id.
     pub fn allows(&self, kb: &str) -> bool {
-        let id = kb.rsplit_once("knowledge-base/").map_or(kb, |(_, id)| id);
-        self.knowledge_bases.iter().any(|k| k == "*" || k == kb || k == id)
+        let Ok(asked) = KbIdentifier::parse(kb) else { return false };
+        self.knowledge_bases.iter().any(|k| k == "*" || KbIdentifier::parse(k).is_ok_and(|g| g.grants(&asked)))
+    }
+}
+
+/// A knowledge base as the API names it (`KnowledgeBaseIdentifier`): a 10-character id, or
+/// `arn:aws[-x]:bedrock:REGION:ACCOUNT:knowledge-base/ID`. In a grant, an ARN's region, account
+/// and id may each be `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KbIdentifier {
+    /// A bare id.
+    Id(String),
+    /// An ARN's fields.
+    Arn {
+        /// `aws`, `aws-cn`, `aws-us-gov`, …
+        partition: String,
+        /// The region, or `*`.
+        region: String,
+        /// The 12-digit account, or `*`.
+        account: String,
+        /// The id, or `*`.
+        id: String,
+    },
+}
+
+impl KbIdentifier {
+    /// Parses an id or an ARN by the API model's pattern, accepting `*` fields (for grants; a
+    /// request naming `*` matches no knowledge base the service has, and is refused there).
+    pub fn parse(s: &str) -> Result<KbIdentifier, String> {
+        let id_ok = |id: &str| id == "*" || (id.len() == 10 && id.bytes().all(|b| b.is_ascii_alphanumeric()));
+        let bad = || {
+            format!(
+                "{} is not a knowledge-base id (10 letters and digits) or ARN (arn:aws:bedrock:REGION:ACCOUNT:knowledge-base/ID)",
+                crate::text::quoted_prefix(s, 64)
+            )
+        };
+        if !s.starts_with("arn:") {
+            return if s != "*" && id_ok(s) { Ok(KbIdentifier::Id(s.to_string())) } else { Err(bad()) };
+        }
+        let parts: Vec<&str> = s.splitn(6, ':').collect();
+        let [_, partition, "bedrock", region, account, resource] = parts[..] else { return Err(bad()) };
+        let id = resource.strip_prefix("knowledge-base/").ok_or_else(bad)?;
+        let partition_ok = partition == "aws"
+            || partition
+                .strip_prefix("aws-")
+                .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+        let region_ok = region == "*"
+            || ((1..=20).contains(&region.len())
+                && region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+        let account_ok = account == "*" || (account.len() == 12 && account.bytes().all(|b| b.is_ascii_digit()));
+        if !(partition_ok && region_ok && account_ok && id_ok(id)) {
+            return Err(bad());
+        }
+        Ok(KbIdentifier::Arn {
+            partition: partition.to_string(),
+            region: region.to_string(),
+            account: account.to_string(),
+            id: id.to_string(),
+        })
+    }
+
+    /// Whether a field is `*`: a grant pattern, not a knowledge base.
+    pub fn is_pattern(&self) -> bool {
+        match self {
+            KbIdentifier::Id(_) => false,
+            KbIdentifier::Arn { region, account, id, .. } => [region, account, id].iter().any(|f| *f == "*"),
+        }
+    }
+
+    /// Whether this grant entry covers `asked`.
+    fn grants(&self, asked: &KbIdentifier) -> bool {
+        let field = |granted: &str, asked: &str| granted == "*" || granted == asked;
+        match (self, asked) {
+            (KbIdentifier::Id(g), KbIdentifier::Id(a)) => g == a,
+            (
+                KbIdentifier::Arn { partition: gp, region: gr, account: ga, id: gi },
+                KbIdentifier::Arn { partition: ap, region: ar, account: aa, id: ai },
+            ) => gp == ap && field(gr, ar) && field(ga, aa) && field(gi, ai),
+            _ => false,
+        }
     }
 }
 
@@ -125,10 +210,26 @@ impl BedrockLink {
 
     /// `Retrieve` (see the WIT docs): checks the grant, converts, calls, converts back.
     pub async fn retrieve(&self, kb: &str, body: &str) -> Result<String, BedrockError> {
+        // The identifier goes into the request path: it must be one the API accepts.
+        let asked = KbIdentifier::parse(kb).map_err(BedrockError::InvalidRequest)?;
+        if asked.is_pattern() {
+            return Err(BedrockError::InvalidRequest(format!("{kb:?} is a pattern, not a knowledge base")));
+        }
         if !self.grant.allows(kb) {
+            let hint = if matches!(asked, KbIdentifier::Arn { .. }) {
+                "; an ARN is granted by that ARN or an ARN pattern (arn:aws:bedrock:REGION:ACCOUNT:knowledge-base/*), never by its id alone"
+            } else {
+                ""
+            };
             return Err(BedrockError::Denied(format!(
-                "knowledge base {kb:?} is not in this instance's grants.bedrock.knowledge_bases ({}); add it to query it",
+                "knowledge base {kb:?} is not in this instance's grants.bedrock.knowledge_bases ({}); add it to query it{hint}",
                 self.grant.knowledge_bases.join(", ")
+            )));
+        }
+        if body.len() > MAX_REQUEST_BYTES {
+            return Err(BedrockError::InvalidRequest(format!(
+                "the request body is {} bytes, over the limit of {MAX_REQUEST_BYTES} bytes (a Retrieve request is a query text of at most 20,000 characters and a few options)",
+                body.len()
             )));
         }
         let req = request(body).map_err(BedrockError::InvalidRequest)?;
@@ -497,8 +598,31 @@ mod tests {
     fn grant_matches_ids_and_arns() {
         let g = BedrockGrant { knowledge_bases: vec!["ABCDEFGHIJ".into()], ..Default::default() };
         assert!(g.allows("ABCDEFGHIJ"));
-        assert!(g.allows("arn:aws:bedrock:us-east-1:123456789012:knowledge-base/ABCDEFGHIJ"));
+        // An id grants no ARN: the ARN may name another account's or region's knowledge base.
+        assert!(!g.allows("arn:aws:bedrock:us-east-1:123456789012:knowledge-base/ABCDEFGHIJ"));
+        assert!(!g.allows("arn:aws:bedrock:eu-west-1:999999999999:knowledge-base/ABCDEFGHIJ"));
         assert!(!g.allows("ABCDEFGHIK"));
+        let mine = "arn:aws:bedrock:us-east-1:123456789012:knowledge-base/ABCDEFGHIJ";
+        let g = BedrockGrant { knowledge_bases: vec![mine.into()], ..Default::default() };
+        assert!(g.allows(mine));
+        for other in [
+            "arn:aws:bedrock:us-east-1:999999999999:knowledge-base/ABCDEFGHIJ",
+            "arn:aws:bedrock:eu-west-1:123456789012:knowledge-base/ABCDEFGHIJ",
+            "arn:aws-cn:bedrock:us-east-1:123456789012:knowledge-base/ABCDEFGHIJ",
+            "arn:aws:bedrock:us-east-1:123456789012:knowledge-base/ABCDEFGHIJ/x",
+            "xarn:aws:bedrock:us-east-1:999999999999:knowledge-base/ABCDEFGHIJ",
+            "ABCDEFGHIJ",
+        ] {
+            assert!(!g.allows(other), "{other}");
+        }
+        let pattern = "arn:aws:bedrock:us-east-1:123456789012:knowledge-base/*";
+        let g = BedrockGrant { knowledge_bases: vec![pattern.into()], ..Default::default() };
+        assert!(g.allows("arn:aws:bedrock:us-east-1:123456789012:knowledge-base/KB00000001"));
+        assert!(!g.allows("arn:aws:bedrock:us-east-1:999999999999:knowledge-base/KB00000001"));
+        assert!(!g.allows("KB00000001"));
+        for bad in ["../x", "ABCDEFGHIJ?x", "arn:aws:bedrock:us-east-1:123:knowledge-base/ABCDEFGHIJ", ""] {
+            assert!(KbIdentifier::parse(bad).is_err(), "{bad}");
+        }
         assert!(!BedrockGrant::default().allows("ABCDEFGHIJ"));
         assert!(BedrockGrant { knowledge_bases: vec!["*".into()], ..Default::default() }.allows("ANYTHING12"));
     }

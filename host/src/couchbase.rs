@@ -28,6 +28,68 @@ use crate::sandbox::StoreState;
 
 /// The default bound on one call, connecting included (never more than the deadline allows).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most rows (`limit`) or candidates (`k`) one search may ask for: the Search service's
+/// default result window, beyond which a server refuses anyway.
+pub const MAX_ROWS: u32 = 10_000;
+
+/// Checks a bucket name against Couchbase's rules before it reaches a URL: 1 to 100 of
+/// `A-Z a-z 0-9 _ - .`, not starting with `.`. Couchbase also allows `%`, which is refused here:
+/// a name is put into request paths as it is, and `%2e%2e` would be a path segment `..`.
+pub fn check_bucket_name(name: &str) -> std::result::Result<(), String> {
+    let ok = (1..=100).contains(&name.len())
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "bucket name {} is not a Couchbase bucket name: 1 to 100 letters, digits, `_`, `-` and `.`, not starting with `.`",
+            shown(name)
+        ))
+    }
+}
+
+/// Checks a scope name: 1 to 251 of `A-Z a-z 0-9 _ -` (Couchbase's rule, without its `%`).
+pub fn check_scope_name(name: &str) -> std::result::Result<(), String> {
+    let ok =
+        (1..=251).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("scope name {} is not a Couchbase scope name: 1 to 251 letters, digits, `_` and `-`", shown(name)))
+    }
+}
+
+/// Checks a search index name: a letter, then letters, digits, `_` and `-` (the Search
+/// service's rule), at most 255 bytes. With `qualified`, `bucket.scope.index` is accepted too
+/// (how a cluster-level listing names a scoped index), each part checked by its own rule.
+pub fn check_index_name(name: &str, qualified: bool) -> std::result::Result<(), String> {
+    let short = |n: &str| {
+        n.len() <= 255
+            && n.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+            && n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+    };
+    let ok = short(name)
+        || (qualified
+            && name.len() <= 610
+            && matches!(name.rsplitn(3, '.').collect::<Vec<_>>()[..], [i, s, b]
+                if short(i) && check_scope_name(s).is_ok() && check_bucket_name(b).is_ok()));
+    if ok {
+        Ok(())
+    } else {
+        let form = if qualified { " (or `bucket.scope.index`)" } else { "" };
+        Err(format!(
+            "index name {} is not a Couchbase search index name: a letter, then letters, digits, `_` and `-`{form}",
+            shown(name)
+        ))
+    }
+}
+
+/// A guest-chosen name for a message: quoted, and cut to 64 characters so a hostile one
+/// cannot make the error (and the log) large.
+fn shown(name: &str) -> String {
+    crate::text::quoted_prefix(name, 64)
+}
 
 /// A secret that `Debug` does not print.
 #[derive(Clone, PartialEq)]
@@ -105,22 +167,28 @@ pub struct CouchbaseLink {
     /// search do not look them up again.
     known: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Cluster-level indexes seen listed on a bucket the grant covers whole (at open, or by an
-    /// earlier search), so that a search does not list the cluster's indexes again.
+    /// earlier search), by the full name the cluster lists them under (`idx` for a bucket-level
+    /// index, `bucket.scope.idx` for a scoped one): a cluster-level search names the index by
+    /// that name, so only that name may authorise it.
     allowed_indexes: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The most bytes of rows one search may bring into the host (the instance's `max_output`):
+    /// the rows are collected before the guest sees them.
+    max_bytes: usize,
 }
 
 /// Errors inside the capability, before they become the WIT's.
 type Result<T> = std::result::Result<T, CouchbaseError>;
 
 impl CouchbaseLink {
-    /// A link for `grant`.
-    pub fn new(grant: CouchbaseGrant) -> Arc<CouchbaseLink> {
+    /// A link for `grant`; a search's rows may take at most `max_bytes` in the host.
+    pub fn new(grant: CouchbaseGrant, max_bytes: u64) -> Arc<CouchbaseLink> {
         Arc::new(CouchbaseLink {
             grant,
             cluster: OnceCell::new(),
             agent: OnceCell::new(),
             known: Default::default(),
             allowed_indexes: Default::default(),
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
         })
     }
 
@@ -204,6 +272,7 @@ impl CouchbaseLink {
 
     /// Whether `bucket` exists.
     pub async fn bucket_exists(&self, bucket: &str) -> Result<bool> {
+        check_bucket_name(bucket).map_err(CouchbaseError::InvalidRequest)?;
         if !self.grant.allows_bucket(bucket) {
             return Err(self.grant.deny_bucket(bucket));
         }
@@ -268,7 +337,7 @@ impl CouchbaseLink {
                         all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<Vec<_>>>()
                     })
                     .await?;
-                Ok(defs.iter().map(search_index).collect())
+                Ok(defs.iter().map(|d| search_index(d, true)).collect())
             }
             IndexScope::Cluster => {
                 if !self.grant.scopes.iter().any(|(_, s)| s == "*") {
@@ -287,9 +356,11 @@ impl CouchbaseLink {
                 .map_err(|_| self.no_answer("listing cluster-level search indexes"))??;
                 let defs: Vec<Value> =
                     all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<_>>()?;
+                // Listed by their full names: a cluster-level search must name a scoped index
+                // `bucket.scope.index`, and only the name listed for a granted bucket may pass.
                 let granted: Vec<SearchIndex> = defs
                     .iter()
-                    .map(search_index)
+                    .map(|d| search_index(d, false))
                     .filter(|i| self.grant.allows_whole_bucket(&i.source_bucket))
                     .collect();
                 self.allowed_indexes
@@ -301,7 +372,10 @@ impl CouchbaseLink {
         }
     }
 
+    /// Checks the names (they go into request paths) and then the grant.
     fn check_scope(&self, bucket: &str, scope: &str) -> Result<()> {
+        check_bucket_name(bucket).map_err(CouchbaseError::InvalidRequest)?;
+        check_scope_name(scope).map_err(CouchbaseError::InvalidRequest)?;
         if self.grant.allows_scope(bucket, scope) {
             return Ok(());
         }
@@ -319,6 +393,12 @@ impl CouchbaseLink {
         if q.limit == 0 || q.k == 0 {
             return Err(CouchbaseError::InvalidRequest("limit and k must be at least 1".into()));
         }
+        if q.limit > MAX_ROWS || q.k > MAX_ROWS {
+            return Err(CouchbaseError::InvalidRequest(format!(
+                "limit and k may be at most {MAX_ROWS} (the Search service's result window); ask for fewer rows"
+            )));
+        }
+        check_index_name(&q.index, matches!(q.at, IndexScope::Cluster)).map_err(CouchbaseError::InvalidRequest)?;
         match &q.at {
             IndexScope::Scoped((bucket, scope)) => {
                 self.check_scope(bucket, scope)?;
@@ -360,14 +440,14 @@ impl CouchbaseLink {
         self.bounded("searching", |c| async move {
             let mut res =
                 c.bucket(bucket).scope(scope).search(q.index.as_str(), req, opts).await.map_err(|e| sdk_error(&e))?;
-            let mut out = Vec::new();
+            let mut out = Rows::new(self.max_bytes);
             let mut rows = res.rows();
             while let Some(row) = rows.next().await {
                 let row = row.map_err(|e| sdk_error(&e))?;
                 let fields = row.fields::<Value>().ok().map(|f| f.to_string());
-                out.push(SearchRow { id: row.id, score: row.score, fields });
+                out.push(SearchRow { id: row.id, score: row.score, fields })?;
             }
-            Ok(out)
+            Ok(out.rows)
         })
         .await
     }
@@ -393,15 +473,44 @@ impl CouchbaseLink {
         let agent = self.agent_by(deadline).await?;
         tokio::time::timeout_at(deadline, async {
             let mut stream = agent.search(opts).await.map_err(|e| core_error(&e))?;
-            let mut out = Vec::new();
+            let mut out = Rows::new(self.max_bytes);
             while let Some(hit) = stream.next().await {
                 let hit = hit.map_err(|e| core_error(&e))?;
-                out.push(SearchRow { id: hit.id, score: hit.score, fields: hit.fields.map(|f| f.get().to_string()) });
+                out.push(SearchRow { id: hit.id, score: hit.score, fields: hit.fields.map(|f| f.get().to_string()) })?;
             }
-            Ok(out)
+            Ok(out.rows)
         })
         .await
         .map_err(|_| self.no_answer("searching"))?
+    }
+}
+
+/// Rows collected for the guest, refused once they would take more than the instance's
+/// `max_output`: the server (or a hostile one) chooses their size, and they are held in the
+/// host until the call returns.
+struct Rows {
+    rows: Vec<SearchRow>,
+    bytes: usize,
+    max: usize,
+}
+
+impl Rows {
+    fn new(max: usize) -> Self {
+        Rows { rows: Vec::new(), bytes: 0, max }
+    }
+
+    fn push(&mut self, row: SearchRow) -> Result<()> {
+        // The id, the fields and the record around them (an f64 and two lengths).
+        self.bytes += row.id.len() + row.fields.as_ref().map_or(0, String::len) + 32;
+        if self.bytes > self.max {
+            return Err(CouchbaseError::Service(format!(
+                "the search answered more than grants.max_output ({} bytes) of rows after {} rows; ask for fewer rows or fields",
+                self.max,
+                self.rows.len()
+            )));
+        }
+        self.rows.push(row);
+        Ok(())
     }
 }
 
@@ -483,11 +592,12 @@ fn core_error(e: &couchbase_core::error::Error) -> CouchbaseError {
     }
 }
 
-/// A search index from its definition (the SDK's or the core's, serialised).
-fn search_index(def: &Value) -> SearchIndex {
+/// A search index from its definition (the SDK's or the core's, serialised). A 7.6 server lists
+/// scoped indexes as `bucket.scope.index`; `strip` drops that prefix (a scoped listing, whose
+/// searches name the index inside its scope).
+fn search_index(def: &Value, strip: bool) -> SearchIndex {
     let full = def.get("name").and_then(Value::as_str).unwrap_or_default();
-    // A 7.6 server lists scoped indexes as `bucket.scope.index`.
-    let name = full.rsplit('.').next().unwrap_or(full).to_string();
+    let name = if strip { full.rsplit('.').next().unwrap_or(full) } else { full }.to_string();
     SearchIndex {
         name,
         source_bucket: def
@@ -595,7 +705,7 @@ mod tests {
                 "title": {"fields": [{"name": "title", "type": "text"}]}
             }}}
         }}});
-        let idx = search_index(&def);
+        let idx = search_index(&def, true);
         assert_eq!(idx.name, "idx");
         assert_eq!(idx.source_bucket, "b");
         let f: Vec<_> = idx.vector_fields.iter().map(|f| (f.path.as_str(), f.dims, f.similarity.as_str())).collect();
@@ -604,6 +714,51 @@ mod tests {
             "e": {"fields": [{"name": "e", "type": "vector", "dims": 3}]}}}}}});
         assert_eq!(vector_fields(&plain)[0].path, "e");
         assert!(vector_fields(&json!({"name": "y"})).is_empty());
+    }
+
+    /// Names reach request paths as they are: only names by Couchbase's rules pass, and no name
+    /// that a URL parser would turn into another path (dot segments, `/`, `?`, `#`, `%`).
+    #[test]
+    fn names_that_could_steer_a_request_path_are_refused() {
+        for ok in ["travel", "travel-sample", "b_1", "my.bucket"] {
+            assert!(check_bucket_name(ok).is_ok(), "{ok}");
+        }
+        for ok in ["inventory", "_default", "tenant-b"] {
+            assert!(check_scope_name(ok).is_ok(), "{ok}");
+        }
+        for ok in ["hotels-vec", "idx_2"] {
+            assert!(check_index_name(ok, false).is_ok(), "{ok}");
+        }
+        assert!(check_index_name("travel.inventory.hotels-vec", true).is_ok());
+        assert!(check_index_name("my.bucket.inventory.idx", true).is_ok());
+        let steering = [
+            "",
+            ".",
+            "..",
+            "../../../../../index/OTHER",
+            "%2e%2e",
+            "a/b",
+            "idx?x=1",
+            "idx#frag",
+            "idx%2fother",
+            "a b",
+            "ä",
+            "\\..",
+        ];
+        for bad in steering {
+            assert!(check_bucket_name(bad).is_err(), "bucket {bad:?}");
+            assert!(check_scope_name(bad).is_err(), "scope {bad:?}");
+            assert!(check_index_name(bad, true).is_err(), "index {bad:?}");
+        }
+        assert!(check_bucket_name(".hidden").is_err());
+        assert!(check_bucket_name(&"b".repeat(101)).is_err());
+        assert!(check_scope_name("in.ventory").is_err());
+        assert!(check_index_name("1idx", false).is_err());
+        assert!(check_index_name("travel.inventory.hotels-vec", false).is_err());
+        assert!(check_index_name("../inventory.idx", true).is_err());
+        // The message shows at most 64 characters of a hostile name.
+        let e = check_index_name(&"x/".repeat(1 << 20), false).unwrap_err();
+        assert!(e.len() < 400, "{}", e.len());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use quarry_tests::fake_bedrock::{self as fb, Fake};
-use quarry_tests::{BEDROCK_KB, TestEnv, quarry_bin};
+use quarry_tests::{BEDROCK_KB, HOSTILE, TestEnv, quarry_bin};
 use serde_json::{Value, json};
 
 /// What one `quarry call` did.
@@ -75,8 +75,12 @@ bedrock = {{ endpoint = "{}", {grant} }}
 }
 
 async fn call(c: &Case, args: Value, env: &[(&'static str, String)]) -> Run {
+    call_tool(c, "kb.retrieve", args, env).await
+}
+
+async fn call_tool(c: &Case, tool: &str, args: Value, env: &[(&'static str, String)]) -> Run {
     let mut cmd = tokio::process::Command::new(quarry_bin());
-    cmd.arg("--config").arg(&c.config).args(["call", "kb.retrieve", &args.to_string(), "--json"]);
+    cmd.arg("--config").arg(&c.config).args(["call", tool, &args.to_string(), "--json"]);
     for var in [
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
@@ -191,11 +195,8 @@ async fn paging_guardrails_filters_and_per_call_results() {
     // A knowledge-base ARN works where the API takes one: it travels percent-encoded in the
     // path, which the signature covers encoded once more.
     let arn = format!("arn:aws:bedrock:us-east-1:123456789012:knowledge-base/{}", fb::KB_EMPTY);
-    let by_arn = case(
-        &fake,
-        &format!(r#"{{ knowledge_base_id = "{arn}" }}"#),
-        &format!(r#"knowledge_bases = ["{}"]"#, fb::KB_EMPTY),
-    );
+    let by_arn =
+        case(&fake, &format!(r#"{{ knowledge_base_id = "{arn}" }}"#), &format!(r#"knowledge_bases = ["{arn}"]"#));
     let text = crewai_text(&call(&by_arn, json!({"query": "q"}), &aws_env()).await);
     assert_eq!(text, json!({"message": "No results found for the given query."}));
     let last = fake.seen().pop().unwrap();
@@ -361,4 +362,52 @@ async fn real_aws_opt_in() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let text: Value = serde_json::from_str(v["text"].as_str().unwrap()).unwrap();
     assert!(text.get("results").is_some() || text.get("message").is_some(), "{text}");
+}
+
+/// A hostile component granted one knowledge base by id and one account's knowledge bases by an
+/// ARN pattern: other accounts' and regions' ARNs that end in the granted id, identifiers that
+/// are paths, and oversized bodies are all refused before anything reaches Bedrock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn arns_are_granted_exactly_and_bodies_are_bounded() {
+    let fake = Fake::start().await;
+    let env = TestEnv::new();
+    env.plugin(HOSTILE, "hostile");
+    let mine = "arn:aws:bedrock:us-east-1:123456789012:knowledge-base";
+    let config = env.config(&format!(
+        r#"
+[tools.h]
+component = "plugins/hostile.wasm"
+[tools.h.grants]
+deadline = "60s"
+bedrock = {{ endpoint = "{}", knowledge_bases = ["{}", "{mine}/*"] }}
+"#,
+        fake.endpoint,
+        fb::KB_OK
+    ));
+    let c = Case { env, config };
+    let refused = [
+        (format!("arn:aws:bedrock:us-east-1:999999999999:knowledge-base/{}", fb::KB_OK), "denied: knowledge base"),
+        (format!("arn:aws:bedrock:eu-west-1:123456789012:knowledge-base/{}", fb::KB_OK), "denied: knowledge base"),
+        (format!("arn:aws-cn:bedrock:us-east-1:123456789012:knowledge-base/{}", fb::KB_OK), "denied: knowledge base"),
+        (format!("{}/../../x", fb::KB_OK), "is not a knowledge-base id"),
+        ("../../knowledgebases/OTHER00001".to_string(), "is not a knowledge-base id"),
+        (format!("{mine}/*"), "is a pattern"),
+    ];
+    for (kb, want) in &refused {
+        let run = call_tool(&c, "h.bedrock", json!({"kb": kb}), &aws_env()).await;
+        assert!(run.error().contains(want), "{kb}: {}", run.error());
+    }
+    // Over the 64 KiB a Retrieve body may be, under the 128 KiB one command-line argument may be.
+    let huge = format!("[{}0]", "0,".repeat(40_000));
+    let run = call_tool(&c, "h.bedrock", json!({"kb": fb::KB_OK, "request": huge}), &aws_env()).await;
+    assert!(run.error().contains("over the limit of 65536 bytes"), "{}", run.error());
+    assert!(fake.seen().is_empty(), "nothing may reach Bedrock: {:?}", fake.seen().len());
+
+    // What the grant names goes through: the id, and an ARN of the granted account.
+    for kb in [fb::KB_OK.to_string(), format!("{mine}/{}", fb::KB_EMPTY)] {
+        let run = call_tool(&c, "h.bedrock", json!({"kb": kb}), &aws_env()).await;
+        let text: Value = serde_json::from_str(run.json()["text"].as_str().unwrap()).unwrap();
+        assert!(text.get("retrievalResults").is_some(), "{kb}: {text}");
+    }
+    assert_eq!(fake.seen().len(), 2);
 }

@@ -387,3 +387,175 @@ async fn real_cluster_when_configured() {
     let rows: Value = serde_json::from_str(&out.text).unwrap();
     assert!(rows.is_array(), "{}", out.text);
 }
+
+/// A config for the hostile component with a Couchbase grant of `scopes` on the fake, and
+/// `extra` grants.
+fn hostile_config(fake: &FakeCluster, scopes: &str, extra: &str) -> String {
+    format!(
+        r#"
+[couchbase.local]
+connection_string = "{}"
+username = "{}"
+password = "{}"
+
+[tools.h]
+component = "plugins/hostile.wasm"
+[tools.h.grants]
+deadline = "30s"
+couchbase = {{ connection = "local", scopes = {scopes}, timeout = "5s" }}
+{extra}
+"#,
+        fake.connection_string(),
+        fc::USERNAME,
+        fc::PASSWORD
+    )
+}
+
+async fn hostile_call(host: &quarry::Host, tool: &str, args: Value) -> Result<String, (String, String)> {
+    match within(60, host.call(tool, &args.to_string())).await {
+        Ok(out) => Ok(out.text),
+        Err(quarry::CallError::Tool { error, .. }) => {
+            let (kind, msg) = error.parts();
+            Err((kind.to_string(), msg.to_string()))
+        }
+        Err(e) => panic!("{tool}: {e}"),
+    }
+}
+
+/// Names a guest chooses reach the Search service's request paths: none can steer a request
+/// outside the granted scope, whatever the URL parser would make of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_cannot_steer_a_request_outside_the_grant() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::HOSTILE, "hostile");
+    let host = load(&env, &hostile_config(&fake, r#"["travel.inventory"]"#, "")).await.unwrap();
+    let steering = [
+        "../../../../../index/travel-vec",
+        "hotels-vec/../../../../../index/travel-vec",
+        "%2e%2e/%2e%2e/%2e%2e/%2e%2e/%2e%2e/index/travel-vec",
+        "..%2f..%2f..%2f..%2f..%2findex%2ftravel-vec",
+        "../../../../travel/scope/_default/index/x",
+        "hotels-vec?x=1",
+        "hotels-vec#fragment",
+        "..",
+        "",
+    ];
+    for index in steering {
+        let e = hostile_call(&host, "h.cb_search", json!({"bucket": "travel", "scope": "inventory", "index": index}))
+            .await
+            .unwrap_err();
+        assert!(e.0 == "invalid-args" && e.1.contains("invalid-request: index name"), "{index:?}: {e:?}");
+        // Cluster-level, the same names are refused too.
+        let e = hostile_call(&host, "h.cb_search", json!({"index": index})).await.unwrap_err();
+        assert!(e.0 == "invalid-args" || e.0 == "denied", "{index:?}: {e:?}");
+    }
+    for (bucket, scope) in [("travel", "../../../other/scope/x"), ("../travel", "inventory"), ("travel", "in%76entory")]
+    {
+        let e = hostile_call(&host, "h.cb_search", json!({"bucket": bucket, "scope": scope, "index": "hotels-vec"}))
+            .await
+            .unwrap_err();
+        assert!(e.0 == "invalid-args" && e.1.contains("invalid-request"), "{bucket}.{scope}: {e:?}");
+    }
+    // More rows than the Search service's window is refused before anything is sent.
+    let e = hostile_call(
+        &host,
+        "h.cb_search",
+        json!({"bucket": "travel", "scope": "inventory", "index": "hotels-vec", "limit": 20000}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.1.contains("at most 10000"), "{e:?}");
+
+    // With the whole bucket granted, the scope is free: it still cannot be a path.
+    let env2 = TestEnv::new();
+    env2.plugin(quarry_tests::HOSTILE, "hostile");
+    let whole = load(&env2, &hostile_config(&fake, r#"["travel.*"]"#, "")).await.unwrap();
+    for scope in ["../../../../index", "inventory/../../../../index/travel-vec", "inventory?x"] {
+        let e = hostile_call(&whole, "h.cb_indexes", json!({"bucket": "travel", "scope": scope})).await.unwrap_err();
+        assert!(e.0 == "invalid-args" && e.1.contains("invalid-request: scope name"), "{scope:?}: {e:?}");
+    }
+
+    // Every Search request any of this made stayed inside the granted scope: it is the raw
+    // path the fake received (before it decodes anything), the one search that follows.
+    assert_eq!(
+        hostile_call(&host, "h.cb_search", json!({"bucket": "travel", "scope": "inventory", "index": "hotels-vec"}))
+            .await,
+        Ok("3 rows".into())
+    );
+    let fts: Vec<String> = fake.seen().into_iter().filter(|s| s.service == "fts").map(|s| s.path).collect();
+    assert!(!fts.is_empty());
+    for path in &fts {
+        assert!(
+            path.starts_with("/api/bucket/travel/scope/inventory/index/hotels-vec"),
+            "a request left the grant: {path} (all: {fts:?})"
+        );
+    }
+}
+
+/// A scoped `docs.s1.idx` on a bucket granted whole does not authorise a cluster-level index
+/// also called `idx` on a bucket the grant does not name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_level_indexes_are_granted_by_their_full_name() {
+    let mut spec = fc::standard();
+    let docs = spec.indexes[0].docs.clone();
+    spec.buckets.push(fc::BucketSpec {
+        name: "docs".into(),
+        scopes: vec![("s1".into(), vec!["c1".into()]), ("_default".into(), vec!["_default".into()])],
+    });
+    spec.buckets
+        .push(fc::BucketSpec { name: "secret".into(), scopes: vec![("_default".into(), vec!["_default".into()])] });
+    let index = |bucket: &str, scope: Option<&str>| fc::IndexSpec {
+        name: "idx".into(),
+        bucket: bucket.into(),
+        scope: scope.map(str::to_string),
+        collection: scope.map(|_| "c1".to_string()),
+        field: "embedding".into(),
+        dims: 4,
+        docs: docs.clone(),
+    };
+    spec.indexes.push(index("docs", Some("s1")));
+    spec.indexes.push(index("secret", None));
+    spec.cluster_lists_scoped = true;
+    let fake = FakeCluster::start(spec).await;
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::HOSTILE, "hostile");
+    let host = load(&env, &hostile_config(&fake, r#"["docs.*"]"#, "")).await.unwrap();
+    let e = hostile_call(&host, "h.cb_search", json!({"index": "idx"})).await.unwrap_err();
+    assert_eq!(e.0, "not-found", "{e:?}");
+    assert!(e.1.contains("no cluster-level search index \"idx\" on a bucket granted whole"), "{e:?}");
+    let queried: Vec<String> =
+        fake.seen().into_iter().filter(|s| s.service == "fts" && s.path.ends_with("/query")).map(|s| s.path).collect();
+    assert!(queried.is_empty(), "{queried:?}");
+    // The scoped index, named as the cluster lists it, is what the grant allows.
+    assert_eq!(hostile_call(&host, "h.cb_search", json!({"index": "docs.s1.idx"})).await, Ok("3 rows".into()));
+    let queried: Vec<String> =
+        fake.seen().into_iter().filter(|s| s.service == "fts" && s.path.ends_with("/query")).map(|s| s.path).collect();
+    assert_eq!(queried, ["/api/index/docs.s1.idx/query"]);
+}
+
+/// Rows are collected in the host before the guest sees them: they stop at `max_output`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_stop_at_the_output_grant() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::HOSTILE, "hostile");
+    let host = load(&env, &hostile_config(&fake, r#"["travel.inventory"]"#, "max_output = \"300\"")).await.unwrap();
+    let e = hostile_call(
+        &host,
+        "h.cb_search",
+        json!({"bucket": "travel", "scope": "inventory", "index": "hotels-vec", "limit": 5}),
+    )
+    .await
+    .unwrap_err();
+    assert!(e.1.contains("more than grants.max_output (300 bytes) of rows"), "{e:?}");
+    assert_eq!(
+        hostile_call(
+            &host,
+            "h.cb_search",
+            json!({"bucket": "travel", "scope": "inventory", "index": "hotels-vec", "limit": 1})
+        )
+        .await,
+        Ok("1 rows".into())
+    );
+}
