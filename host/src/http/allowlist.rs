@@ -160,11 +160,26 @@ impl std::fmt::Display for Cidr {
     }
 }
 
-/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`) as the IPv4 address it is.
+/// An IPv6 address that carries an IPv4 one, as that IPv4 address: IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, not `::` or `::1`), IPv4-translated
+/// (`::ffff:0:a.b.c.d`), NAT64 with the well-known prefix (`64:ff9b::a.b.c.d`, RFC 6052) and
+/// 6to4 (`2002:AABB:CCDD::/48`, RFC 3056). A packet to any of them can reach that IPv4 host,
+/// so the policy and `private_networks` judge them as it.
 pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+    let IpAddr::V6(v6) = ip else { return ip };
+    let seg = v6.segments();
+    let low = std::net::Ipv4Addr::new((seg[6] >> 8) as u8, seg[6] as u8, (seg[7] >> 8) as u8, seg[7] as u8);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        IpAddr::V4(v4)
+    } else if (seg[..6] == [0, 0, 0, 0, 0, 0] && u32::from(low) > 1)
+        || seg[..6] == [0, 0, 0, 0, 0xffff, 0]
+        || seg[..6] == [0x64, 0xff9b, 0, 0, 0, 0]
+    {
+        IpAddr::V4(low)
+    } else if seg[0] == 0x2002 {
+        IpAddr::V4(std::net::Ipv4Addr::new((seg[1] >> 8) as u8, seg[1] as u8, (seg[2] >> 8) as u8, seg[2] as u8))
+    } else {
+        ip
     }
 }
 

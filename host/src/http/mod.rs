@@ -13,7 +13,8 @@
 //!   name itself, and connects to the very address it vetted, so a DNS answer
 //!   that changes between check and connect (rebinding) cannot slip past.
 //!   Every phase (DNS, connect, TLS, first byte, between bytes) is bounded by the
-//!   instance's `http_timeout`.
+//!   instance's `http_timeout`; requests in flight, name lookups and refusal records are
+//!   bounded per instance, and a call's requests end with it.
 //!
 //! Example: with `http = ["https://docs.example.com"]`, a guest GET of
 //! `https://docs.example.com/a.docx` resolves `docs.example.com`, drops any
@@ -23,8 +24,10 @@
 
 mod allowlist;
 mod policy;
+mod refusals;
 mod send;
 
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
-pub use policy::{Denial, HttpPolicy, special_range};
-pub use send::PolicyHooks;
+pub use policy::{Denial, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, special_range};
+pub use refusals::{MAX_KEPT, MAX_REFUSAL_BYTES, Refusals};
+pub use send::{MAX_AUTHORITY, MAX_IN_FLIGHT, PolicyHooks, RESPONSE_HEAD_MAX};

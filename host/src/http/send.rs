@@ -3,12 +3,20 @@
 //! The request/response plumbing follows wasmtime-wasi-http 48's
 //! `default_send_request` (Apache-2.0 WITH LLVM-exception); what differs is that
 //! the TCP connection goes to the address [`HttpPolicy::resolve`] vetted rather
-//! than to the authority string, and that every phase is bounded by the
-//! instance's `http_timeout` instead of 600 s.
+//! than to the authority string, that every phase is bounded by the
+//! instance's `http_timeout` instead of 600 s, and that what one instance can make the
+//! host hold is bounded:
+//! - at most [`MAX_IN_FLIGHT`] requests per instance are open at once (from resolving the
+//!   name until the connection closes); one more is refused at once with
+//!   `connection-limit-reached`;
+//! - every request ends with the call that started it ([`PolicyHooks::end_call`]): nothing
+//!   keeps a socket open, or waits on a server, once the guest's call has returned;
+//! - a response head may take at most [`RESPONSE_HEAD_MAX`] bytes;
+//! - refusals are kept and logged within bounds ([`Refusals`]).
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -16,30 +24,66 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::allowlist::split_host_port;
 use super::policy::{HttpPolicy, ResolveError};
+use super::refusals::Refusals;
+
+/// Requests one instance may have open at once.
+pub const MAX_IN_FLIGHT: usize = 16;
+/// The largest response head (status line and headers) read from a server.
+pub const RESPONSE_HEAD_MAX: usize = 64 << 10;
+/// The longest authority (`host:port`) accepted: a DNS name is at most 253 bytes.
+pub const MAX_AUTHORITY: usize = 262;
 
 type IoFuture = Box<dyn Future<Output = Result<(), Error>> + Send>;
 type SendResult = Result<(http::Response<WasiBody>, IoFuture), Error>;
 
-/// Enforces an instance's [`HttpPolicy`] on every outgoing request, and records
-/// each refusal so the host can tell the user which grant would allow it.
+/// Enforces an instance's [`HttpPolicy`] on every outgoing request, bounds what its requests
+/// hold (see the module docs), and records each refusal so the host can tell the user which
+/// grant would allow it.
 pub struct PolicyHooks {
     policy: Arc<HttpPolicy>,
-    denials: Arc<Mutex<Vec<String>>>,
+    refusals: Arc<Refusals>,
+    in_flight: Arc<Semaphore>,
+    lookups: Arc<Semaphore>,
+    /// Cancelled when the running call ends; every request started in it watches this token.
+    call: CancellationToken,
 }
 
 impl PolicyHooks {
     /// Hooks enforcing `policy`.
     pub fn new(policy: Arc<HttpPolicy>) -> Self {
-        PolicyHooks { policy, denials: Arc::default() }
+        PolicyHooks {
+            policy,
+            refusals: Arc::default(),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            lookups: Arc::new(Semaphore::new(super::policy::LOOKUPS_PER_INSTANCE)),
+            call: CancellationToken::new(),
+        }
     }
 
-    /// Takes the refusals recorded since the last call.
+    /// Takes the refusals recorded since the last call (bounded: see [`Refusals::take`]).
     pub fn take_denials(&self) -> Vec<String> {
-        std::mem::take(&mut *self.denials.lock().unwrap_or_else(|p| p.into_inner()))
+        self.refusals.take()
+    }
+
+    /// The refusal records, for tests and benches.
+    pub fn refusals(&self) -> &Refusals {
+        &self.refusals
+    }
+
+    /// Ends every request the call that just returned started, and gets ready for the next.
+    pub fn end_call(&mut self) {
+        std::mem::replace(&mut self.call, CancellationToken::new()).cancel();
+    }
+
+    /// Requests open now.
+    pub fn in_flight(&self) -> usize {
+        MAX_IN_FLIGHT - self.in_flight.available_permits()
     }
 }
 
@@ -52,33 +96,71 @@ impl WasiHttpHooks for PolicyHooks {
     ) -> Box<dyn Future<Output = SendResult> + Send> {
         drop(fut);
         let policy = self.policy.clone();
-        let denials = self.denials.clone();
+        let refusals = self.refusals.clone();
+        let deny = move |msg: String| {
+            refusals.record(policy.instance(), &msg);
+            Error::HttpRequestDenied
+        };
+        let Ok(permit) = self.in_flight.clone().try_acquire_owned() else {
+            let _ = deny(format!(
+                "HTTP request refused: tool instance {:?} already has {MAX_IN_FLIGHT} requests open; wait for their answers",
+                self.policy.instance()
+            ));
+            return Box::new(async { Err(Error::ConnectionLimitReached) });
+        };
+        let policy = self.policy.clone();
+        let (lookups, call) = (self.lookups.clone(), self.call.clone());
         Box::new(async move {
-            let deny = |msg: String| {
-                tracing::warn!(target: "quarry::sandbox", "{msg}");
-                denials.lock().unwrap_or_else(|p| p.into_inner()).push(msg);
-                Error::HttpRequestDenied
-            };
             let uri = request.uri().clone();
             let use_tls = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
             let scheme = if use_tls { "https" } else { "http" };
             let authority = uri.authority().ok_or(Error::HttpRequestUriInvalid)?;
+            if authority.as_str().len() > MAX_AUTHORITY {
+                return Err(deny(format!(
+                    "HTTP request refused: its authority is {} bytes, longer than any host name and port ({MAX_AUTHORITY})",
+                    authority.as_str().len()
+                )));
+            }
             let (host, port) = split_host_port(authority.as_str()).map_err(|_| Error::HttpRequestUriInvalid)?;
             let host = host.to_string();
             let port = port.unwrap_or(if use_tls { 443 } else { 80 });
             policy.check_target(scheme, &host, port).map_err(|d| deny(d.0))?;
-            let addr = match policy.resolve(&host, port).await {
-                Ok(a) => a,
-                Err(ResolveError::Denied(d)) => return Err(deny(d.0)),
-                Err(ResolveError::Timeout) => return Err(Error::DnsTimeout),
-                Err(ResolveError::NotFound) => return Err(Error::DestinationNotFound),
-            };
             let bound = |requested: Option<Duration>| requested.map_or(policy.timeout(), |d| d.min(policy.timeout()));
             let connect_timeout = bound(options.and_then(|o| o.connect_timeout));
             let first_byte_timeout = bound(options.and_then(|o| o.first_byte_timeout));
             let between_bytes_timeout = bound(options.and_then(|o| o.between_bytes_timeout));
-            send_to(request, addr, &host, use_tls, connect_timeout, first_byte_timeout, between_bytes_timeout).await
+            let send = async {
+                let addr = match policy.resolve(&host, port, &lookups).await {
+                    Ok(a) => a,
+                    Err(ResolveError::Denied(d)) => return Err(deny(d.0)),
+                    Err(ResolveError::Timeout) => return Err(Error::DnsTimeout),
+                    Err(ResolveError::NotFound) => return Err(Error::DestinationNotFound),
+                };
+                send_to(request, addr, &host, use_tls, connect_timeout, first_byte_timeout, between_bytes_timeout).await
+            };
+            let (response, io) = tokio::select! {
+                r = send => r?,
+                () = call.cancelled() => return Err(Error::ConnectionTerminated),
+            };
+            // The connection, and with it the permit, lasts until the response is read or the
+            // call ends, whichever comes first.
+            let io: IoFuture = Box::new(async move {
+                let _permit = permit;
+                tokio::select! {
+                    r = Pin::from(io) => r,
+                    () = call.cancelled() => Err(Error::ConnectionTerminated),
+                }
+            });
+            Ok((response, io))
         })
+    }
+
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        1
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        crate::sandbox::BODY_CHUNK
     }
 }
 
@@ -120,7 +202,9 @@ async fn send_to(
     };
     let (mut sender, conn) = tokio::time::timeout(
         connect_timeout,
-        hyper::client::conn::http1::Builder::new().handshake::<_, WasiBody>(TokioIo::new(stream)),
+        hyper::client::conn::http1::Builder::new()
+            .max_buf_size(RESPONSE_HEAD_MAX)
+            .handshake::<_, WasiBody>(TokioIo::new(stream)),
     )
     .await
     .map_err(|_| Error::ConnectionTimeout)??;
