@@ -22,7 +22,8 @@ use crate::bindings::quarry::retrieval::embedder::Host;
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
 use crate::config::InstanceConfig;
 use crate::engine::QuarryEngine;
-use crate::instance::{OpenError, WALL_GRACE, compile, new_store, settle};
+use crate::fair::FairQueue;
+use crate::instance::{GuestCall, OpenError, compile, new_store, run_guarded};
 use crate::sandbox::StoreState;
 
 /// The WIT name of the import.
@@ -35,10 +36,24 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait EmbedderBackend: Send + Sync {
     /// The model's identity.
     fn info(&self) -> ModelInfo;
-    /// Embeds `texts` in order.
-    fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>>;
+    /// Embeds `texts` in order for `client` (the calling tool instance: clients share the
+    /// backend's workers in turn).
+    fn embed_for(
+        &self,
+        client: &str,
+        texts: Vec<String>,
+        kind: InputKind,
+    ) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>>;
     /// Counts the tokens of `texts` in order (see the WIT `count-tokens`).
-    fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>>;
+    fn count_tokens_for(&self, client: &str, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>>;
+    /// [`EmbedderBackend::embed_for`] for the host itself.
+    fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
+        self.embed_for("", texts, kind)
+    }
+    /// [`EmbedderBackend::count_tokens_for`] for the host itself.
+    fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
+        self.count_tokens_for("", texts)
+    }
 }
 
 impl Host for StoreState {
@@ -56,14 +71,14 @@ impl Host for StoreState {
         kind: InputKind,
     ) -> wasmtime::Result<Result<Vec<Embedding>, EmbedError>> {
         match &self.embedder {
-            Some(e) => Ok(e.embed(texts, kind).await),
+            Some(e) => Ok(e.embed_for(&self.instance, texts, kind).await),
             None => Ok(Err(no_embedder())),
         }
     }
 
     async fn count_tokens(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<u32>, EmbedError>> {
         match &self.embedder {
-            Some(e) => Ok(e.count_tokens(texts).await),
+            Some(e) => Ok(e.count_tokens_for(&self.instance, texts).await),
             None => Ok(Err(no_embedder())),
         }
     }
@@ -76,9 +91,12 @@ fn no_embedder() -> EmbedError {
 }
 
 /// An embedder component: a pool of instances, each in its own store, each
-/// having run `model.load(config)`. Small requests go to one instance; a large
-/// batch is split into contiguous chunks run in parallel, one per instance, so
-/// ingest uses every core. Faults recycle the instance that had them.
+/// having run `model.load(config)`. A batch is split into contiguous chunks of at
+/// most [`MAX_CHUNK`] texts, run in parallel on the pool, so ingest uses every core;
+/// the pool serves its callers (tool instances) in turn through a [`FairQueue`], so
+/// one tool's ingest delays another tool's query by at most one chunk per member.
+/// Faults recycle the instance that had them, and so does a chunk whose caller gave
+/// up part-way (its task is aborted).
 pub struct ComponentEmbedder {
     config: Arc<InstanceConfig>,
     engine: QuarryEngine,
@@ -87,16 +105,19 @@ pub struct ComponentEmbedder {
     /// SHA-256 of the component version.
     pub hash: [u8; 32],
     members: Vec<tokio::sync::Mutex<Option<Live>>>,
-    next: std::sync::atomic::AtomicUsize,
+    queue: Arc<FairQueue>,
 }
 
 struct Live {
     store: Store<StoreState>,
-    bindings: EmbedderHost,
+    /// Shared with each call's future, which must own what it uses.
+    bindings: Arc<EmbedderHost>,
 }
 
 /// Below this many texts per instance, a batch is not worth splitting.
 const MIN_CHUNK: usize = 4;
+/// The most texts one pool member embeds before the pool is offered to the next caller.
+pub const MAX_CHUNK: usize = 32;
 
 impl ComponentEmbedder {
     /// Compiles the embedder configured by `config` and starts its pool
@@ -130,106 +151,100 @@ impl ComponentEmbedder {
         }
         let info = info.ok_or_else(|| link("empty pool".into()))?;
         tracing::info!(target: "quarry::embedder", embedder = %config.name, pool = size, model = %info.id, "embedder ready");
-        Ok(ComponentEmbedder {
-            config,
-            engine: engine.clone(),
-            pre,
-            info,
-            hash,
-            members,
-            next: std::sync::atomic::AtomicUsize::new(0),
-        })
+        let queue = FairQueue::new(members.len());
+        Ok(ComponentEmbedder { config, engine: engine.clone(), pre, info, hash, members, queue })
     }
 
-    /// Embeds `texts`, splitting a large batch over the pool (see the type docs).
+    /// Embeds `texts` for `client`, splitting a large batch over the pool (see the type docs).
     pub async fn embed_batch(
         self: Arc<Self>,
+        client: String,
         texts: Vec<String>,
         kind: InputKind,
     ) -> Result<Vec<Embedding>, EmbedError> {
         let n = self.members.len();
-        if n == 1 || texts.len() < 2 * MIN_CHUNK {
-            let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % n;
-            return self.run_on(i, texts, kind).await;
+        if texts.len() <= MAX_CHUNK && (n == 1 || texts.len() < 2 * MIN_CHUNK) {
+            return self.run_on(&client, texts, kind).await;
         }
-        let chunk = texts.len().div_ceil(n).max(MIN_CHUNK);
-        let mut tasks = Vec::new();
+        let chunk = texts.len().div_ceil(n).clamp(MIN_CHUNK, MAX_CHUNK);
+        // Each chunk runs on its own worker thread; dropping the set (the caller gave up)
+        // aborts the chunks, and each aborted chunk drops its member's store.
+        let mut tasks = tokio::task::JoinSet::new();
         let mut rest = texts;
         let mut i = 0;
         while !rest.is_empty() {
             let tail = rest.split_off(chunk.min(rest.len()));
             let part = std::mem::replace(&mut rest, tail);
-            let me = self.clone();
-            // Spawned, not joined in place: each chunk must run on its own worker thread.
-            tasks.push(tokio::spawn(async move { me.run_on(i, part, kind).await }));
+            let (me, client) = (self.clone(), client.clone());
+            tasks.spawn(async move { (i, me.run_on(&client, part, kind).await) });
             i += 1;
         }
-        let mut out = Vec::new();
-        for t in tasks {
-            out.extend(t.await.map_err(|e| EmbedError::Internal(format!("embed task failed: {e}")))??);
+        let mut parts: Vec<Option<Vec<Embedding>>> = vec![None; i];
+        while let Some(done) = tasks.join_next().await {
+            let (i, part) = done.map_err(|e| EmbedError::Internal(format!("embed task failed: {e}")))?;
+            parts[i] = Some(part?);
         }
-        Ok(out)
+        Ok(parts.into_iter().flatten().flatten().collect())
     }
 
-    async fn run_on(&self, member: usize, texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
+    async fn run_on(&self, client: &str, texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
         let kind = match kind {
             InputKind::Query => ex::InputKind::Query,
             InputKind::Document => ex::InputKind::Document,
         };
         let out = self
-            .on_member(member, |live| {
-                Box::pin(async move {
-                    live.bindings.quarry_retrieval_embedder().call_embed(&mut live.store, &texts, kind).await
-                })
+            .on_member(client, move |store, bindings| {
+                Box::pin(async move { bindings.quarry_retrieval_embedder().call_embed(store, &texts, kind).await })
             })
             .await?;
         Ok(out.into_iter().map(|e| Embedding { vector: e.vector, truncated: e.truncated }).collect())
     }
 
     /// Counts tokens on one member of the pool (tokenising is cheap: no splitting).
-    pub async fn count_tokens(&self, texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
-        let member = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % self.members.len();
-        self.on_member(member, |live| {
-            Box::pin(async move {
-                live.bindings.quarry_retrieval_embedder().call_count_tokens(&mut live.store, &texts).await
-            })
+    pub async fn count_tokens(&self, client: &str, texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
+        self.on_member(client, move |store, bindings| {
+            Box::pin(async move { bindings.quarry_retrieval_embedder().call_count_tokens(store, &texts).await })
         })
         .await
     }
 
-    /// Runs one export call on pool member `member` (restarting it if a fault recycled it),
-    /// bounded by the embedder's deadline; a fault recycles the member.
+    /// Runs one export call on the next pool member `client` is given (restarting it if a
+    /// fault recycled it), bounded by the embedder's deadline; a fault recycles the member.
     async fn on_member<T>(
         &self,
-        member: usize,
-        call: impl for<'a> FnOnce(&'a mut Live) -> BoxFuture<'a, wasmtime::Result<Result<T, ex::EmbedError>>>,
+        client: &str,
+        call: impl for<'a> FnOnce(&'a mut Store<StoreState>, Arc<EmbedderHost>) -> GuestCall<'a, Result<T, ex::EmbedError>>,
     ) -> Result<T, EmbedError> {
         let name = &self.config.name;
-        let mut guard = self.members[member].lock().await;
-        if guard.is_none() {
-            let (live, _) = start(&self.engine, &self.config, &self.pre)
-                .await
-                .map_err(|e| EmbedError::Unavailable(format!("embedder {name:?} cannot restart: {e}")))?;
-            *guard = Some(live);
-        }
-        let Some(live) = guard.as_mut() else {
-            unreachable!("set just above");
+        let permit = self.queue.acquire(client).await;
+        let mut guard = self.members[permit.worker()].lock().await;
+        // Out of the slot while it runs: a dropped call drops the store with it.
+        let mut live = match guard.take() {
+            Some(live) => live,
+            None => {
+                start(&self.engine, &self.config, &self.pre)
+                    .await
+                    .map_err(|e| EmbedError::Unavailable(format!("embedder {name:?} cannot restart: {e}")))?
+                    .0
+            }
         };
-        let deadline = self.config.grants.deadline;
-        live.store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-        let res = tokio::time::timeout(deadline + WALL_GRACE, call(live)).await;
-        match settle(&mut live.store, deadline, res) {
+        let bindings = live.bindings.clone();
+        let outcome = run_guarded(&mut live.store, self.config.grants.deadline, |store| call(store, bindings)).await;
+        // Logged as they happened; kept only for a tool's error message, which an embed has not.
+        let _ = live.store.data().hooks.take_denials();
+        match outcome {
             Err(fault) => {
-                *guard = None;
                 tracing::warn!(target: "quarry::embedder", embedder = %name, "{fault}; recycling the instance");
                 Err(EmbedError::Unavailable(format!("embedder {name:?} {fault}; it was recycled")))
             }
-            Ok(Err(e)) => Err(match e {
-                ex::EmbedError::InvalidInput(m) => EmbedError::InvalidInput(m),
-                ex::EmbedError::Unavailable(m) => EmbedError::Unavailable(m),
-                ex::EmbedError::Internal(m) => EmbedError::Internal(m),
-            }),
-            Ok(Ok(v)) => Ok(v),
+            Ok(result) => {
+                *guard = Some(live);
+                result.map_err(|e| match e {
+                    ex::EmbedError::InvalidInput(m) => EmbedError::InvalidInput(m),
+                    ex::EmbedError::Unavailable(m) => EmbedError::Unavailable(m),
+                    ex::EmbedError::Internal(m) => EmbedError::Internal(m),
+                })
+            }
         }
     }
 
@@ -249,16 +264,19 @@ async fn start(
     let fault = |fault| OpenError::Fault { instance: name.clone(), fault };
     let mut store = new_store(engine, config, None)?;
     let deadline = config.grants.deadline;
-    store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-    let res = tokio::time::timeout(deadline + WALL_GRACE, pre.instantiate_async(&mut store)).await;
-    let bindings = settle(&mut store, deadline, res).map_err(fault)?;
-    store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-    let res = tokio::time::timeout(
-        deadline + WALL_GRACE,
-        bindings.quarry_retrieval_model().call_load(&mut store, &config.config_json),
-    )
-    .await;
-    match settle(&mut store, deadline, res).map_err(fault)? {
+    let pre = pre.clone();
+    let bindings =
+        run_guarded(&mut store, deadline, |store| Box::pin(async move { pre.instantiate_async(store).await }))
+            .await
+            .map(Arc::new)
+            .map_err(fault)?;
+    let (b, json) = (bindings.clone(), config.config_json.clone());
+    let loaded = run_guarded(&mut store, deadline, |store| {
+        Box::pin(async move { b.quarry_retrieval_model().call_load(store, &json).await })
+    })
+    .await
+    .map_err(fault)?;
+    match loaded {
         Ok(i) => {
             Ok((Live { store, bindings }, ModelInfo { id: i.id, dimension: i.dimension, max_tokens: i.max_tokens }))
         }
@@ -266,7 +284,7 @@ async fn start(
             let reason = match e {
                 ex::EmbedError::InvalidInput(m) | ex::EmbedError::Unavailable(m) | ex::EmbedError::Internal(m) => m,
             };
-            Err(OpenError::ModelRejected { instance: name.clone(), reason })
+            Err(OpenError::ModelRejected { instance: name.clone(), reason: crate::text::cut(&reason, 4 << 10) })
         }
     }
 }
@@ -299,12 +317,17 @@ impl EmbedderBackend for EmbedderSlot {
         self.current().info()
     }
 
-    fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
-        Box::pin(self.current().embed_batch(texts, kind))
+    fn embed_for(
+        &self,
+        client: &str,
+        texts: Vec<String>,
+        kind: InputKind,
+    ) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
+        Box::pin(self.current().embed_batch(client.to_string(), texts, kind))
     }
 
-    fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
-        let current = self.current();
-        Box::pin(async move { current.count_tokens(texts).await })
+    fn count_tokens_for(&self, client: &str, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
+        let (current, client) = (self.current(), client.to_string());
+        Box::pin(async move { current.count_tokens(&client, texts).await })
     }
 }

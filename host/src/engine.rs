@@ -53,11 +53,17 @@ pub enum EngineError {
 pub struct QuarryEngine {
     engine: wasmtime::Engine,
     cache: Arc<ComponentCache>,
+    yields: bool,
 }
 
 impl QuarryEngine {
     /// Builds the engine and starts its epoch ticker; precompiled components go to `cache_dir`.
     pub fn new(cache_dir: PathBuf) -> Result<Self, EngineError> {
+        Self::with_cache(Some(cache_dir))
+    }
+
+    /// [`QuarryEngine::new`], or with no disk cache at all for `None`.
+    pub fn with_cache(cache_dir: Option<PathBuf>) -> Result<Self, EngineError> {
         let mut pool = PoolingAllocationConfig::default();
         pool.total_component_instances(POOL_MEMORIES)
             .total_core_instances(POOL_MEMORIES * 8)
@@ -76,7 +82,20 @@ impl QuarryEngine {
         let engine = wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         start_ticker(engine.weak());
         let cache = Arc::new(ComponentCache::new(cache_dir, &engine));
-        Ok(QuarryEngine { engine, cache })
+        Ok(QuarryEngine { engine, cache, yields: true })
+    }
+
+    /// The same engine whose stores trap at their deadline without yielding their thread at
+    /// each tick before it. Only `make bench` uses it, to measure what yielding costs: a host
+    /// serving more than one call at a time needs yielding (see [`crate::instance`]).
+    pub fn without_yielding(mut self) -> Self {
+        self.yields = false;
+        self
+    }
+
+    /// Whether guest code yields its thread at every epoch tick.
+    pub fn yields(&self) -> bool {
+        self.yields
     }
 
     /// The wasmtime engine.

@@ -5,17 +5,20 @@
 //! Lifecycle: [`Plugin::load`] compiles (or loads from cache) and
 //! pre-instantiates a component once per version. [`ToolInstance::open`]
 //! instantiates it in a fresh store (microseconds with the pooling allocator),
-//! calls `open(config)` and `specs()`. Each [`ToolInstance::call`] sets a fresh
-//! epoch deadline, runs under a wall-clock timeout too (time blocked in host
-//! calls does not advance epochs), and on any trap, out-of-memory or missed
-//! deadline drops the store; the next call starts a new one.
+//! calls `open(config)` and `specs()`. Each [`ToolInstance::call`] runs through
+//! [`run_guarded`]: a deadline the epoch callback enforces (the guest yields its
+//! worker thread every tick, so long calls never starve the others), a wall-clock
+//! timeout too (time blocked in host calls does not advance epochs), and on any
+//! trap, out-of-memory, resource exhaustion or missed deadline the store is dropped;
+//! the next call starts a new one. A store whose call future is dropped part-way
+//! (a timeout, a cancelled caller) is dropped with it, never reused.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use wasmtime::component::{Component, Linker, ResourceAny};
-use wasmtime::{Store, Trap};
+use wasmtime::component::{Component, Linker, ResourceAny, ResourceTableError};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::bindings::{ToolError, ToolHost, ToolHostPre, ToolOutput, ToolSpec};
 use crate::cache::{CacheOutcome, ComponentCache};
@@ -26,6 +29,17 @@ use crate::sandbox::StoreState;
 
 /// Extra wall-clock time beyond the deadline before a call blocked in the host is abandoned.
 pub(crate) const WALL_GRACE: Duration = Duration::from_millis(500);
+/// The longest tool error message passed on (it is also cut to `max_output`).
+pub const MAX_ERROR_BYTES: usize = 64 << 10;
+/// The longest message of a component that rejected its config, kept for later hints.
+pub const MAX_REJECTION_BYTES: usize = 4 << 10;
+/// The most tools one instance may offer.
+pub const MAX_TOOLS: usize = 128;
+/// The largest description plus argument schema of one tool.
+pub const MAX_SPEC_BYTES: usize = 64 << 10;
+/// What each hit costs in output beside its strings: the record, and the JSON object it
+/// becomes for MCP and `--json` (`{"content":"","score":null,"source":null,"metadata":{}}`).
+pub const HIT_OVERHEAD: usize = 64;
 
 /// One version of a component, compiled and pre-instantiated.
 pub struct Plugin {
@@ -131,6 +145,17 @@ pub enum Fault {
     /// The wasm stack overflowed.
     #[error("overflowed its stack (unbounded recursion)")]
     StackOverflow,
+    /// It held more host resources (wasi:http header sets, bodies, streams) than its memory
+    /// grant allows.
+    #[error(
+        "held more host resources than its grants.memory allows ({limit} at once; past the first {}, each counts as {} KiB of host memory); release them, or raise grants.memory",
+        crate::sandbox::FREE_HANDLES,
+        crate::sandbox::HOST_BYTES_PER_HANDLE >> 10
+    )]
+    ResourceLimit {
+        /// The number of resources it could hold when it was stopped.
+        limit: usize,
+    },
     /// Any other trap; the guest's last stderr lines are kept (a panic message, usually).
     #[error("trapped: {message}{}", stderr.as_ref().map(|s| format!("; its stderr said: {s}")).unwrap_or_default())]
     Trap {
@@ -198,6 +223,12 @@ pub enum CallError {
         /// The grant.
         limit: u64,
     },
+    /// The caller gave up while the call waited for its instance; it never ran.
+    #[error("{tool}: cancelled before it started")]
+    Cancelled {
+        /// The tool.
+        tool: String,
+    },
     /// Recycling the instance failed.
     #[error("{tool}: cannot restart its instance: {source}")]
     Restart {
@@ -243,7 +274,8 @@ impl Plugin {
 
 struct Live {
     store: Store<StoreState>,
-    bindings: ToolHost,
+    /// Shared with each call's future, which must own what it uses.
+    bindings: Arc<ToolHost>,
     handle: ResourceAny,
 }
 
@@ -275,15 +307,12 @@ impl ToolInstance {
             return Err(OpenError::NoEmbedder { instance: name });
         }
         let mut live = start(engine, &config, &plugin, embedder.clone()).await?;
-        let deadline = config.grants.deadline;
-        live.store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-        let res = tokio::time::timeout(
-            deadline + WALL_GRACE,
-            live.bindings.quarry_retrieval_tool().instance().call_specs(&mut live.store, live.handle),
-        )
-        .await;
-        let specs = settle(&mut live.store, deadline, res)
-            .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
+        let (bindings, handle) = (live.bindings.clone(), live.handle);
+        let specs = run_guarded(&mut live.store, config.grants.deadline, |store| {
+            Box::pin(async move { bindings.quarry_retrieval_tool().instance().call_specs(store, handle).await })
+        })
+        .await
+        .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
         check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
         Ok(ToolInstance {
             name,
@@ -298,41 +327,58 @@ impl ToolInstance {
 
     /// Runs tool `tool` with `args` (a JSON object). Calls to one instance run one at a time.
     pub async fn call(&self, tool: &str, args: &str) -> Result<ToolOutput, CallError> {
+        self.call_unless(tool, args, std::future::pending()).await
+    }
+
+    /// [`ToolInstance::call`], given up if `cancelled` completes while the call still waits
+    /// for the instance (behind other calls). Once the call runs it runs to its end: stopping
+    /// it part-way would cost the instance (its store is dropped and opened again).
+    pub async fn call_unless(
+        &self,
+        tool: &str,
+        args: &str,
+        cancelled: impl std::future::Future<Output = ()>,
+    ) -> Result<ToolOutput, CallError> {
         let qualified = format!("{}.{tool}", self.name);
-        let mut guard = self.live.lock().await;
-        if guard.is_none() {
-            let live = start(&self.engine, &self.config, &self.plugin, self.embedder.clone())
-                .await
-                .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?;
-            *guard = Some(live);
-        }
-        let Some(live) = guard.as_mut() else {
-            unreachable!("set just above");
+        let mut guard = tokio::select! {
+            biased;
+            g = self.live.lock() => g,
+            () = cancelled => return Err(CallError::Cancelled { tool: qualified }),
         };
-        let deadline = self.config.grants.deadline;
-        live.store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-        let res = tokio::time::timeout(
-            deadline + WALL_GRACE,
-            live.bindings.quarry_retrieval_tool().instance().call_call(&mut live.store, live.handle, tool, args),
-        )
+        // Taken out of the slot while the guest runs: if this future is dropped part-way, the
+        // store goes with it and the next call starts a fresh one.
+        let mut live = match guard.take() {
+            Some(live) => live,
+            None => start(&self.engine, &self.config, &self.plugin, self.embedder.clone())
+                .await
+                .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?,
+        };
+        let (bindings, handle) = (live.bindings.clone(), live.handle);
+        // Owned: the call's future may outlive this borrow of the caller's strings.
+        let (tool_name, args) = (tool.to_string(), args.to_string());
+        let outcome = run_guarded(&mut live.store, self.config.grants.deadline, |store| {
+            Box::pin(async move {
+                bindings.quarry_retrieval_tool().instance().call_call(store, handle, &tool_name, &args).await
+            })
+        })
         .await;
-        let outcome = settle(&mut live.store, deadline, res);
         let denials = live.store.data().hooks.take_denials();
+        let max_output = self.config.grants.max_output;
         match outcome {
             Err(fault) => {
-                *guard = None;
                 tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance");
                 Err(CallError::Fault { tool: qualified, fault })
             }
-            Ok(Err(error)) => Err(CallError::Tool { tool: qualified, error: with_denials(error, &denials) }),
+            Ok(Err(error)) => {
+                *guard = Some(live);
+                let cap = MAX_ERROR_BYTES.min(usize::try_from(max_output).unwrap_or(usize::MAX));
+                Err(CallError::Tool { tool: qualified, error: with_denials(bounded(error, cap), &denials) })
+            }
             Ok(Ok(out)) => {
+                *guard = Some(live);
                 let size = output_size(&out);
-                if size as u64 > self.config.grants.max_output {
-                    return Err(CallError::OutputTooLarge {
-                        tool: qualified,
-                        size,
-                        limit: self.config.grants.max_output,
-                    });
+                if size as u64 > max_output {
+                    return Err(CallError::OutputTooLarge { tool: qualified, size, limit: max_output });
                 }
                 Ok(out)
             }
@@ -350,42 +396,81 @@ async fn start(
     let name = config.name.clone();
     let mut store = new_store(engine, config, embedder)?;
     let deadline = config.grants.deadline;
-    store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-    let res = tokio::time::timeout(deadline + WALL_GRACE, plugin.pre.instantiate_async(&mut store)).await;
+    let pre = plugin.pre.clone();
     let bindings =
-        settle(&mut store, deadline, res).map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
-    store.set_epoch_deadline(QuarryEngine::ticks(deadline));
-    let res = tokio::time::timeout(
-        deadline + WALL_GRACE,
-        bindings.quarry_retrieval_tool().instance().call_open(&mut store, &config.config_json),
-    )
+        run_guarded(&mut store, deadline, |store| Box::pin(async move { pre.instantiate_async(store).await }))
+            .await
+            .map(Arc::new)
+            .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
+    let (b, json) = (bindings.clone(), config.config_json.clone());
+    let opened = run_guarded(&mut store, deadline, |store| {
+        Box::pin(async move { b.quarry_retrieval_tool().instance().call_open(store, &json).await })
+    })
     .await;
-    match settle(&mut store, deadline, res) {
+    match opened {
         Err(fault) => Err(OpenError::Fault { instance: name, fault }),
-        Ok(Err(error)) => Err(OpenError::Rejected { instance: name, error }),
+        Ok(Err(error)) => Err(OpenError::Rejected { instance: name, error: bounded(error, MAX_REJECTION_BYTES) }),
         Ok(Ok(handle)) => Ok(Live { store, bindings, handle }),
     }
 }
 
-/// A fresh store sandboxed by `config`'s grants, trapping at epoch deadlines.
+/// A fresh store sandboxed by `config`'s grants. Its guest yields its thread at every epoch
+/// tick and is interrupted once the running call's deadline ([`StoreState::begin_call`]) has
+/// passed.
 pub(crate) fn new_store(
     engine: &QuarryEngine,
     config: &InstanceConfig,
     embedder: Option<Arc<dyn EmbedderBackend>>,
 ) -> Result<Store<StoreState>, OpenError> {
-    let state = StoreState::new(config, embedder)
+    let mut state = StoreState::new(config, embedder)
         .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
+    state.yields = engine.yields();
     let mut store = Store::new(engine.engine(), state);
     store.limiter(StoreState::limiter);
-    store.epoch_deadline_trap();
+    if engine.yields() {
+        // Yielding at each tick lets the runtime's other tasks (other calls, the MCP server's
+        // accept loop, timers) run beside a long call on as few as two worker threads; the
+        // deadline itself is the absolute instant of the call, so yielding never extends it.
+        store.epoch_deadline_callback(|ctx| {
+            Ok(if Instant::now() >= ctx.data().call_deadline {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+    } else {
+        store.epoch_deadline_trap();
+    }
     Ok(store)
+}
+
+/// A boxed guest call on a store, for [`run_guarded`].
+pub(crate) type GuestCall<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = wasmtime::Result<T>> + Send + 'a>>;
+
+/// Runs one guest call on `store` under `deadline`: the epoch deadline (enforced by the
+/// store's callback, see [`new_store`]), a wall-clock timeout for time blocked in host calls,
+/// the end of the outgoing requests the call started, and the outcome classified as a value
+/// or a [`Fault`] (after which the caller must drop the store), with the guest's stderr logged.
+pub(crate) async fn run_guarded<T>(
+    store: &mut Store<StoreState>,
+    deadline: Duration,
+    call: impl for<'a> FnOnce(&'a mut Store<StoreState>) -> GuestCall<'a, T>,
+) -> Result<T, Fault> {
+    store.data_mut().begin_call(Instant::now() + deadline);
+    // Yielding stores check their deadline at every tick; the others trap when it has passed.
+    let yields = store.data().yields;
+    store.set_epoch_deadline(if yields { 1 } else { QuarryEngine::ticks(deadline) });
+    let res = tokio::time::timeout(deadline + WALL_GRACE, call(store)).await;
+    store.data_mut().end_call();
+    settle(store, deadline, res)
 }
 
 pub(crate) type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elapsed>;
 
 /// Turns the outcome of a guarded guest call into a value or a [`Fault`],
 /// logging what the guest wrote to stderr.
-pub(crate) fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
+fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
     let stderr = store.data().stderr.take();
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
         tracing::info!(target: "quarry::guest", "{line}");
@@ -395,8 +480,11 @@ pub(crate) fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: 
         Ok(Ok(v)) => return Ok(v),
         Ok(Err(e)) => e,
     };
-    if let Some(asked) = store.data_mut().limiter.denied.take() {
-        return Err(Fault::OutOfMemory { asked, limit: store.data().limiter.limit() });
+    if let Some(asked) = store.data().denied_growth() {
+        return Err(Fault::OutOfMemory { asked, limit: store.data().memory_limit() });
+    }
+    if err.chain().any(|c| matches!(c.downcast_ref::<ResourceTableError>(), Some(ResourceTableError::Full))) {
+        return Err(Fault::ResourceLimit { limit: store.data().handle_limit() });
     }
     match err.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => Err(Fault::Deadline(deadline)),
@@ -445,13 +533,28 @@ fn with_denials(error: ToolError, denials: &[String]) -> ToolError {
     }
 }
 
+/// A tool error with its message cut to `max` bytes: the guest chooses its length.
+fn bounded(error: ToolError, max: usize) -> ToolError {
+    let cut = |m: String| if m.len() > max { crate::text::cut(&m, max) } else { m };
+    match error {
+        ToolError::InvalidArgs(m) => ToolError::InvalidArgs(cut(m)),
+        ToolError::InvalidConfig(m) => ToolError::InvalidConfig(cut(m)),
+        ToolError::NotFound(m) => ToolError::NotFound(cut(m)),
+        ToolError::Upstream(m) => ToolError::Upstream(cut(m)),
+        ToolError::Denied(m) => ToolError::Denied(cut(m)),
+        ToolError::Internal(m) => ToolError::Internal(cut(m)),
+    }
+}
+
+/// What an output costs: its strings, and [`HIT_OVERHEAD`] per hit (an empty hit is not free:
+/// it is a record here and a JSON object for every client).
 fn output_size(out: &ToolOutput) -> usize {
     out.text.len()
         + out.extra.as_ref().map_or(0, String::len)
         + out
             .hits
             .iter()
-            .map(|h| h.content.len() + h.metadata.len() + h.source.as_ref().map_or(0, String::len))
+            .map(|h| HIT_OVERHEAD + h.content.len() + h.metadata.len() + h.source.as_ref().map_or(0, String::len))
             .sum::<usize>()
 }
 
@@ -459,12 +562,25 @@ fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
     if specs.is_empty() {
         return Err("it offers no tools".into());
     }
+    if specs.len() > MAX_TOOLS {
+        return Err(format!("it offers {} tools, more than {MAX_TOOLS}", specs.len()));
+    }
+    if let Some(s) = specs.iter().find(|s| s.name.len() + s.description.len() + s.args_schema.len() > MAX_SPEC_BYTES) {
+        return Err(format!(
+            "tool {} takes {} bytes to describe, more than {MAX_SPEC_BYTES}",
+            crate::text::quoted_prefix(&s.name, 64),
+            s.name.len() + s.description.len() + s.args_schema.len()
+        ));
+    }
     let mut seen = std::collections::BTreeSet::new();
     for s in specs {
         let ok =
             !s.name.is_empty() && s.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !ok {
-            return Err(format!("tool name {:?} must use lowercase letters, digits and `_`", s.name));
+        if !ok || s.name.len() > 64 {
+            return Err(format!(
+                "tool name {} must use lowercase letters, digits and `_` (at most 64)",
+                crate::text::quoted_prefix(&s.name, 64)
+            ));
         }
         if !seen.insert(s.name.as_str()) {
             return Err(format!("tool name {:?} appears twice", s.name));

@@ -4,13 +4,16 @@
 //! - [`config`]: the TOML config — instances, their component and their grants;
 //! - [`engine`], [`cache`]: the wasmtime engine (epochs, pooling allocator) and
 //!   the precompiled-component cache;
-//! - [`sandbox`]: per-instance WASI state built from the grants;
+//! - [`sandbox`]: per-instance WASI state built from the grants; [`files`]: directory-grant
+//!   quotas and the refusal of FIFOs and devices;
 //! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`], [`bedrock`],
 //!   [`couchbase`];
-//! - [`instance`]: one component version and one running instance;
+//! - [`instance`]: one component version and one running instance; [`fair`]: the fair
+//!   queue that shares a pool between tools;
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
 //! - [`mcp`]: the MCP server (stdio and streamable HTTP);
-//! - [`cli`]: the `quarry` command.
+//! - [`cli`]: the `quarry` command;
+//! - [`text`]: bounding and escaping text the host does not trust.
 
 #![deny(missing_docs)]
 
@@ -22,12 +25,15 @@ pub mod config;
 pub mod couchbase;
 pub mod embedder;
 pub mod engine;
+pub mod fair;
+pub mod files;
 pub mod http;
 pub mod instance;
 pub mod mcp;
 pub mod progress;
 pub mod registry;
 pub mod sandbox;
+pub mod text;
 pub mod watch;
 
 pub use config::Config;

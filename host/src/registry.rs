@@ -26,6 +26,10 @@ use crate::sandbox::StoreState;
 /// and a few options; anything this size is a mistake, and copying it into a sandbox and
 /// parsing it there would only waste the instance's time.
 pub const MAX_ARGS_BYTES: usize = 1 << 20;
+/// The longest tool name looked up for suggestions; a longer one is no near miss.
+pub const MAX_NAME_BYTES: usize = 256;
+/// The longest reason kept for an instance that did not load.
+pub const MAX_FAILURE_BYTES: usize = 4 << 10;
 
 /// One tool as listed to users: `instance.tool`.
 #[derive(Debug, Clone)]
@@ -97,7 +101,7 @@ pub struct Host {
 impl Host {
     /// Builds the engine and links every capability. Loads nothing yet.
     pub fn new(config: Config) -> Result<Arc<Host>, HostError> {
-        let engine = QuarryEngine::new(config.cache_dir.clone())?;
+        let engine = QuarryEngine::with_cache(config.cache_dir.clone())?;
         let linker = build_linker(engine.engine()).map_err(|e| HostError::Link(format!("{e:#}")))?;
         let (changes, _) = tokio::sync::broadcast::channel(64);
         Ok(Arc::new(Host {
@@ -172,8 +176,10 @@ impl Host {
     }
 
     fn record_failure(&self, name: &str, e: &OpenError) {
-        tracing::error!(target: "quarry::load", instance = %name, "not loaded: {e}");
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), e.to_string());
+        // Kept for the life of the host and repeated in hints: a component chose part of it.
+        let why = crate::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
+        tracing::error!(target: "quarry::load", instance = %name, "not loaded: {why}");
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), why);
     }
 
     async fn open_instance(&self, cfg: &InstanceConfig, plugin: Arc<Plugin>) -> Result<ToolInstance, OpenError> {
@@ -275,6 +281,17 @@ impl Host {
 
     /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`.
     pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
+        self.call_unless(name, args, std::future::pending()).await
+    }
+
+    /// [`Host::call`], given up if `cancelled` completes before the call starts to run
+    /// (see [`ToolInstance::call_unless`]).
+    pub async fn call_unless(
+        &self,
+        name: &str,
+        args: &str,
+        cancelled: impl std::future::Future<Output = ()>,
+    ) -> Result<ToolOutput, CallError> {
         let (inst, tool) = self.resolve(name)?;
         if args.len() > MAX_ARGS_BYTES {
             return Err(CallError::ArgsTooLarge {
@@ -291,7 +308,7 @@ impl Host {
                 message: format!("got {}", json_kind(&parsed)),
             });
         }
-        inst.call(&tool, args).await
+        inst.call_unless(&tool, args, cancelled).await
     }
 
     fn resolve(&self, name: &str) -> Result<(Arc<ToolInstance>, String), CallError> {
@@ -313,6 +330,14 @@ impl Host {
         }
         drop(tools);
         let all: Vec<String> = self.tools().into_iter().map(|t| t.qualified).collect();
+        if name.len() > MAX_NAME_BYTES {
+            // Suggestions cost time in proportion to the name's length: a name this long is
+            // no typo, and is not echoed whole either.
+            return Err(CallError::UnknownTool {
+                name: crate::text::cut(name, 64),
+                hint: format!("tool names are short; run `quarry list` to see the {} available tools", all.len()),
+            });
+        }
         let failed = self.failures();
         let hint = if let Some(why) = failed.get(inst_name) {
             format!("instance {inst_name:?} did not load: {why}")
@@ -387,6 +412,7 @@ impl Host {
 pub fn build_linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<StoreState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    crate::files::add_to_linker(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
     ToolHost::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
     Ok(linker)

@@ -1,0 +1,451 @@
+//! Directory grants beyond what wasmtime-wasi enforces: a quota on read-write grants, and no
+//! opening of anything but regular files and directories.
+//!
+//! wasmtime-wasi 48 has no filesystem hook, so the linker shadows the few `wasi:filesystem`
+//! functions that create or grow files, or open them, with wrappers that check first and then
+//! call wasmtime-wasi's own implementation ([`add_to_linker`]):
+//! - `descriptor.write`, `set-size`: the growth past the file's current size is charged;
+//! - `write-via-stream`, `append-via-stream`: the stream is wrapped, and each write is
+//!   charged its growth before it is passed on;
+//! - `open-at` with `create` of a file that does not exist, `create-directory-at`,
+//!   `symlink-at`, `link-at`: one file each;
+//! - `open-at` of an existing FIFO, socket or device is refused (`not-permitted`): opening a
+//!   FIFO blocks a host thread until a writer appears, and a call's deadline abandons the
+//!   call, not the thread.
+//!
+//! **Quota** (`quota = { bytes = "1GiB", files = 10000 }` on a `mode = "rw"` grant, by default
+//! [`DEFAULT_QUOTA_BYTES`] and [`DEFAULT_QUOTA_FILES`]): the usage of a host directory (bytes
+//! of its files, and how many files, directories and links it holds, all the way down) is
+//! measured when an instance first uses it, shared by every instance granted the same
+//! directory, and charged as above. A charge that would pass the quota measures the directory
+//! again first (at most once a second), so deletions and overwrites count, then refuses with
+//! `insufficient-space` (`ENOSPC`, as a full disk or a filesystem out of inodes would; a
+//! stream write can report no other code), and the host logs that the quota was reached. Within one call a guest can therefore pass the quota by at most one
+//! write (a stream write is at most 4 KiB to 1 MiB) and never create a file past it; it can
+//! still read, overwrite within the sizes it has, truncate and delete.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource};
+use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView};
+use wasmtime_wasi::p2::bindings::filesystem::preopens::Host as _;
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    DescriptorFlags, DescriptorType, ErrorCode, Filesize, HostDescriptor, OpenFlags, PathFlags,
+};
+use wasmtime_wasi::p2::{DynOutputStream, FsResult, OutputStream, Pollable, StreamError, StreamResult};
+
+use crate::sandbox::StoreState;
+
+/// Bytes a read-write grant may hold when its config gives no quota.
+pub const DEFAULT_QUOTA_BYTES: u64 = 1 << 30;
+/// Files, directories and links a read-write grant may hold when its config gives no quota.
+pub const DEFAULT_QUOTA_FILES: u64 = 10_000;
+/// How often a directory may be measured again when a charge would pass its quota.
+const REMEASURE_EVERY: Duration = Duration::from_secs(1);
+
+/// A read-write grant's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Bytes of file content.
+    pub bytes: u64,
+    /// Files, directories and links.
+    pub files: u64,
+}
+
+impl Default for Quota {
+    fn default() -> Self {
+        Quota { bytes: DEFAULT_QUOTA_BYTES, files: DEFAULT_QUOTA_FILES }
+    }
+}
+
+/// What one host directory holds, shared by every instance granted it.
+struct Usage {
+    root: PathBuf,
+    bytes: AtomicU64,
+    files: AtomicU64,
+    measured: Mutex<Option<Instant>>,
+}
+
+static USAGE: LazyLock<Mutex<HashMap<PathBuf, Weak<Usage>>>> = LazyLock::new(Mutex::default);
+
+impl Usage {
+    /// The shared usage of `root`, measured now if no instance holds it yet.
+    fn of(root: &Path, quota: Quota) -> Arc<Usage> {
+        let mut all = USAGE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(u) = all.get(root).and_then(Weak::upgrade) {
+            return u;
+        }
+        let u = Arc::new(Usage {
+            root: root.to_path_buf(),
+            bytes: AtomicU64::new(0),
+            files: AtomicU64::new(0),
+            measured: Mutex::new(None),
+        });
+        u.measure(quota);
+        all.retain(|_, w| w.strong_count() > 0);
+        all.insert(root.to_path_buf(), Arc::downgrade(&u));
+        u
+    }
+
+    /// Walks the directory (without following links), stopping once past `quota`: the walk
+    /// costs at most the quota's number of entries.
+    fn measure(&self, quota: Quota) {
+        let (mut bytes, mut files) = (0u64, 0u64);
+        let mut stack = vec![self.root.clone()];
+        'walk: while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                files += 1;
+                if files > quota.files {
+                    break 'walk;
+                }
+                let Ok(meta) = entry.metadata() else { continue };
+                if meta.is_dir() {
+                    stack.push(entry.path());
+                } else {
+                    bytes = bytes.saturating_add(meta.len());
+                }
+            }
+        }
+        self.bytes.store(bytes, Ordering::Relaxed);
+        self.files.store(files, Ordering::Relaxed);
+        *self.measured.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+}
+
+/// One read-write grant's quota and the shared usage of its directory.
+pub struct QuotaGrant {
+    quota: Quota,
+    usage: Arc<Usage>,
+}
+
+impl QuotaGrant {
+    /// The grant of `quota` over host directory `root`.
+    pub fn new(root: &Path, quota: Quota) -> Arc<QuotaGrant> {
+        Arc::new(QuotaGrant { quota, usage: Usage::of(root, quota) })
+    }
+
+    /// Bytes and files in use now, as last counted.
+    pub fn used(&self) -> (u64, u64) {
+        (self.usage.bytes.load(Ordering::Relaxed), self.usage.files.load(Ordering::Relaxed))
+    }
+
+    /// Charges `bytes` and `files`, or refuses if that would pass the quota (after measuring
+    /// again, when the last measure is over [`REMEASURE_EVERY`] old).
+    fn charge(&self, bytes: u64, files: u64) -> Result<(), ErrorCode> {
+        if bytes == 0 && files == 0 {
+            return Ok(());
+        }
+        let fits = |u: &Usage| {
+            u.bytes.load(Ordering::Relaxed).saturating_add(bytes) <= self.quota.bytes
+                && u.files.load(Ordering::Relaxed).saturating_add(files) <= self.quota.files
+        };
+        if !fits(&self.usage) {
+            let stale = self
+                .usage
+                .measured
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none_or(|t| t.elapsed() >= REMEASURE_EVERY);
+            if stale {
+                self.usage.measure(self.quota);
+            }
+            if !fits(&self.usage) {
+                tracing::warn!(
+                    target: "quarry::sandbox",
+                    dir = %self.usage.root.display(),
+                    "a write was refused: the directory is at its grants.dirs quota ({} bytes, {} files); raise `quota` on the grant if the work is legitimate",
+                    self.quota.bytes,
+                    self.quota.files
+                );
+                return Err(ErrorCode::InsufficientSpace);
+            }
+        }
+        self.usage.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.usage.files.fetch_add(files, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// A store's view of its directory grants: which descriptors lie under a quota'd grant.
+#[derive(Default)]
+pub struct FileGuard {
+    /// Guest path of each read-write preopen, with its quota.
+    preopens: HashMap<String, Arc<QuotaGrant>>,
+    /// Descriptors (by table index) opened under a quota'd preopen, and the preopens
+    /// themselves. An index is reused after its descriptor is dropped; the entry is then
+    /// replaced by `open-at` or `get-directories`, the only ways to make a descriptor.
+    descriptors: HashMap<u32, Arc<QuotaGrant>>,
+}
+
+impl FileGuard {
+    /// Puts preopen `guest` under `grant`.
+    pub fn add(&mut self, guest: &str, grant: Arc<QuotaGrant>) {
+        self.preopens.insert(guest.to_string(), grant);
+    }
+
+    fn quota_of(&self, fd: &Resource<Descriptor>) -> Option<Arc<QuotaGrant>> {
+        self.descriptors.get(&fd.rep()).cloned()
+    }
+
+    fn charge(&self, fd: &Resource<Descriptor>, bytes: u64, files: u64) -> Result<(), ErrorCode> {
+        match self.quota_of(fd) {
+            Some(q) => q.charge(bytes, files),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The filesystem view, the guard and the instance name of a store, borrowed together.
+fn parts<'a>(
+    store: &'a mut StoreContextMut<'_, StoreState>,
+) -> (WasiFilesystemCtxView<'a>, &'a mut FileGuard, &'a str) {
+    store.data_mut().filesystem_parts()
+}
+
+/// A wasmtime-wasi result as the guest's `result<T, error-code>`, traps kept as traps.
+fn guest<T>(r: FsResult<T>) -> wasmtime::Result<Result<T, ErrorCode>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) => Ok(Err(e.downcast()?)),
+    }
+}
+
+fn borrow(fd: &Resource<Descriptor>) -> Resource<Descriptor> {
+    Resource::new_borrow(fd.rep())
+}
+
+/// The size of the file behind `fd`, or `None` for a directory or an unknown descriptor.
+fn file_size(view: &WasiFilesystemCtxView<'_>, fd: &Resource<Descriptor>) -> Option<(u64, Arc<std::fs::File>)> {
+    match view.table.get(fd).ok()? {
+        Descriptor::File(f) => Some((f.file.metadata().ok()?.len(), f.file.clone())),
+        Descriptor::Dir(_) => None,
+    }
+}
+
+/// Shadows the `wasi:filesystem` functions named in the module docs. Call after WASI is linked.
+pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut preopens = linker.instance("wasi:filesystem/preopens@0.2.12")?;
+    preopens.func_wrap("get-directories", |mut store: StoreContextMut<'_, StoreState>, (): ()| {
+        let (mut view, guard, _) = parts(&mut store);
+        let dirs = view.get_directories()?;
+        for (fd, guest) in &dirs {
+            match guard.preopens.get(guest) {
+                Some(q) => guard.descriptors.insert(fd.rep(), q.clone()),
+                None => guard.descriptors.remove(&fd.rep()),
+            };
+        }
+        Ok((dirs,))
+    })?;
+
+    let mut types = linker.instance("wasi:filesystem/types@0.2.12")?;
+    types.func_wrap_async(
+        "[method]descriptor.open-at",
+        |mut store: StoreContextMut<'_, StoreState>,
+         (fd, path_flags, path, oflags, flags): (
+            Resource<Descriptor>,
+            PathFlags,
+            String,
+            OpenFlags,
+            DescriptorFlags,
+        )| {
+            Box::new(async move {
+                let (mut view, guard, instance) = parts(&mut store);
+                let exists = match view.stat_at(borrow(&fd), path_flags, path.clone()).await {
+                    Ok(stat) => {
+                        let openable = matches!(
+                            stat.type_,
+                            DescriptorType::RegularFile | DescriptorType::Directory | DescriptorType::SymbolicLink
+                        );
+                        if !openable {
+                            tracing::warn!(
+                                target: "quarry::sandbox",
+                                instance,
+                                "refused to open {}: it is a {:?}, not a regular file or directory",
+                                crate::text::quoted_prefix(&path, 200),
+                                stat.type_
+                            );
+                            return Ok((Err(ErrorCode::NotPermitted),));
+                        }
+                        true
+                    }
+                    Err(_) => false,
+                };
+                if oflags.contains(OpenFlags::CREATE)
+                    && !exists
+                    && let Err(code) = guard.charge(&fd, 0, 1)
+                {
+                    return Ok((Err(code),));
+                }
+                let quota = guard.quota_of(&fd);
+                let opened = guest(view.open_at(fd, path_flags, path, oflags, flags).await)?;
+                if let Ok(new) = &opened {
+                    match quota {
+                        Some(q) => guard.descriptors.insert(new.rep(), q),
+                        None => guard.descriptors.remove(&new.rep()),
+                    };
+                }
+                Ok((opened,))
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.write",
+        |mut store: StoreContextMut<'_, StoreState>, (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, Filesize)| {
+            Box::new(async move {
+                let (mut view, guard, _) = parts(&mut store);
+                if let Some((size, _)) = file_size(&view, &fd) {
+                    let growth = offset.saturating_add(buf.len() as u64).saturating_sub(size);
+                    if let Err(code) = guard.charge(&fd, growth, 0) {
+                        return Ok((Err(code),));
+                    }
+                }
+                Ok((guest(view.write(fd, buf, offset).await)?,))
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.set-size",
+        |mut store: StoreContextMut<'_, StoreState>, (fd, size): (Resource<Descriptor>, Filesize)| {
+            Box::new(async move {
+                let (mut view, guard, _) = parts(&mut store);
+                if let Some((now, _)) = file_size(&view, &fd)
+                    && let Err(code) = guard.charge(&fd, size.saturating_sub(now), 0)
+                {
+                    return Ok((Err(code),));
+                }
+                Ok((guest(view.set_size(fd, size).await)?,))
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.create-directory-at",
+        |mut store: StoreContextMut<'_, StoreState>, (fd, path): (Resource<Descriptor>, String)| {
+            Box::new(async move {
+                let (mut view, guard, _) = parts(&mut store);
+                if let Err(code) = guard.charge(&fd, 0, 1) {
+                    return Ok((Err(code),));
+                }
+                Ok((guest(view.create_directory_at(fd, path).await)?,))
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.symlink-at",
+        |mut store: StoreContextMut<'_, StoreState>, (fd, old, new): (Resource<Descriptor>, String, String)| {
+            Box::new(async move {
+                let (mut view, guard, _) = parts(&mut store);
+                if let Err(code) = guard.charge(&fd, 0, 1) {
+                    return Ok((Err(code),));
+                }
+                Ok((guest(view.symlink_at(fd, old, new).await)?,))
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.link-at",
+        |mut store: StoreContextMut<'_, StoreState>,
+         (fd, flags, old, to, new): (Resource<Descriptor>, PathFlags, String, Resource<Descriptor>, String)| {
+            Box::new(async move {
+                let (mut view, guard, _) = parts(&mut store);
+                if let Err(code) = guard.charge(&to, 0, 1) {
+                    return Ok((Err(code),));
+                }
+                Ok((guest(view.link_at(fd, flags, old, to, new).await)?,))
+            })
+        },
+    )?;
+    types.func_wrap(
+        "[method]descriptor.write-via-stream",
+        |mut store: StoreContextMut<'_, StoreState>, (fd, offset): (Resource<Descriptor>, Filesize)| {
+            let (mut view, guard, _) = parts(&mut store);
+            let quota = guard.quota_of(&fd);
+            let file = file_size(&view, &fd).map(|(_, f)| f);
+            let stream = guest(view.write_via_stream(borrow(&fd), offset))?;
+            Ok((wrap(&mut view, stream, quota, file, Some(offset))?,))
+        },
+    )?;
+    types.func_wrap(
+        "[method]descriptor.append-via-stream",
+        |mut store: StoreContextMut<'_, StoreState>, (fd,): (Resource<Descriptor>,)| {
+            let (mut view, guard, _) = parts(&mut store);
+            let quota = guard.quota_of(&fd);
+            let file = file_size(&view, &fd).map(|(_, f)| f);
+            let stream = guest(view.append_via_stream(borrow(&fd)))?;
+            Ok((wrap(&mut view, stream, quota, file, None)?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// Puts a quota'd file stream behind a [`QuotaStream`].
+fn wrap(
+    view: &mut WasiFilesystemCtxView<'_>,
+    stream: Result<Resource<DynOutputStream>, ErrorCode>,
+    quota: Option<Arc<QuotaGrant>>,
+    file: Option<Arc<std::fs::File>>,
+    position: Option<u64>,
+) -> wasmtime::Result<Result<Resource<DynOutputStream>, ErrorCode>> {
+    let stream = match stream {
+        Ok(s) => s,
+        Err(code) => return Ok(Err(code)),
+    };
+    let (Some(quota), Some(file)) = (quota, file) else { return Ok(Ok(stream)) };
+    let inner = view.table.delete(stream)?;
+    Ok(Ok(view.table.push(Box::new(QuotaStream { inner, quota, file, position }) as DynOutputStream)?))
+}
+
+/// A file's output stream whose writes are charged to a quota first.
+struct QuotaStream {
+    inner: DynOutputStream,
+    quota: Arc<QuotaGrant>,
+    file: Arc<std::fs::File>,
+    /// Where the next write lands; `None` when appending.
+    position: Option<u64>,
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for QuotaStream {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        let n = bytes.len() as u64;
+        let growth = match self.position {
+            None => n,
+            Some(at) => at.saturating_add(n).saturating_sub(self.file.metadata().map_or(0, |m| m.len())),
+        };
+        if self.quota.charge(growth, 0).is_err() {
+            return Err(StreamError::LastOperationFailed(std::io::Error::from_raw_os_error(libc::ENOSPC).into()));
+        }
+        self.inner.write(bytes)?;
+        if let Some(at) = &mut self.position {
+            *at = at.saturating_add(n);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        self.inner.flush()
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.inner.check_write()
+    }
+
+    async fn cancel(&mut self) {
+        self.inner.cancel().await
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for QuotaStream {
+    async fn ready(&mut self) {
+        self.inner.ready().await
+    }
+}
