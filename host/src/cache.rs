@@ -11,11 +11,21 @@
 //! Files are written to a temporary name and renamed into place, so a crash
 //! never leaves a half-written entry. An unreadable or incompatible entry is
 //! removed and recompiled.
+//!
+//! A cache entry is native code the host runs, and wasmtime checks only its header, so an
+//! entry is trusted only as much as the directory it comes from: the directory must belong to
+//! the host's user and be writable by no one else, and so must the entry (a regular file,
+//! opened without following links, checked on the open file). Otherwise the component is
+//! compiled, with a warning that says how to fix the directory. The directory is created
+//! `0700`. With no cache directory at all (no `HOME`, no `XDG_CACHE_HOME`, no
+//! `QUARRY_CACHE_DIR`), components are compiled in memory at every start: there is no shared
+//! fallback such as `/tmp`.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
@@ -34,17 +44,78 @@ pub enum CacheOutcome {
 
 /// See the module docs.
 pub struct ComponentCache {
-    dir: PathBuf,
+    /// `None`: compile in memory only.
+    dir: Option<PathBuf>,
     engine_key: String,
     memo: Mutex<HashMap<[u8; 32], Component>>,
 }
 
+/// Why a directory or an entry is not trusted with native code.
+fn untrusted(meta: &std::fs::Metadata) -> Option<String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        Some(format!("it belongs to uid {}, not to this user (uid {me})", meta.uid()))
+    } else if meta.mode() & 0o022 != 0 {
+        Some(format!("others may write to it (mode {:o})", meta.mode() & 0o777))
+    } else {
+        None
+    }
+}
+
 impl ComponentCache {
-    /// A cache in `dir` for components compiled by `engine`.
-    pub fn new(dir: PathBuf, engine: &wasmtime::Engine) -> Self {
+    /// A cache in `dir` (or in memory only, for `None`) for components compiled by `engine`.
+    pub fn new(dir: Option<PathBuf>, engine: &wasmtime::Engine) -> Self {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
+        if dir.is_none() {
+            tracing::warn!(
+                target: "quarry::cache",
+                "no cache directory (HOME, XDG_CACHE_HOME and QUARRY_CACHE_DIR are unset): components are compiled at every start; set QUARRY_CACHE_DIR or [host] cache_dir"
+            );
+        }
         ComponentCache { dir, engine_key: format!("{:016x}", h.finish()), memo: Mutex::new(HashMap::new()) }
+    }
+
+    /// The cache directory, created `0700` if missing, if it may be trusted; else why not.
+    fn trusted_dir(&self) -> Option<&Path> {
+        let dir = self.dir.as_deref()?;
+        if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+            tracing::warn!(target: "quarry::cache", "cannot create the cache directory {}: {e}", dir.display());
+            return None;
+        }
+        let why = match std::fs::metadata(dir) {
+            Ok(meta) if !meta.is_dir() => Some("it is not a directory".to_string()),
+            Ok(meta) => untrusted(&meta),
+            Err(e) => Some(e.to_string()),
+        };
+        match why {
+            None => Some(dir),
+            Some(why) => {
+                tracing::warn!(
+                    target: "quarry::cache",
+                    "not using the precompiled cache in {}: {why}; components are compiled instead. Give the directory to this user with mode 0700, or set QUARRY_CACHE_DIR to one that is",
+                    dir.display()
+                );
+                None
+            }
+        }
+    }
+
+    /// Reads entry `path` if it is a regular file that this user owns and no one else may
+    /// write, checked on the opened file itself.
+    fn read_trusted(path: &Path) -> std::io::Result<Result<Vec<u8>, String>> {
+        let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+        let meta = f.metadata()?;
+        if !meta.is_file() {
+            return Ok(Err("it is not a regular file".into()));
+        }
+        if let Some(why) = untrusted(&meta) {
+            return Ok(Err(why));
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        f.read_to_end(&mut bytes)?;
+        Ok(Ok(bytes))
     }
 
     /// The SHA-256 of `bytes`, the cache's content key.
@@ -52,9 +123,9 @@ impl ComponentCache {
         Sha256::digest(bytes).into()
     }
 
-    /// Path of the cache entry for `hash`.
-    pub fn entry_path(&self, hash: &[u8; 32]) -> PathBuf {
-        self.dir.join(format!("{}-{}.cwasm", hex::encode(hash), self.engine_key))
+    /// Path of the cache entry for `hash` in `dir`.
+    fn entry_path(&self, dir: &Path, hash: &[u8; 32]) -> PathBuf {
+        dir.join(format!("{}-{}.cwasm", hex::encode(hash), self.engine_key))
     }
 
     /// Loads `bytes` as a component; see the module docs. The error is wasmtime's reason.
@@ -66,25 +137,36 @@ impl ComponentCache {
         if let Some(c) = memo.get(&hash) {
             return Ok((c.clone(), CacheOutcome::Memory));
         }
-        let path = self.entry_path(&hash);
-        if path.is_file() {
-            // SAFETY: the cache directory belongs to this host user and its
-            // entries are written only by `store` below; wasmtime also checks the
-            // header, version and engine settings before using the code.
-            match unsafe { Component::deserialize_file(engine, &path) } {
-                Ok(c) => {
-                    memo.insert(hash, c.clone());
-                    return Ok((c, CacheOutcome::Disk));
+        let path = self.trusted_dir().map(|dir| self.entry_path(dir, &hash));
+        if let Some(path) = &path {
+            match Self::read_trusted(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(target: "quarry::cache", "cannot read cache entry {}: {e}", path.display()),
+                Ok(Err(why)) => {
+                    tracing::warn!(target: "quarry::cache", "not loading cache entry {}: {why}; compiling instead", path.display());
+                    let _ = std::fs::remove_file(path);
                 }
-                Err(e) => {
-                    tracing::warn!("discarding unusable cache entry {}: {e}", path.display());
-                    let _ = std::fs::remove_file(&path);
-                }
+                // SAFETY: the bytes come from a file this host user owns and no one else may
+                // write, in a directory of the same kind, written only by `store` below;
+                // wasmtime also checks the header, version and engine settings before using
+                // the code.
+                Ok(Ok(code)) => match unsafe { Component::deserialize(engine, &code) } {
+                    Ok(c) => {
+                        memo.insert(hash, c.clone());
+                        return Ok((c, CacheOutcome::Disk));
+                    }
+                    Err(e) => {
+                        tracing::warn!(target: "quarry::cache", "discarding unusable cache entry {}: {e}", path.display());
+                        let _ = std::fs::remove_file(path);
+                    }
+                },
             }
         }
         let compiled = engine.precompile_component(bytes).map_err(|e| format!("{e:#}"))?;
-        if let Err(e) = self.store(&path, &compiled) {
-            tracing::warn!("cannot write cache entry {}: {e}", path.display());
+        if let Some(path) = &path
+            && let Err(e) = Self::store(path, &compiled)
+        {
+            tracing::warn!(target: "quarry::cache", "cannot write cache entry {}: {e}", path.display());
         }
         // SAFETY: `compiled` was produced by this engine just now.
         let c = unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
@@ -92,9 +174,10 @@ impl ComponentCache {
         Ok((c, CacheOutcome::Compiled))
     }
 
-    fn store(&self, path: &std::path::Path, compiled: &[u8]) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+    fn store(path: &Path, compiled: &[u8]) -> std::io::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        // Private to this user (tempfile creates 0600), like the directory.
+        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
         tmp.write_all(compiled)?;
         tmp.as_file().sync_all()?;
         tmp.persist(path).map_err(|e| e.error)?;

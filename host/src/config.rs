@@ -14,6 +14,7 @@
 //!
 //! [tools.manual.grants]
 //! dirs = [{ host = "manuals", guest = "/manual", mode = "ro" }]  # mode: "ro" (default) or "rw"
+//!                                   # rw grants: quota = { bytes = "1GiB", files = 10000 } (the defaults)
 //! http = ["https://example.com", "http://*.internal.example:8080"]
 //! private_networks = ["127.0.0.1/32"]  # the only way to reach loopback/private/link-local/metadata addresses
 //! memory = "256MiB"                 # linear-memory limit
@@ -92,14 +93,71 @@ pub enum ConfigError {
 pub struct Config {
     /// The file it came from.
     pub path: PathBuf,
-    /// Where precompiled components are cached.
-    pub cache_dir: PathBuf,
+    /// Where precompiled components are cached; `None` when there is nowhere private to
+    /// put them (they are compiled at every start).
+    pub cache_dir: Option<PathBuf>,
     /// Tool instances by name.
     pub tools: BTreeMap<String, InstanceConfig>,
     /// Embedder instances by name.
     pub embedders: BTreeMap<String, InstanceConfig>,
     /// Named Couchbase connections, referred to by `grants.couchbase.connection`.
     pub couchbase: BTreeMap<String, Arc<crate::couchbase::Connection>>,
+    /// Limits of `quarry serve` (`[serve]`); flags override them.
+    pub serve: ServeConfig,
+}
+
+/// `[serve]`: what `quarry serve` lets clients hold. Every field has a default; a flag of the
+/// same name overrides the file.
+///
+/// ```toml
+/// [serve]
+/// max_sessions = 128        # MCP sessions (handshake-era clients) at once, HTTP
+/// max_connections = 256     # open HTTP connections
+/// max_queued_calls = 32     # tool calls one session may have waiting or running
+/// body_timeout = "30s"      # to send a request body, once the headers are in
+/// allowed_origins = ["http://localhost:6274"]   # browser origins allowed; none by default
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeConfig {
+    /// MCP sessions at once over HTTP.
+    pub max_sessions: usize,
+    /// Open HTTP connections.
+    pub max_connections: usize,
+    /// Tool calls one session may have waiting or running.
+    pub max_queued_calls: usize,
+    /// How long a client may take to send a request body.
+    pub body_timeout: Duration,
+    /// `Origin` values (`scheme://host[:port]`) a request may carry; a request without one
+    /// (any client that is not a browser) is not affected.
+    pub allowed_origins: Vec<String>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            max_sessions: 128,
+            max_connections: 256,
+            max_queued_calls: 32,
+            body_timeout: Duration::from_secs(30),
+            allowed_origins: Vec::new(),
+        }
+    }
+}
+
+impl ServeConfig {
+    /// Checks an `Origin` allowlist entry: `scheme://host[:port]`, no path.
+    pub fn check_origin(origin: &str) -> Result<(), String> {
+        let ok = origin.split_once("://").is_some_and(|(scheme, rest)| {
+            matches!(scheme, "http" | "https") && !rest.is_empty() && !rest.contains(['/', '?', '#', '@', ' '])
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{origin:?} is not an origin; write it as scheme://host[:port], like \"http://localhost:6274\""
+            ))
+        }
+    }
 }
 
 /// One configured instance of a component.
@@ -147,6 +205,8 @@ pub struct DirGrant {
     pub guest: String,
     /// Whether the guest may write.
     pub writable: bool,
+    /// For a writable grant, how much the directory may hold.
+    pub quota: Option<crate::files::Quota>,
 }
 
 #[derive(Deserialize, Default)]
@@ -160,6 +220,18 @@ struct RawConfig {
     embedders: BTreeMap<String, RawInstance>,
     #[serde(default)]
     couchbase: BTreeMap<String, RawConnection>,
+    serve: Option<RawServe>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServe {
+    max_sessions: Option<usize>,
+    max_connections: Option<usize>,
+    max_queued_calls: Option<usize>,
+    body_timeout: Option<HumanDuration>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -238,6 +310,14 @@ struct RawDir {
     guest: String,
     #[serde(default)]
     mode: DirMode,
+    quota: Option<RawQuota>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuota {
+    bytes: Option<ByteSize>,
+    files: Option<u64>,
 }
 
 #[derive(Deserialize, Default, Clone, Copy)]
@@ -356,7 +436,7 @@ impl Config {
         let invalid = |key: String, message: String| ConfigError::Invalid { path: path.to_path_buf(), key, message };
 
         let cache_dir = match raw.host.cache_dir {
-            Some(dir) => base.join(expand_path(&dir).map_err(|m| invalid("host.cache_dir".into(), m))?),
+            Some(dir) => Some(base.join(expand_path(&dir).map_err(|m| invalid("host.cache_dir".into(), m))?)),
             None => default_cache_dir(),
         };
         let mut couchbase = BTreeMap::new();
@@ -404,7 +484,32 @@ impl Config {
             }
             tools.insert(name, cfg);
         }
-        Ok(Config { path: path.to_path_buf(), cache_dir, tools, embedders, couchbase })
+        let serve = match raw.serve {
+            None => ServeConfig::default(),
+            Some(s) => {
+                let d = ServeConfig::default();
+                let count = |v: Option<usize>, default: usize, key: &str| match v {
+                    None => Ok(default),
+                    Some(n) if (1..=1_000_000).contains(&n) => Ok(n),
+                    Some(n) => {
+                        Err(invalid(format!("serve.{key}"), format!("{n} is out of range: between 1 and 1000000")))
+                    }
+                };
+                for (i, o) in s.allowed_origins.iter().enumerate() {
+                    ServeConfig::check_origin(o).map_err(|m| invalid(format!("serve.allowed_origins[{i}]"), m))?;
+                }
+                ServeConfig {
+                    max_sessions: count(s.max_sessions, d.max_sessions, "max_sessions")?,
+                    max_connections: count(s.max_connections, d.max_connections, "max_connections")?,
+                    max_queued_calls: count(s.max_queued_calls, d.max_queued_calls, "max_queued_calls")?,
+                    body_timeout: s.body_timeout.map_or(d.body_timeout, |t| t.0),
+                    allowed_origins: s.allowed_origins,
+                }
+            }
+        };
+        let config = Config { path: path.to_path_buf(), cache_dir, tools, embedders, couchbase, serve };
+        config.check_overlaps(&base).map_err(|(key, message)| invalid(key, message))?;
+        Ok(config)
     }
 }
 
@@ -457,17 +562,53 @@ pub fn expand(path: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// `$QUARRY_CACHE_DIR`, else `$XDG_CACHE_HOME/quarry`, else `~/.cache/quarry`.
-pub fn default_cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("QUARRY_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("quarry");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(home) => PathBuf::from(home).join(".cache").join("quarry"),
-        None => std::env::temp_dir().join("quarry-cache"),
+/// `$QUARRY_CACHE_DIR`, else `$XDG_CACHE_HOME/quarry`, else `~/.cache/quarry`; with none of
+/// them set, no cache (never a shared directory such as `/tmp`: its entries are native code).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    default_cache_dir_from(|k| std::env::var_os(k))
+}
+
+fn default_cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let set = |k: &str| var(k).filter(|d| !d.is_empty()).map(PathBuf::from);
+    set("QUARRY_CACHE_DIR")
+        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("quarry")))
+        .or_else(|| set("HOME").map(|h| h.join(".cache").join("quarry")))
+}
+
+impl Config {
+    /// Refuses a read-write directory grant that holds code or config the host trusts: the
+    /// precompiled cache (native code), a component's directory (hot swap would load what a
+    /// guest wrote there, with every instance's grants) or the config file's directory.
+    fn check_overlaps(&self, config_dir: &Path) -> Result<(), (String, String)> {
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut protected: Vec<(String, PathBuf)> = vec![("the config file's directory".into(), canon(config_dir))];
+        if let Some(c) = &self.cache_dir {
+            protected.push(("the precompiled-component cache (host.cache_dir)".into(), canon(c)));
+        }
+        for (section, instances) in [("tools", &self.tools), ("embedders", &self.embedders)] {
+            for (name, inst) in instances {
+                if let Some(dir) = inst.component.parent() {
+                    protected.push((format!("the directory of {section}.{name}.component"), canon(dir)));
+                }
+            }
+        }
+        for (section, instances) in [("tools", &self.tools), ("embedders", &self.embedders)] {
+            for (name, inst) in instances {
+                for (i, d) in inst.grants.dirs.iter().enumerate().filter(|(_, d)| d.writable) {
+                    if let Some((what, path)) = protected.iter().find(|(_, p)| p.starts_with(&d.host)) {
+                        return Err((
+                            format!("{section}.{name}.grants.dirs[{i}].host"),
+                            format!(
+                                "the read-write grant of {} holds {what} ({}): a component could rewrite what the host loads and runs; grant a directory that holds none of these, or make this grant read-only",
+                                d.host.display(),
+                                path.display()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -524,11 +665,31 @@ fn validate_instance(
         if dirs.iter().any(|x| x.guest == d.guest) {
             return Err(invalid(format!("{k}.guest"), format!("guest path {:?} is granted twice", d.guest)));
         }
-        dirs.push(DirGrant {
-            host: std::fs::canonicalize(&host).unwrap_or(host),
-            guest: d.guest,
-            writable: matches!(d.mode, DirMode::Rw),
-        });
+        let writable = matches!(d.mode, DirMode::Rw);
+        let quota = match (writable, d.quota) {
+            (false, Some(_)) => {
+                return Err(invalid(
+                    format!("{k}.quota"),
+                    "a quota applies only to a read-write grant (mode = \"rw\"); remove it".into(),
+                ));
+            }
+            (false, None) => None,
+            (true, q) => {
+                let default = crate::files::Quota::default();
+                let quota = crate::files::Quota {
+                    bytes: q.as_ref().and_then(|q| q.bytes).map_or(default.bytes, |b| b.0),
+                    files: q.as_ref().and_then(|q| q.files).unwrap_or(default.files),
+                };
+                if quota.bytes == 0 || quota.files == 0 {
+                    return Err(invalid(
+                        format!("{k}.quota"),
+                        "bytes and files must be above zero; for no writes at all, grant mode = \"ro\"".into(),
+                    ));
+                }
+                Some(quota)
+            }
+        };
+        dirs.push(DirGrant { host: std::fs::canonicalize(&host).unwrap_or(host), guest: d.guest, writable, quota });
     }
 
     let mut allow = Vec::new();
@@ -663,8 +824,13 @@ fn couchbase_grant(
     }
     let mut scopes = Vec::new();
     for s in &raw.scopes {
-        match s.split_once('.') {
-            Some((b, sc)) if !b.is_empty() && !sc.is_empty() && !sc.contains('.') => {
+        // Bucket names may hold dots, scope names may not: the scope is after the last one.
+        match s.rsplit_once('.') {
+            Some((b, sc)) if !b.is_empty() && !sc.is_empty() => {
+                crate::couchbase::check_bucket_name(b).map_err(|m| ("scopes", m))?;
+                if sc != "*" {
+                    crate::couchbase::check_scope_name(sc).map_err(|m| ("scopes", m))?;
+                }
                 scopes.push((b.to_string(), sc.to_string()))
             }
             _ => return Err(("scopes", format!("{s:?} is not \"bucket.scope\" or \"bucket.*\""))),
@@ -701,13 +867,9 @@ fn bedrock_grant(raw: RawBedrock, deadline: Duration) -> Result<crate::bedrock::
         ));
     }
     for kb in &raw.knowledge_bases {
-        let ok =
-            kb == "*" || kb.starts_with("arn:") || (!kb.is_empty() && kb.chars().all(|c| c.is_ascii_alphanumeric()));
-        if !ok {
-            return Err((
-                "knowledge_bases",
-                format!("{kb:?} is not a knowledge-base id (letters and digits), an ARN or \"*\""),
-            ));
+        if kb != "*" {
+            crate::bedrock::KbIdentifier::parse(kb)
+                .map_err(|m| ("knowledge_bases", format!("{m}, an ARN pattern with `*` fields, or \"*\" for any")))?;
         }
     }
     g.knowledge_bases = raw.knowledge_bases;
@@ -765,6 +927,21 @@ mod tests {
         assert!(expand("${QUARRY_TEST_UNSET_VAR_42}").unwrap_err().contains("not set"));
         assert!(expand("${HOME").unwrap_err().contains("unclosed"));
         assert!(expand("${BAD-NAME}").unwrap_err().contains("bad variable name"));
+    }
+
+    #[test]
+    fn no_shared_cache_directory_without_a_home() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| std::ffi::OsString::from(v))
+        };
+        assert_eq!(default_cache_dir_from(env(&[])), None);
+        assert_eq!(default_cache_dir_from(env(&[("HOME", "")])), None);
+        assert_eq!(default_cache_dir_from(env(&[("HOME", "/home/q")])), Some(PathBuf::from("/home/q/.cache/quarry")));
+        assert_eq!(
+            default_cache_dir_from(env(&[("HOME", "/home/q"), ("XDG_CACHE_HOME", "/c")])),
+            Some(PathBuf::from("/c/quarry"))
+        );
+        assert_eq!(default_cache_dir_from(env(&[("QUARRY_CACHE_DIR", "/q")])), Some(PathBuf::from("/q")));
     }
 
     #[test]
