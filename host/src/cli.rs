@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::io::IsTerminal;
+
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
@@ -49,9 +51,30 @@ pub enum Command {
         #[arg(long, conflicts_with = "http", required_unless_present = "http")]
         stdio: bool,
         /// Speak streamable HTTP at http://ADDR/mcp, e.g. 127.0.0.1:8765. An address other
-        /// than loopback needs a bearer token in $QUARRY_MCP_TOKEN.
+        /// than loopback needs a bearer token in $QUARRY_MCP_TOKEN, and --insecure-http.
         #[arg(long, value_name = "ADDR")]
         http: Option<std::net::SocketAddr>,
+        /// Serve beyond loopback over plain HTTP: the token and every call travel in clear.
+        /// Prefer a TLS proxy in front of a loopback address.
+        #[arg(long, requires = "http")]
+        insecure_http: bool,
+        /// MCP sessions at once over HTTP (overrides [serve] max_sessions; default 128).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_sessions: Option<u32>,
+        /// Open HTTP connections (overrides [serve] max_connections; default 256).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections: Option<u32>,
+        /// Tool calls one session may have waiting or running (overrides [serve]
+        /// max_queued_calls; default 32).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        max_queued_calls: Option<u32>,
+        /// Time a client has to send a request body, e.g. 30s (overrides [serve] body_timeout).
+        #[arg(long, value_name = "DURATION", value_parser = |s: &str| crate::config::HumanDuration::parse(s))]
+        body_timeout: Option<crate::config::HumanDuration>,
+        /// A browser origin allowed to call the server, e.g. http://localhost:6274
+        /// (repeatable; adds to [serve] allowed_origins).
+        #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = |s: &str| crate::config::ServeConfig::check_origin(s).map(|()| s.to_string()))]
+        allowed_origins: Vec<String>,
     },
 }
 
@@ -61,6 +84,20 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_TOOL: u8 = 1;
 /// Exit status: bad usage or config.
 pub const EXIT_USAGE: u8 = 2;
+
+/// The most progress bars shown at once.
+const MAX_BARS: usize = 16;
+
+/// Text a component or a document chose, for stdout: escaped when stdout is a terminal (see
+/// [`crate::text::for_terminal`]), as it is when piped.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if std::io::stdout().is_terminal() { crate::text::for_terminal(text).into() } else { text.into() }
+}
+
+/// An error for stderr, escaped when stderr is a terminal (it may hold a tool's words).
+fn shown_err(text: &str) -> std::borrow::Cow<'_, str> {
+    if std::io::stderr().is_terminal() { crate::text::for_terminal(text).into() } else { text.into() }
+}
 
 /// Draws one progress bar per (instance, task) on stderr with the rate and an ETA, and leaves a
 /// one-line summary when a task finishes; nothing when stderr is not a terminal. Runs until
@@ -79,12 +116,19 @@ async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::progress:
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     let mut bars: HashMap<(String, String), ProgressBar> = HashMap::new();
     loop {
-        let p = match rx.recv().await {
+        let mut p = match rx.recv().await {
             Ok(p) => p,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
+        // A tool names its tasks: they reach the terminal escaped.
+        p.task = crate::text::for_terminal(&p.task);
+        p.unit = crate::text::for_terminal(&p.unit);
         let key = (p.instance.clone(), p.task.clone());
+        if !bars.contains_key(&key) && bars.len() >= MAX_BARS {
+            // Reports that never finish must not grow the screen or the map without end.
+            continue;
+        }
         let bar = bars.entry(key.clone()).or_insert_with(|| {
             let bar = multi.add(ProgressBar::new(p.total));
             bar.set_style(style.clone());
@@ -134,10 +178,35 @@ pub async fn run(cli: Cli) -> ExitCode {
     tokio::spawn(show_progress(crate::progress::subscribe()));
     let failures = host.load_all().await;
     for (name, e) in &failures {
-        eprintln!("warning: tool instance {name:?} not loaded: {e}");
+        eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
     }
     match cli.command {
-        Command::Serve { stdio, http } => serve(host, stdio, http).await,
+        Command::Serve {
+            stdio,
+            http,
+            insecure_http,
+            max_sessions,
+            max_connections,
+            max_queued_calls,
+            body_timeout,
+            allowed_origins,
+        } => {
+            let mut limits = host.config().serve.clone();
+            if let Some(n) = max_sessions {
+                limits.max_sessions = n as usize;
+            }
+            if let Some(n) = max_connections {
+                limits.max_connections = n as usize;
+            }
+            if let Some(n) = max_queued_calls {
+                limits.max_queued_calls = n as usize;
+            }
+            if let Some(t) = body_timeout {
+                limits.body_timeout = t.0;
+            }
+            limits.allowed_origins.extend(allowed_origins);
+            serve(host, stdio, http, limits, insecure_http).await
+        }
         Command::Check => {
             let tools = host.tools();
             let loaded = host.config().tools.len() - failures.len();
@@ -169,7 +238,12 @@ pub async fn run(cli: Cli) -> ExitCode {
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
                 for t in &tools {
-                    println!("{}\n    {}\n    args: {}", t.qualified, t.spec.description, t.spec.args_schema);
+                    println!(
+                        "{}\n    {}\n    args: {}",
+                        t.qualified,
+                        shown(&t.spec.description),
+                        shown(&t.spec.args_schema)
+                    );
                 }
             }
             ExitCode::from(if failures.is_empty() { EXIT_OK } else { EXIT_TOOL })
@@ -179,12 +253,12 @@ pub async fn run(cli: Cli) -> ExitCode {
                 if json {
                     println!("{}", output_json(&out));
                 } else {
-                    println!("{}", out.text);
+                    println!("{}", shown(&out.text));
                 }
                 ExitCode::from(EXIT_OK)
             }
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", shown_err(&e.to_string()));
                 ExitCode::from(match e {
                     CallError::UnknownTool { .. } | CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. } => {
                         EXIT_USAGE
@@ -198,7 +272,13 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 /// `quarry serve`: watch the components, then serve until the client leaves (stdio) or the
 /// process is interrupted (HTTP).
-async fn serve(host: std::sync::Arc<Host>, stdio: bool, http: Option<std::net::SocketAddr>) -> ExitCode {
+async fn serve(
+    host: std::sync::Arc<Host>,
+    stdio: bool,
+    http: Option<std::net::SocketAddr>,
+    limits: crate::config::ServeConfig,
+    insecure_http: bool,
+) -> ExitCode {
     let _watcher = match crate::watch::watch(host.clone()) {
         Ok(w) => w,
         Err(e) => {
@@ -207,10 +287,11 @@ async fn serve(host: std::sync::Arc<Host>, stdio: bool, http: Option<std::net::S
         }
     };
     let result = match (stdio, http) {
-        (true, _) => crate::mcp::stdio::serve_stdio(host).await,
+        (true, _) => crate::mcp::stdio::serve_stdio(host, limits.max_queued_calls).await,
         (false, Some(addr)) => {
             let token = std::env::var(crate::mcp::http::TOKEN_ENV).ok();
-            match crate::mcp::http::HttpServer::bind(host, crate::mcp::http::HttpOptions { addr, token }).await {
+            let options = crate::mcp::http::HttpOptions { addr, token, limits, insecure_http };
+            match crate::mcp::http::HttpServer::bind(host, options).await {
                 Err(e) => Err(e),
                 Ok(server) => {
                     match server.addr() {
@@ -236,7 +317,9 @@ async fn serve(host: std::sync::Arc<Host>, stdio: bool, http: Option<std::net::S
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(match e {
-                crate::mcp::ServeError::NoToken(_) | crate::mcp::ServeError::Bind { .. } => EXIT_USAGE,
+                crate::mcp::ServeError::NoToken(_)
+                | crate::mcp::ServeError::PlainHttp(_)
+                | crate::mcp::ServeError::Bind { .. } => EXIT_USAGE,
                 _ => EXIT_TOOL,
             })
         }

@@ -21,17 +21,42 @@ use crate::instance::CallError;
 use crate::mcp::notify::Peers;
 use crate::registry::{Host, ToolEntry};
 
-/// Serves one host's tools. Cheap to clone: the HTTP transport makes one per session.
+/// Serves one host's tools. Cheap to clone: the HTTP transport makes one per session
+/// ([`QuarryMcp::for_session`]).
 #[derive(Clone)]
 pub struct QuarryMcp {
     host: Arc<Host>,
     peers: Arc<Peers>,
+    /// Calls of this session waiting or running, and how many it may have.
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+    max_calls: usize,
+}
+
+/// Counts one call of a session while it lives.
+struct CallSlot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for CallSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl QuarryMcp {
     /// A handler for `host`; handshake-era sessions register in `peers` to hear of swaps.
     pub fn new(host: Arc<Host>, peers: Arc<Peers>) -> Self {
-        QuarryMcp { host, peers }
+        let max_calls = crate::config::ServeConfig::default().max_queued_calls;
+        QuarryMcp { host, peers, calls: Arc::default(), max_calls }
+    }
+
+    /// The same, allowing each session `max` calls waiting or running.
+    pub fn with_queue_cap(mut self, max: usize) -> Self {
+        self.max_calls = max;
+        self
+    }
+
+    /// A handler for a new session: the same host, its own count of calls.
+    pub fn for_session(&self) -> Self {
+        QuarryMcp { calls: Arc::default(), ..self.clone() }
     }
 
     /// The MCP tools, sorted by name.
@@ -109,6 +134,7 @@ fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult,
         }
         Err(e @ CallError::OutputTooLarge { .. }) => Ok(tool_error("output-too-large", e.to_string())),
         Err(e @ (CallError::Fault { .. } | CallError::Restart { .. })) => Ok(tool_error("fault", e.to_string())),
+        Err(e @ CallError::Cancelled { .. }) => Ok(tool_error("cancelled", e.to_string())),
     }
 }
 
@@ -137,10 +163,21 @@ impl ServerHandler for QuarryMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let _slot = CallSlot(self.calls.clone());
+        if waiting >= self.max_calls {
+            let message = format!(
+                "this session already has {waiting} tool calls waiting or running, its maximum ([serve] max_queued_calls); wait for their answers"
+            );
+            return Ok(tool_error("busy", message).into());
+        }
         let args = serde_json::Value::Object(request.arguments.unwrap_or_default()).to_string();
-        let outcome = self.host.call(&request.name, &args).await;
+        // A `notifications/cancelled` for this request cancels `context.ct`: a call still
+        // waiting for its instance is dropped from the queue; one already running finishes (its
+        // answer is then ignored), since stopping it would cost the instance a restart.
+        let outcome = self.host.call_unless(&request.name, &args, context.ct.cancelled()).await;
         if let Err(e) = &outcome {
             tracing::info!(target: "quarry::mcp", tool = %request.name, "call failed: {e}");
         }

@@ -7,7 +7,15 @@
 //!   rmcp's Host-header check stops DNS-rebinding pages from reaching the server.
 //! - A body that is not one JSON-RPC message gets a JSON-RPC error (400), one over
 //!   [`MAX_BODY_BYTES`] gets 413 with one; a client that sends its headers slower than
-//!   [`HEADER_TIMEOUT`] is dropped.
+//!   [`HEADER_TIMEOUT`], or its body slower than `[serve] body_timeout`, is dropped (408).
+//! - What clients hold is bounded (`[serve]`, see [`crate::config::ServeConfig`]): open
+//!   connections (one more is answered 503 and closed), sessions (a new `initialize` beyond the
+//!   cap gets 503 with a JSON-RPC error) and tool calls waiting or running per session (one
+//!   more is a tool error).
+//! - A request carrying an `Origin` header (a browser) is refused with 403 unless the origin
+//!   is in `[serve] allowed_origins`, as the MCP specification requires of servers.
+//! - A bearer token over plain HTTP beyond loopback travels in clear: that needs
+//!   `--insecure-http`, and TLS belongs in a proxy in front.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,6 +32,7 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::ServeConfig;
 use crate::mcp::ServeError;
 use crate::mcp::handler::QuarryMcp;
 use crate::mcp::notify::{Peers, fan_out};
@@ -49,17 +58,36 @@ pub struct HttpOptions {
     pub addr: SocketAddr,
     /// The bearer token clients must send; required unless `addr` is loopback.
     pub token: Option<String>,
+    /// The limits (`[serve]` and its flags).
+    pub limits: ServeConfig,
+    /// Serve a token beyond loopback over plain HTTP anyway (`--insecure-http`).
+    pub insecure_http: bool,
+}
+
+impl HttpOptions {
+    /// Options for `addr` with the default limits, no token.
+    pub fn new(addr: SocketAddr) -> Self {
+        HttpOptions { addr, token: None, limits: ServeConfig::default(), insecure_http: false }
+    }
 }
 
 /// A bound server, before it serves: [`HttpServer::addr`] is the real address (with the
 /// port chosen when 0 was asked for).
 pub struct HttpServer {
     listener: tokio::net::TcpListener,
-    service: Arc<StreamableHttpService<QuarryMcp, LocalSessionManager>>,
-    token: Option<Arc<str>>,
+    shared: Arc<Shared>,
     host: Arc<Host>,
     peers: Arc<Peers>,
     stop: CancellationToken,
+    connections: Arc<tokio::sync::Semaphore>,
+}
+
+/// What every connection's requests need.
+struct Shared {
+    service: StreamableHttpService<QuarryMcp, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    token: Option<String>,
+    limits: ServeConfig,
 }
 
 impl HttpServer {
@@ -69,6 +97,9 @@ impl HttpServer {
         let loopback = options.addr.ip().is_loopback();
         if !loopback && token.is_none() {
             return Err(ServeError::NoToken(options.addr));
+        }
+        if !loopback && !options.insecure_http {
+            return Err(ServeError::PlainHttp(options.addr));
         }
         let listener = tokio::net::TcpListener::bind(options.addr)
             .await
@@ -84,11 +115,15 @@ impl HttpServer {
             config = config.disable_allowed_hosts();
         }
         let peers = Arc::new(Peers::default());
-        let handler = QuarryMcp::new(host.clone(), peers.clone());
+        let handler = QuarryMcp::new(host.clone(), peers.clone()).with_queue_cap(options.limits.max_queued_calls);
         let mut sessions = LocalSessionManager::default();
         sessions.session_config.keep_alive = Some(SESSION_IDLE);
-        let service = StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
-        Ok(HttpServer { listener, service: Arc::new(service), token: token.map(Arc::from), host, peers, stop })
+        let sessions = Arc::new(sessions);
+        // One handler per session, each with its own count of calls.
+        let service = StreamableHttpService::new(move || Ok(handler.for_session()), sessions.clone(), config);
+        let connections = Arc::new(tokio::sync::Semaphore::new(options.limits.max_connections));
+        let shared = Arc::new(Shared { service, sessions, token, limits: options.limits });
+        Ok(HttpServer { listener, shared, host, peers, stop, connections })
     }
 
     /// The address actually bound.
@@ -117,17 +152,23 @@ impl HttpServer {
                     }
                 },
             };
+            let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+                tracing::warn!(target: "quarry::mcp", %remote, "refused a connection: {} are open ([serve] max_connections)", self.shared.limits.max_connections);
+                tokio::spawn(refuse_connection(stream));
+                continue;
+            };
             // A response goes out in several writes (an SSE priming event, the message, the end
             // of the stream); with Nagle's algorithm on, the client's delayed ACK adds ~40 ms.
             if let Err(e) = stream.set_nodelay(true) {
                 tracing::debug!(target: "quarry::mcp", %remote, "cannot set TCP_NODELAY: {e}");
             }
-            let (service, token) = (self.service.clone(), self.token.clone());
+            let shared = self.shared.clone();
             let stop = self.stop.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let (service, token) = (service.clone(), token.clone());
-                    async move { Ok::<_, Infallible>(route(&service, token.as_deref(), req).await) }
+                    let shared = shared.clone();
+                    async move { Ok::<_, Infallible>(route(&shared, req).await) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -146,15 +187,36 @@ impl HttpServer {
     }
 }
 
-async fn route(
-    service: &StreamableHttpService<QuarryMcp, LocalSessionManager>,
-    token: Option<&str>,
-    req: Request<Incoming>,
-) -> Response<BoxBody<Bytes, Infallible>> {
+/// Answers a connection over the cap with 503 and closes it, within a second.
+async fn refuse_connection(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let body = "too many connections; try again later\n";
+    let reply = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\nretry-after: 1\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
+}
+
+async fn route(shared: &Shared, req: Request<Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
+    let service = &shared.service;
     if req.uri().path() != PATH {
         return plain(StatusCode::NOT_FOUND, &format!("not found; the MCP endpoint is {PATH}"));
     }
-    if let Some(expected) = token {
+    if let Some(origin) = req.headers().get(hyper::header::ORIGIN) {
+        let allowed =
+            origin.to_str().is_ok_and(|o| shared.limits.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
+        if !allowed {
+            let shown = crate::text::quoted_prefix(&String::from_utf8_lossy(origin.as_bytes()), 100);
+            return plain(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "origin {shown} is not allowed; add it to [serve] allowed_origins (or --allowed-origin) to let that page call this server"
+                ),
+            );
+        }
+    }
+    if let Some(expected) = shared.token.as_deref() {
         let sent = req
             .headers()
             .get(hyper::header::AUTHORIZATION)
@@ -170,8 +232,24 @@ async fn route(
     let ends_session = req.method() == hyper::Method::DELETE;
     let response = if req.method() == hyper::Method::POST {
         let (parts, body) = req.into_parts();
-        match read_message(body).await {
-            Ok(bytes) => service.handle(Request::from_parts(parts, Full::new(bytes))).await,
+        match read_message(body, shared.limits.body_timeout).await {
+            Ok(bytes) => {
+                if !parts.headers.contains_key("mcp-session-id")
+                    && is_initialize(&bytes)
+                    && shared.sessions.sessions.read().await.len() >= shared.limits.max_sessions
+                {
+                    let msg = format!(
+                        "the server holds its maximum of {} sessions; end idle ones (HTTP DELETE with their Mcp-Session-Id) or raise [serve] max_sessions",
+                        shared.limits.max_sessions
+                    );
+                    let id = serde_json::from_slice::<serde_json::Value>(&bytes)
+                        .ok()
+                        .and_then(|v| v.get("id").cloned())
+                        .unwrap_or(serde_json::Value::Null);
+                    return rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &msg, id);
+                }
+                service.handle(Request::from_parts(parts, Full::new(bytes))).await
+            }
             Err(refusal) => return refusal,
         }
     } else {
@@ -192,8 +270,13 @@ async fn route(
 /// rmcp answers a body that is not JSON, or not a JSON-RPC message, with a bare
 /// `415 Unsupported Media Type`; a JSON-RPC client should get a JSON-RPC error it can read:
 /// parse error (-32700) or invalid request (-32600), with `id` when one can be found.
-async fn read_message(body: Incoming) -> Result<Bytes, Response<BoxBody<Bytes, Infallible>>> {
-    let bytes = match http_body_util::Limited::new(body, MAX_BODY_BYTES).collect().await {
+async fn read_message(body: Incoming, timeout: Duration) -> Result<Bytes, Response<BoxBody<Bytes, Infallible>>> {
+    let read = tokio::time::timeout(timeout, http_body_util::Limited::new(body, MAX_BODY_BYTES).collect()).await;
+    let Ok(read) = read else {
+        let msg = format!("the request body did not arrive within {timeout:?}; send it at once");
+        return Err(rpc_error(StatusCode::REQUEST_TIMEOUT, -32600, &msg, serde_json::Value::Null));
+    };
+    let bytes = match read {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             let msg = format!("the request is over {MAX_BODY_BYTES} bytes; send less");
@@ -218,6 +301,16 @@ async fn read_message(body: Incoming) -> Result<Bytes, Response<BoxBody<Bytes, I
         return Err(rpc_error(StatusCode::BAD_REQUEST, code, &format!("{what} ({e})"), id));
     }
     Ok(bytes)
+}
+
+/// Whether a body is an `initialize` request (which opens a session).
+fn is_initialize(bytes: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: Option<&'a str>,
+    }
+    serde_json::from_slice::<Method>(bytes).is_ok_and(|m| m.method == Some("initialize"))
 }
 
 fn rpc_error(

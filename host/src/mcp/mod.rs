@@ -35,6 +35,11 @@ pub enum ServeError {
         "refusing to serve MCP on {0} without a bearer token: set QUARRY_MCP_TOKEN (clients send `Authorization: Bearer <token>`), or listen on 127.0.0.1"
     )]
     NoToken(std::net::SocketAddr),
+    /// A bearer token beyond loopback over plain HTTP, without `--insecure-http`.
+    #[error(
+        "refusing to serve MCP on {0} over plain HTTP: the bearer token and every call would travel in clear. Put a TLS proxy in front and listen on 127.0.0.1, or pass --insecure-http on a network you trust"
+    )]
+    PlainHttp(std::net::SocketAddr),
     /// The MCP session over stdio failed to start or broke.
     #[error("MCP over stdio: {0}")]
     Stdio(String),

@@ -20,13 +20,14 @@ use crate::registry::Host;
 /// The longest message accepted, in bytes (16 MiB, rmcp's own line limit).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
-/// Serves `host` on this process's stdin/stdout until the client closes stdin.
-pub async fn serve_stdio(host: Arc<Host>) -> Result<(), ServeError> {
-    serve(host, tokio::io::stdin(), tokio::io::stdout()).await
+/// Serves `host` on this process's stdin/stdout until the client closes stdin; the client may
+/// have `max_calls` tool calls waiting or running.
+pub async fn serve_stdio(host: Arc<Host>, max_calls: usize) -> Result<(), ServeError> {
+    serve(host, tokio::io::stdin(), tokio::io::stdout(), max_calls).await
 }
 
 /// Serves `host` over any pair of byte streams (stdio, or a pipe in tests).
-pub async fn serve<R, W>(host: Arc<Host>, input: R, output: W) -> Result<(), ServeError>
+pub async fn serve<R, W>(host: Arc<Host>, input: R, output: W, max_calls: usize) -> Result<(), ServeError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -41,6 +42,7 @@ where
     let filter = tokio::spawn(filter_input(input, to_rmcp, lines_tx));
     let result = async {
         let running = QuarryMcp::new(host, peers)
+            .with_queue_cap(max_calls)
             .serve((rmcp_in, rmcp_out))
             .await
             .map_err(|e| ServeError::Stdio(e.to_string()))?;
