@@ -166,6 +166,20 @@ fn write_bad_files(env: &TestEnv) {
     std::fs::write(docs.join("legacy.doc"), compound(&["WordDocument", "1Table"])).unwrap();
     std::fs::write(docs.join("encrypted.docx"), compound(&["EncryptionInfo", "EncryptedPackage"])).unwrap();
     write_bomb(&docs.join("bomb.docx"));
+    // Tables nested 200,000 deep: a few MB of XML that would overflow docx-rs's stack.
+    let mut deep = String::from("<w:document><w:body>");
+    deep.push_str(&"<w:tbl><w:tr><w:tc>".repeat(200_000));
+    deep.push_str(&"</w:tc></w:tr></w:tbl>".repeat(200_000));
+    deep.push_str("</w:body></w:document>");
+    std::fs::write(
+        docs.join("deep.docx"),
+        zip_of(&[
+            ("[Content_Types].xml", b"<Types/>"),
+            ("_rels/.rels", b"<Relationships/>"),
+            ("word/document.xml", deep.as_bytes()),
+        ]),
+    )
+    .unwrap();
 }
 
 fn zip_of(parts: &[(&str, &[u8])]) -> Vec<u8> {
@@ -231,6 +245,7 @@ async fn bad_input_gets_a_clear_error_and_the_index_keeps_what_it_had() {
         ("/docs/legacy.doc", "invalid-args", &["/docs/legacy.doc", "legacy Word 97-2003 .doc", "save it as .docx"]),
         ("/docs/encrypted.docx", "invalid-args", &["/docs/encrypted.docx", "encrypted (password-protected)"]),
         ("/docs/bomb.docx", "invalid-args", &["/docs/bomb.docx", "zip bomb", "word/document.xml"]),
+        ("/docs/deep.docx", "invalid-args", &["/docs/deep.docx", "word/document.xml", "more than 256 deep"]),
         ("/docs/missing.docx", "not-found", &["File does not exist: /docs/missing.docx"]),
         ("/outside/secret.docx", "denied", &["Blocked unsafe path", "/outside/secret.docx", "/docs"]),
         ("/docs/../outside/secret.docx", "denied", &["Blocked unsafe path", "/docs/../outside/secret.docx"]),

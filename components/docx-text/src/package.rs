@@ -5,6 +5,11 @@
 //! errors. So every part is first inflated here, streaming into nothing, against the declared
 //! size and the caps below. A zip bomb is refused after at most [`MAX_TOTAL`] inflated bytes, in
 //! constant memory; a damaged part is reported instead of panicking inside docx-rs.
+//!
+//! docx-rs also reads nested elements by recursion (a table in a cell of a table, and so on),
+//! so a document nesting them thousands deep overflows the stack of whoever reads it. Every
+//! XML part is scanned first, streaming, and one nesting elements more than [`MAX_DEPTH`] deep
+//! is refused.
 
 use std::io::{Cursor, Read};
 
@@ -12,6 +17,9 @@ use std::io::{Cursor, Read};
 pub const MAX_PART: u64 = 128 << 20;
 /// The most bytes unpacked from one document, all parts together.
 pub const MAX_TOTAL: u64 = 512 << 20;
+/// The deepest XML element nesting read. A Word document stays far below: body, table, row,
+/// cell, paragraph, run and text are 7 levels, and each table nested in a cell adds 4.
+pub const MAX_DEPTH: usize = 256;
 
 /// The OLE compound-file signature: legacy .doc files, and encrypted .docx files (which Word
 /// wraps in a compound file).
@@ -55,6 +63,16 @@ pub enum DocxError {
         what: String,
         /// The cap, in MiB.
         limit: u64,
+    },
+    /// A part nests its XML elements deeper than [`MAX_DEPTH`].
+    #[error(
+        "refused: {part} nests XML elements more than {limit} deep (tables inside tables, usually); no Word document does, and reading it would overflow the reader's stack"
+    )]
+    TooDeep {
+        /// The part.
+        part: String,
+        /// The limit that was passed.
+        limit: usize,
     },
     /// ISO/IEC 29500 Strict, which docx-rs cannot read.
     #[error(
@@ -136,7 +154,38 @@ pub fn vet_with(bytes: &[u8], max_part: u64, max_total: u64) -> Result<String, D
     if head.windows(STRICT_NS.len()).any(|w| w == STRICT_NS) {
         return Err(DocxError::Strict);
     }
+    for name in names.iter().filter(|n| n.ends_with(".xml") || n.ends_with(".rels")) {
+        let part = archive.by_name(name).map_err(|e| DocxError::Damaged(zip_reason(&e)))?;
+        if nesting_exceeds(std::io::BufReader::new(part), MAX_DEPTH) {
+            return Err(DocxError::TooDeep { part: name.clone(), limit: MAX_DEPTH });
+        }
+    }
     Ok(main)
+}
+
+/// Whether the XML read from `xml` nests elements more than `limit` deep. Streams in constant
+/// memory and stops at the first element past the limit; XML it cannot parse ends the scan
+/// (docx-rs reports that itself).
+fn nesting_exceeds(xml: impl std::io::BufRead, limit: usize) -> bool {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_reader(xml);
+    reader.config_mut().check_end_names = false;
+    let mut buf = Vec::new();
+    let mut depth = 0usize;
+    loop {
+        match reader.read_event_into(&mut buf) {
+            Ok(Event::Start(_)) => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            Ok(Event::End(_)) => depth = depth.saturating_sub(1),
+            Ok(Event::Eof) | Err(_) => return false,
+            Ok(_) => {}
+        }
+        buf.clear();
+    }
 }
 
 /// The WordprocessingML namespace of Strict documents.
@@ -247,6 +296,30 @@ mod tests {
         assert!(matches!(vet(&z), Err(DocxError::MissingPart { missing, .. }) if missing == "word/document.xml"));
         let whole = zip_of(&[("[Content_Types].xml", b"<Types/>"), ("word/document.xml", &[b'a'; 5000])]);
         assert!(matches!(vet(&whole[..whole.len() / 2]), Err(DocxError::Damaged(_))));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_the_reader_recurses() {
+        let nested = |levels: usize| {
+            let mut xml = String::from("<w:document><w:body>");
+            xml.push_str(&"<w:tbl><w:tr><w:tc>".repeat(levels));
+            xml.push_str("<w:p><w:r><w:t>deep</w:t></w:r></w:p>");
+            xml.push_str(&"</w:tc></w:tr></w:tbl>".repeat(levels));
+            xml.push_str("</w:body></w:document>");
+            xml
+        };
+        let docx = |xml: &str| {
+            zip_of(&[
+                ("[Content_Types].xml", b"<Types/>"),
+                ("_rels/.rels", b"<Relationships/>"),
+                ("word/document.xml", xml.as_bytes()),
+            ])
+        };
+        // 16 tables deep is 54 levels: read as usual.
+        assert_eq!(vet(&docx(&nested(16))), Ok("word/document.xml".into()));
+        let e = vet(&docx(&nested(200_000))).unwrap_err();
+        assert_eq!(e, DocxError::TooDeep { part: "word/document.xml".into(), limit: MAX_DEPTH });
+        assert!(e.to_string().contains("more than 256 deep"), "{e}");
     }
 
     #[test]
