@@ -8,7 +8,7 @@ GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
 NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx --exclude chapter-eval
 GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search -p chapter-rag -p rag-guest -p bedrock-kb -p couchbase-search
 
-.PHONY: setup models components host demo test lint ci bench bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval profile-embedder
+.PHONY: setup models components host demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval profile-embedder
 
 setup:
 	rustup target add wasm32-wasip2
@@ -47,6 +47,11 @@ lint: setup
 
 bench: setup
 	$(CARGO) bench -p quarry-tests --bench host
+
+# What the host holds (RSS, fds, threads) under each flood a hostile component or client sends.
+bench-hostile: setup
+	$(CARGO) build --release -p quarry
+	$(CARGO) bench -p quarry-tests --bench hostile
 
 bench-embedder: setup models
 	$(CARGO) build --release -p embedder-onnx --example native

@@ -39,6 +39,8 @@ pub struct McpHttp {
     next_id: u64,
     /// Sent as `Authorization: Bearer <token>` when set.
     pub token: Option<String>,
+    /// More headers sent with every request (an `Origin`, say).
+    pub headers: Vec<(String, String)>,
 }
 
 impl McpHttp {
@@ -50,7 +52,27 @@ impl McpHttp {
         stream.set_nodelay(true)?;
         let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(conn);
-        Ok(McpHttp { url: uri, send, session: None, next_id: 1, token: None })
+        Ok(McpHttp { url: uri, send, session: None, next_id: 1, token: None, headers: Vec::new() })
+    }
+
+    /// The session this client is in, once the server gave it one.
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// Connects to `url` and joins `session` (another connection of the same client).
+    pub async fn join(url: &str, session: &str) -> anyhow::Result<McpHttp> {
+        let mut c = McpHttp::connect(url).await?;
+        c.session = Some(session.to_string());
+        // Request ids must not repeat within a session.
+        c.next_id = 1_000 + rand_ish();
+        Ok(c)
+    }
+
+    /// Sends request `method` with id `id` and waits for the whole reply.
+    pub async fn request_with_id(&mut self, id: u64, method: &str, params: Value) -> anyhow::Result<Reply> {
+        self.post(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string().into_bytes())
+            .await
     }
 
     /// Connects and does the handshake: `initialize`, then `notifications/initialized`.
@@ -80,6 +102,9 @@ impl McpHttp {
         }
         if let Some(s) = &self.session {
             req = req.header("mcp-session-id", s).header("mcp-protocol-version", "2025-11-25");
+        }
+        for (k, v) in &self.headers {
+            req = req.header(k.as_str(), v.as_str());
         }
         let req = req.body(Full::new(Bytes::from(body)))?;
         // The connection is ready for the next request only once it has read the last response
@@ -117,6 +142,13 @@ impl McpHttp {
     pub async fn call(&mut self, name: &str, arguments: Value) -> anyhow::Result<Value> {
         self.request("tools/call", json!({"name": name, "arguments": arguments})).await
     }
+}
+
+/// A number that differs between calls in one process, for request ids.
+fn rand_ish() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(100, Ordering::Relaxed)
 }
 
 /// `quarry serve --http 127.0.0.1:0` as a child process; killed when dropped.
@@ -162,6 +194,13 @@ impl Served {
             panic!("quarry serve --http did not start within 5 minutes");
         };
         Served { child, url }
+    }
+}
+
+impl Served {
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 }
 

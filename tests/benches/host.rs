@@ -3,7 +3,9 @@
 //! - instantiate-and-call: a fresh instance (store, instantiate, `open`, `specs`) plus one call;
 //! - warm call: a call on a running instance;
 //! - component load: compiling vs loading the cached precompiled `.cwasm`;
-//! - hot swap: from the new file renamed into place to the new version serving.
+//! - hot swap: from the new file renamed into place to the new version serving;
+//! - what yielding at every epoch tick costs: a CPU-bound call with yielding (what the host
+//!   does) beside the same call trapping at its deadline without yielding.
 //!
 //! Run with `make bench` (or `cargo bench -p quarry-tests --bench host`).
 
@@ -123,8 +125,43 @@ async fn main() {
     row("hot swap: file renamed -> new version serving", to_serving);
     println!("  (includes the {:?} debounce; compile is cached after the first two swaps)", quarry::watch::DEBOUNCE);
 
+    // Yielding at each epoch tick (so long calls share the runtime's workers) against trapping
+    // at the deadline without yielding, on one CPU-bound call, alternated so both see the same
+    // machine.
+    let hostile_path = env.plugin(HOSTILE, "hostile-bench");
+    let mut hostile_cfg = cfg.as_ref().clone();
+    hostile_cfg.component = hostile_path.canonicalize().unwrap();
+    hostile_cfg.config_json = "{}".into();
+    hostile_cfg.grants.deadline = Duration::from_secs(60);
+    let hostile_cfg = Arc::new(hostile_cfg);
+    let mut yielding = None;
+    let mut trapping = None;
+    for (slot, e) in [(&mut yielding, engine.clone()), (&mut trapping, engine.clone().without_yielding())] {
+        let linker = quarry::registry::build_linker(e.engine()).unwrap();
+        let plugin = Plugin::load(&e, &linker, &hostile_cfg.component).await.unwrap();
+        *slot = Some(ToolInstance::open(&e, hostile_cfg.clone(), plugin, None).await.unwrap());
+    }
+    let (yielding, trapping) = (yielding.unwrap(), trapping.unwrap());
+    let work = r#"{"n": 100}"#;
+    assert_eq!(yielding.call("work", work).await.unwrap().text, trapping.call("work", work).await.unwrap().text);
+    let (mut y, mut tr) = (Vec::new(), Vec::new());
+    for _ in 0..15 {
+        for (inst, v) in [(&yielding, &mut y), (&trapping, &mut tr)] {
+            let t = Instant::now();
+            inst.call("work", work).await.unwrap();
+            v.push(t.elapsed());
+        }
+    }
+    let y50 = row("CPU-bound call, yielding every 10 ms tick", y);
+    let t50 = row("CPU-bound call, trapping only (no yields)", tr);
+
     println!();
     println!("instantiate+call vs warm call: {:.1}x", cold_p50.as_secs_f64() / warm_p50.as_secs_f64());
+    println!(
+        "yielding vs trapping only: {:.3}x the time ({:+.1}%)",
+        y50.as_secs_f64() / t50.as_secs_f64(),
+        (y50.as_secs_f64() / t50.as_secs_f64() - 1.0) * 100.0
+    );
     for (name, r) in ratios {
         println!("compile vs cached load, {name}: {r:.0}x faster from cache");
     }

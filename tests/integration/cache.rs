@@ -58,3 +58,61 @@ fn invalid_bytes_are_an_error_not_a_cache_entry() {
 fn hex_sha256(bytes: &[u8]) -> String {
     ComponentCache::content_hash(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// Cache entries are native code: an entry, or a cache directory, that someone else could have
+/// written is not loaded; the component is compiled instead.
+#[test]
+fn entries_others_could_write_are_compiled_not_loaded() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(ECHO_V1).unwrap();
+    let path = Path::new(ECHO_V1);
+    let load = || QuarryEngine::new(dir.path().to_path_buf()).unwrap().load_component(path, &bytes).unwrap().1;
+    assert_eq!(load(), CacheOutcome::Compiled);
+    assert_eq!(load(), CacheOutcome::Disk);
+    let entry = std::fs::read_dir(dir.path()).unwrap().flatten().next().unwrap().path();
+    let chmod = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+
+    // An entry others may write: recompiled, and rewritten private.
+    chmod(&entry, 0o666);
+    assert_eq!(load(), CacheOutcome::Compiled);
+    assert_eq!(std::fs::metadata(&entry).unwrap().mode() & 0o077, 0, "the rewritten entry is private");
+    assert_eq!(load(), CacheOutcome::Disk);
+
+    // A directory others may write: nothing in it is trusted, nothing is written to it.
+    chmod(dir.path(), 0o777);
+    assert_eq!(load(), CacheOutcome::Compiled);
+    chmod(dir.path(), 0o700);
+    assert_eq!(load(), CacheOutcome::Disk);
+
+    // An entry that is a link to a file elsewhere: not followed.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("planted.cwasm");
+    std::fs::copy(&entry, &target).unwrap();
+    std::fs::remove_file(&entry).unwrap();
+    std::os::unix::fs::symlink(&target, &entry).unwrap();
+    assert_eq!(load(), CacheOutcome::Compiled);
+    assert!(!std::fs::symlink_metadata(&entry).unwrap().file_type().is_symlink(), "replaced by a real entry");
+
+    // A directory that belongs to another user (when the tests can give it away: as root).
+    let me = std::fs::metadata(dir.path()).unwrap().uid();
+    if me == 0 {
+        std::os::unix::fs::chown(dir.path(), Some(4242), None).unwrap();
+        assert_eq!(load(), CacheOutcome::Compiled);
+        std::os::unix::fs::chown(dir.path(), Some(0), None).unwrap();
+        assert_eq!(load(), CacheOutcome::Disk);
+    } else {
+        eprintln!("not root: the other-owner case of this test needs chown, skipped");
+    }
+}
+
+/// A missing cache directory is created private.
+#[test]
+fn a_new_cache_directory_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("new/cache");
+    let bytes = std::fs::read(ECHO_V1).unwrap();
+    QuarryEngine::new(dir.clone()).unwrap().load_component(Path::new(ECHO_V1), &bytes).unwrap();
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+}

@@ -163,3 +163,78 @@ async fn open_rejecting_its_config_is_reported_and_others_serve() {
     let err = host.call("bad.echo", "{}").await.unwrap_err().to_string();
     assert!(err.contains("did not load") && err.contains("colour"), "{err}");
 }
+
+/// A read-write grant may not hold code or config the host trusts: the precompiled cache (native
+/// code), a component's directory (hot swap would load what a guest wrote, with every instance's
+/// grants) or the config file's directory.
+#[test]
+fn read_write_grants_over_code_the_host_runs_are_refused() {
+    let env = echo_env();
+    std::fs::create_dir_all(env.path("state/cache")).unwrap();
+    let rw = |host: &str| {
+        format!(
+            "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\ndirs = [{{ host = \"{host}\", guest = \"/w\", mode = \"rw\" }}]\n"
+        )
+    };
+    for (host, holds) in [(".", "the config file's directory"), ("plugins", "the directory of tools.echo.component")] {
+        let e = error_for(&env, &rw(host));
+        assert!(
+            e.contains("tools.echo.grants.dirs[0].host")
+                && e.contains(holds)
+                && e.contains("make this grant read-only"),
+            "{host}: {e}"
+        );
+        // Read-only, the same directory is fine.
+        let ro = rw(host).replace(", mode = \"rw\"", "");
+        quarry::Config::load(&env.config(&ro)).unwrap();
+    }
+    // The cache directory, or one above it.
+    let path = env.path("quarry.toml");
+    for host in ["state", "state/cache"] {
+        std::fs::write(&path, format!("[host]\ncache_dir = \"state/cache\"\n\n{}", rw(host))).unwrap();
+        let e = quarry::Config::load(&path).unwrap_err().to_string();
+        assert!(e.contains("the precompiled-component cache (host.cache_dir)"), "{host}: {e}");
+    }
+    // A grant beside them is fine.
+    std::fs::write(&path, format!("[host]\ncache_dir = \"state/cache\"\n\n{}", rw("data"))).unwrap();
+    quarry::Config::load(&path).unwrap();
+}
+
+#[test]
+fn quotas_and_serve_limits_are_checked() {
+    let env = echo_env();
+    let dir = |d: &str| format!("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.echo.grants]\ndirs = [{d}]\n");
+    let cases = [
+        (
+            dir(r#"{ host = "data", guest = "/d", quota = { bytes = "1MiB" } }"#),
+            "tools.echo.grants.dirs[0].quota",
+            "only to a read-write grant",
+        ),
+        (
+            dir(r#"{ host = "data", guest = "/d", mode = "rw", quota = { files = 0 } }"#),
+            "tools.echo.grants.dirs[0].quota",
+            "above zero",
+        ),
+        (dir(r#"{ host = "data", guest = "/d", mode = "rw", quota = { bytes = "lots" } }"#), "", "\"64MiB\""),
+        (dir(r#"{ host = "data", guest = "/d", mode = "rw", quota = { inodes = 5 } }"#), "", "unknown field `inodes`"),
+        ("[serve]\nmax_sessions = 0\n".to_string(), "serve.max_sessions", "between 1 and"),
+        (
+            "[serve]\nallowed_origins = [\"localhost:3000\"]\n".to_string(),
+            "serve.allowed_origins[0]",
+            "scheme://host[:port]",
+        ),
+        ("[serve]\nbody_timeout = \"forever\"\n".to_string(), "", "\"10s\""),
+        ("[serve]\nmax_conns = 3\n".to_string(), "", "unknown field `max_conns`"),
+    ];
+    for (body, key, expect) in cases {
+        let e = error_for(&env, &body);
+        assert!(e.contains(key) && e.contains(expect), "{body}: {e}");
+    }
+    let ok = quarry::Config::load(&env.config(&format!(
+        "[serve]\nmax_sessions = 3\nallowed_origins = [\"http://localhost:6274\"]\n\n{}",
+        dir(r#"{ host = "data", guest = "/d", mode = "rw", quota = { bytes = "2MiB", files = 7 } }"#)
+    )))
+    .unwrap();
+    assert_eq!(ok.serve.max_sessions, 3);
+    assert_eq!(ok.tools["echo"].grants.dirs[0].quota, Some(quarry::files::Quota { bytes: 2 << 20, files: 7 }));
+}

@@ -10,7 +10,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use quarry_tests::mcp_client::{McpHttp, Served};
-use quarry_tests::{ECHO_V1, TestEnv, quarry_bin};
+use quarry_tests::{ECHO_V1, HOSTILE, TestEnv, quarry_bin};
 use serde_json::{Value, json};
 
 const TEN_MB: usize = 10 << 20;
@@ -228,4 +228,165 @@ async fn bearer_token_when_set_and_required_beyond_loopback() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("without a bearer token: set QUARRY_MCP_TOKEN"), "{err}");
+}
+
+/// A server for the limit tests: the hostile component as `h` (a `sleep` tool to keep calls
+/// busy), and `[serve]` limits small enough to reach.
+fn limited(serve: &str) -> (TestEnv, std::path::PathBuf) {
+    let env = TestEnv::new();
+    env.plugin(HOSTILE, "hostile");
+    let config = env.config(&format!(
+        "[serve]\n{serve}\n\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n[tools.h.grants]\ndeadline = \"30s\"\n"
+    ));
+    (env, config)
+}
+
+/// The hostile server still serves: a call answers.
+async fn hostile_serves(c: &mut McpHttp) {
+    let r = c.call("h.echo", json!({"text": "still here"})).await.unwrap();
+    assert_eq!(text_of(&r), "still here", "{r}");
+}
+
+fn text_of(answer: &Value) -> String {
+    answer["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_past_the_cap_are_refused_and_the_others_serve() {
+    let (_env, config) = limited("max_sessions = 3");
+    let served = Served::start(&quarry_bin(), &config);
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(McpHttp::open(&served.url).await.unwrap());
+    }
+    let mut fourth = McpHttp::connect(&served.url).await.unwrap();
+    let r = fourth
+        .request_with_id(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(error_code(&r.messages[0]), -32000);
+    assert!(r.body.contains("maximum of 3 sessions") && r.body.contains("max_sessions"), "{}", r.body);
+    for c in &mut open {
+        hostile_serves(c).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_get_503_and_a_body_that_never_comes_times_out() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_env, config) = limited("max_connections = 4\nbody_timeout = \"1s\"");
+    let served = Served::start(&quarry_bin(), &config);
+    let addr = served.url.trim_start_matches("http://").trim_end_matches("/mcp").to_string();
+    // A body announced and never sent: dropped with 408 once the body timeout passes.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: 100\r\n\r\n{{"
+    );
+    slow.write_all(head.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), slow.read_to_end(&mut reply)).await;
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    assert!(reply.contains("did not arrive within 1s"), "{reply}");
+    drop(slow);
+    // Four idle connections hold every slot; the fifth is answered 503 and closed.
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut fifth = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), fifth.read_to_end(&mut reply)).await;
+    assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 503"), "{}", String::from_utf8_lossy(&reply));
+    // Once they go, the server takes clients again.
+    drop(idle);
+    let mut c = None;
+    for _ in 0..50 {
+        if let Ok(client) = McpHttp::open(&served.url).await {
+            c = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    hostile_serves(c.as_mut().expect("a client is served once the idle connections closed")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_may_queue_so_many_calls_and_a_cancel_takes_one_out() {
+    let (_env, config) = limited("max_queued_calls = 2");
+    let served = Served::start(&quarry_bin(), &config);
+    let mut main = McpHttp::open(&served.url).await.unwrap();
+    let session = main.session().unwrap().to_string();
+    let url = served.url.clone();
+    // Two slow calls from this session: one runs, one waits behind it (one instance runs one
+    // call at a time).
+    let slow = |ms: u64, id: u64| {
+        let (url, session) = (url.clone(), session.clone());
+        tokio::spawn(async move {
+            let mut c = McpHttp::join(&url, &session).await.unwrap();
+            c.request_with_id(id, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": ms}})).await.unwrap()
+        })
+    };
+    let first = slow(2000, 501);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = slow(10, 502);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A third is one too many for the session.
+    let busy = main.call("h.echo", json!({"text": "x"})).await.unwrap();
+    assert_eq!(busy["result"]["isError"], true, "{busy}");
+    assert_eq!(busy["result"]["structuredContent"]["error"]["kind"], "busy", "{busy}");
+    assert!(text_of(&busy).contains("max_queued_calls"), "{busy}");
+    // The client cancels the waiting call: it never runs.
+    let r = main
+        .post(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 502, "reason": "no longer needed"}}).to_string().into_bytes())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 202, "{r:?}");
+    let first = first.await.unwrap();
+    assert_eq!(text_of(first.answer(501).unwrap()), "slept");
+    let second = second.await.unwrap();
+    if let Some(a) = second.answer(502) {
+        assert_eq!(a["result"]["structuredContent"]["error"]["kind"], "cancelled", "{a}");
+    }
+    let ran = main.call("h.ran", json!({})).await.unwrap();
+    assert_eq!(text_of(&ran), "1", "only the first sleep ran: {ran}");
+    hostile_serves(&mut main).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_are_checked_and_plain_http_beyond_loopback_needs_a_flag() {
+    let (_env, config) = limited("allowed_origins = [\"http://localhost:6274\"]");
+    let served = Served::start(&quarry_bin(), &config);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let mut evil = McpHttp::connect(&served.url).await.unwrap();
+    evil.headers.push(("origin".into(), "http://evil.example".into()));
+    let r = evil.post(init.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(r.body.contains("allowed_origins"), "{}", r.body);
+    let mut inspector = McpHttp::connect(&served.url).await.unwrap();
+    inspector.headers.push(("origin".into(), "http://localhost:6274".into()));
+    let r = inspector.post(init.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    // No Origin header (not a browser): served as before.
+    let mut c = McpHttp::open(&served.url).await.unwrap();
+    hostile_serves(&mut c).await;
+
+    // A token beyond loopback over plain HTTP is refused without --insecure-http.
+    let out = std::process::Command::new(quarry_bin())
+        .arg("--config")
+        .arg(&config)
+        .args(["serve", "--http", "0.0.0.0:0"])
+        .env("QUARRY_MCP_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("over plain HTTP") && err.contains("--insecure-http") && err.contains("TLS"), "{err}");
 }

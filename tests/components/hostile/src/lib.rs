@@ -1,25 +1,57 @@
 //! A deliberately hostile tool: every tool here tries something the host must
 //! contain (reading outside its preopen, writing a read-only dir, HTTP to
 //! forbidden addresses, spinning forever, exhausting memory or stack, huge
-//! output, panicking). `echo` and `env` are the well-behaved controls.
+//! output, panicking, hoarding host resources, flooding the network, steering
+//! capability requests outside its grant, filling its disk, driving the
+//! operator's terminal). `echo` and `env` are the well-behaved controls.
 
 wit_bindgen::generate!({
     path: "../../../wit",
-    world: "http-tool",
+    // Every Quarry capability a tool may import, so that the tests can attack each one; the
+    // embedder is left out (importing it would make the host require one in every config).
+    inline: "
+        package quarry:hostile;
+        world hostile {
+            include quarry:retrieval/http-tool@0.1.0;
+            import quarry:retrieval/couchbase@0.1.0;
+            import quarry:retrieval/bedrock@0.1.0;
+            import quarry:retrieval/progress@0.1.0;
+        }
+    ",
+    world: "quarry:hostile/hostile",
     generate_all,
 });
 
+use std::cell::RefCell;
+
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
+use quarry::retrieval::couchbase::{self, CouchbaseError, IndexScope, VectorSearch};
 use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
 use wasi::http::outgoing_handler;
-use wasi::http::types::{Fields, OutgoingRequest, Scheme};
+use wasi::http::types::{ErrorCode, Fields, FutureIncomingResponse, OutgoingBody, OutgoingRequest, Scheme};
 use wasi::io::streams::StreamError;
 
 struct Component;
 
 struct Hostile {
     label: String,
+    /// Extra tools' worth of description, in KiB, to make the specs huge.
+    spec_kib: usize,
+}
+
+thread_local! {
+    /// Host resources kept across calls on purpose (the store lives on between calls).
+    static HOARD: RefCell<Vec<Hoarded>> = const { RefCell::new(Vec::new()) };
+    /// Calls that got to run, for the tests of queued and cancelled calls.
+    static RAN: RefCell<u64> = const { RefCell::new(0) };
+}
+
+#[allow(dead_code, reason = "held only to keep the host resources alive")]
+enum Hoarded {
+    Fields(Fields),
+    Body(OutgoingRequest, OutgoingBody, wasi::io::streams::OutputStream),
+    Response(FutureIncomingResponse),
 }
 
 const TOOLS: &[(&str, &str, &str)] = &[
@@ -58,6 +90,77 @@ const TOOLS: &[(&str, &str, &str)] = &[
         r#"{"type":"object","properties":{"mb":{"type":"integer"}},"required":["mb"]}"#,
     ),
     ("panic", "Panics.", r#"{"type":"object","properties":{}}"#),
+    (
+        "hoard_fields",
+        "Keeps `n` header sets of 60 KiB each across calls.",
+        r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#,
+    ),
+    (
+        "hoard_bodies",
+        "Keeps `n` unsent requests, each with a written 60 KiB body, across calls.",
+        r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#,
+    ),
+    (
+        "deny_flood",
+        "Sends `n` requests to refused hosts whose names are `len` bytes long.",
+        r#"{"type":"object","properties":{"n":{"type":"integer"},"len":{"type":"integer"}},"required":["n","len"]}"#,
+    ),
+    (
+        "http_flood",
+        "Starts `n` GETs of `url` at once, keeps them, waits `wait_ms`, and counts them.",
+        r#"{"type":"object","properties":{"url":{"type":"string"},"n":{"type":"integer"},"wait_ms":{"type":"integer"}},"required":["url","n"]}"#,
+    ),
+    (
+        "many_hits",
+        "Returns `n` empty hits.",
+        r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#,
+    ),
+    (
+        "big_error",
+        "Fails with a message of `mb` MiB.",
+        r#"{"type":"object","properties":{"mb":{"type":"integer"}},"required":["mb"]}"#,
+    ),
+    (
+        "fill",
+        "Writes `mb` MiB into `path`, 1 MiB at a time, through std::fs.",
+        r#"{"type":"object","properties":{"path":{"type":"string"},"mb":{"type":"integer"}},"required":["path","mb"]}"#,
+    ),
+    (
+        "touch_many",
+        "Creates `n` empty files in `dir`.",
+        r#"{"type":"object","properties":{"dir":{"type":"string"},"n":{"type":"integer"}},"required":["dir","n"]}"#,
+    ),
+    (
+        "cb_search",
+        "A Couchbase vector search on index `index`, scoped to `bucket`.`scope` or cluster-level.",
+        r#"{"type":"object","properties":{"bucket":{"type":"string"},"scope":{"type":"string"},"index":{"type":"string"},"limit":{"type":"integer"}},"required":["index"]}"#,
+    ),
+    (
+        "cb_indexes",
+        "Lists the Couchbase search indexes of `bucket`.`scope`.",
+        r#"{"type":"object","properties":{"bucket":{"type":"string"},"scope":{"type":"string"}},"required":["bucket","scope"]}"#,
+    ),
+    (
+        "bedrock",
+        "Bedrock Retrieve on knowledge base `kb`, with `request` as the body (a small query by default).",
+        r#"{"type":"object","properties":{"kb":{"type":"string"},"request":{"type":"string"}},"required":["kb"]}"#,
+    ),
+    (
+        "report",
+        "Reports progress on task `task`.",
+        r#"{"type":"object","properties":{"task":{"type":"string"}},"required":["task"]}"#,
+    ),
+    (
+        "sleep",
+        "Waits `ms` milliseconds in a host call, then counts itself as run.",
+        r#"{"type":"object","properties":{"ms":{"type":"integer"}},"required":["ms"]}"#,
+    ),
+    ("ran", "How many `sleep` calls ran to their end.", r#"{"type":"object","properties":{}}"#),
+    (
+        "work",
+        "Computes for `n` million steps and returns a checksum (CPU only, no host calls).",
+        r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#,
+    ),
 ];
 
 impl Guest for Component {
@@ -81,11 +184,18 @@ impl GuestInstance for Hostile {
         let cfg: Value =
             serde_json::from_str(&config).map_err(|e| ToolError::InvalidConfig(format!("config is not JSON: {e}")))?;
         let obj = cfg.as_object().ok_or_else(|| ToolError::InvalidConfig("config must be an object".into()))?;
-        if let Some(k) = obj.keys().find(|k| *k != "label") {
-            return Err(ToolError::InvalidConfig(format!("unknown config key `{k}`; accepted: label")));
+        if let Some(k) = obj.keys().find(|k| !["label", "reject_mb", "spec_kib"].contains(&k.as_str())) {
+            return Err(ToolError::InvalidConfig(format!(
+                "unknown config key `{k}`; accepted: label, reject_mb, spec_kib"
+            )));
+        }
+        if let Some(mb) = obj.get("reject_mb").and_then(Value::as_u64) {
+            // A rejection the host would keep and repeat, if it kept it whole.
+            return Err(ToolError::InvalidConfig("r".repeat(mb as usize * (1 << 20))));
         }
         let label = obj.get("label").and_then(Value::as_str).unwrap_or("hostile").to_string();
-        Ok(Instance::new(Hostile { label }))
+        let spec_kib = obj.get("spec_kib").and_then(Value::as_u64).unwrap_or(0) as usize;
+        Ok(Instance::new(Hostile { label, spec_kib }))
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
@@ -93,7 +203,7 @@ impl GuestInstance for Hostile {
             .iter()
             .map(|(name, desc, schema)| ToolSpec {
                 name: name.to_string(),
-                description: format!("{desc} ({})", self.label),
+                description: format!("{desc} ({}){}", self.label, "d".repeat(self.spec_kib << 10)),
                 args_schema: schema.to_string(),
             })
             .collect()
@@ -138,6 +248,123 @@ impl GuestInstance for Hostile {
                 Ok(ToolOutput { text: "x".repeat(n("mb")? as usize * (1 << 20)), hits: vec![], extra: None })
             }
             "panic" => panic!("hostile component panicked on purpose"),
+            "hoard_fields" => {
+                for _ in 0..n("n")? {
+                    let f = Fields::new();
+                    // 60 KiB in 15 headers, under the host's limit for one header set.
+                    for i in 0..15 {
+                        let _ = f.append(&format!("x-hoard-{i}"), &vec![b'v'; 4000]);
+                    }
+                    HOARD.with(|h| h.borrow_mut().push(Hoarded::Fields(f)));
+                }
+                Ok(text(format!("hoarding {} resources", HOARD.with(|h| h.borrow().len()))))
+            }
+            "hoard_bodies" => {
+                for _ in 0..n("n")? {
+                    let req = OutgoingRequest::new(Fields::new());
+                    let body = req.body().map_err(|()| bad_args("no body"))?;
+                    let out = body.write().map_err(|()| bad_args("no body stream"))?;
+                    let chunk = vec![b'b'; 60 << 10];
+                    let room = out.check_write().unwrap_or(0) as usize;
+                    let _ = out.write(&chunk[..room.min(chunk.len())]);
+                    HOARD.with(|h| h.borrow_mut().push(Hoarded::Body(req, body, out)));
+                }
+                Ok(text(format!("hoarding {} resources", HOARD.with(|h| h.borrow().len()))))
+            }
+            "deny_flood" => {
+                let host = format!("{}.x", "a".repeat(n("len")? as usize));
+                let mut refused = 0;
+                for _ in 0..n("n")? {
+                    let req = OutgoingRequest::new(Fields::new());
+                    let _ = req.set_scheme(Some(&Scheme::Http));
+                    let _ = req.set_authority(Some(&host));
+                    let _ = req.set_path_with_query(Some("/"));
+                    match outgoing_handler::handle(req, None) {
+                        Err(_) => refused += 1,
+                        Ok(fut) => {
+                            fut.subscribe().block();
+                            if !matches!(fut.get(), Some(Ok(Ok(_)))) {
+                                refused += 1;
+                            }
+                        }
+                    }
+                }
+                Err(ToolError::Upstream(format!("{refused} requests refused")))
+            }
+            "http_flood" => http_flood(&s("url")?, n("n")?, args.get("wait_ms").and_then(Value::as_u64).unwrap_or(500)),
+            "many_hits" => Ok(ToolOutput {
+                text: String::new(),
+                hits: (0..n("n")?)
+                    .map(|_| Hit { content: String::new(), score: None, source: None, metadata: String::new() })
+                    .collect(),
+                extra: None,
+            }),
+            "big_error" => Err(ToolError::Internal("e".repeat(n("mb")? as usize * (1 << 20)))),
+            "fill" => {
+                use std::io::Write;
+                let path = s("path")?;
+                let mut f =
+                    std::fs::File::create(&path).map_err(|e| ToolError::Denied(format!("create failed: {e}")))?;
+                let chunk = vec![b'f'; 1 << 20];
+                for i in 0..n("mb")? {
+                    f.write_all(&chunk).map_err(|e| ToolError::Denied(format!("write failed after {i} MiB: {e}")))?;
+                }
+                Ok(text("filled".into()))
+            }
+            "touch_many" => {
+                let dir = s("dir")?;
+                for i in 0..n("n")? {
+                    std::fs::write(format!("{dir}/t{i}"), b"")
+                        .map_err(|e| ToolError::Denied(format!("create failed after {i} files: {e}")))?;
+                }
+                Ok(text("touched".into()))
+            }
+            "cb_search" => {
+                let at = match (args.get("bucket").and_then(Value::as_str), args.get("scope").and_then(Value::as_str)) {
+                    (Some(b), Some(sc)) => IndexScope::Scoped((b.to_string(), sc.to_string())),
+                    _ => IndexScope::Cluster,
+                };
+                let limit = args.get("limit").and_then(Value::as_u64).unwrap_or(3) as u32;
+                let q = VectorSearch {
+                    at,
+                    index: s("index")?,
+                    field: "embedding".into(),
+                    vector: vec![1.0, 0.0, 0.0, 0.0],
+                    k: limit,
+                    limit,
+                    fields: vec!["*".into()],
+                    prefilter: None,
+                };
+                couchbase::search(&q).map(|rows| text(format!("{} rows", rows.len()))).map_err(couchbase_error)
+            }
+            "cb_indexes" => couchbase::search_indexes(&IndexScope::Scoped((s("bucket")?, s("scope")?)))
+                .map(|ix| text(ix.iter().map(|i| i.name.clone()).collect::<Vec<_>>().join(",")))
+                .map_err(couchbase_error),
+            "bedrock" => {
+                let body = s("request").unwrap_or_else(|_| r#"{"retrievalQuery":{"text":"q"}}"#.into());
+                quarry::retrieval::bedrock::retrieve(&s("kb")?, &body).map(text).map_err(|e| match e {
+                    quarry::retrieval::bedrock::BedrockError::Denied(m) => ToolError::Denied(m),
+                    quarry::retrieval::bedrock::BedrockError::InvalidRequest(m) => ToolError::InvalidArgs(m),
+                    other => ToolError::Upstream(format!("{other:?}")),
+                })
+            }
+            "report" => {
+                quarry::retrieval::progress::report(&s("task")?, 1, 2, "steps");
+                Ok(text("reported".into()))
+            }
+            "sleep" => {
+                wasi::clocks::monotonic_clock::subscribe_duration(n("ms")? * 1_000_000).block();
+                RAN.with(|r| *r.borrow_mut() += 1);
+                Ok(text("slept".into()))
+            }
+            "ran" => Ok(text(RAN.with(|r| *r.borrow()).to_string())),
+            "work" => {
+                let mut h: u64 = 0xcbf29ce484222325;
+                for i in 0..n("n")? * 1_000_000 {
+                    h = std::hint::black_box((h ^ i).wrapping_mul(0x100000001b3));
+                }
+                Ok(text(format!("{h:016x}")))
+            }
             other => Err(ToolError::NotFound(format!("no tool `{other}`"))),
         }
     }
@@ -152,6 +379,48 @@ fn recurse(depth: u64) -> u64 {
 fn recurse_shadow(depth: u64) -> u64 {
     let pad = std::hint::black_box([depth; 64]);
     if std::hint::black_box(false) { pad[3] } else { recurse_shadow(depth + 1).wrapping_add(pad[3]) }
+}
+
+fn couchbase_error(e: CouchbaseError) -> ToolError {
+    match e {
+        CouchbaseError::InvalidRequest(m) => ToolError::InvalidArgs(format!("invalid-request: {m}")),
+        CouchbaseError::Denied(m) => ToolError::Denied(m),
+        CouchbaseError::NotFound(m) => ToolError::NotFound(m),
+        CouchbaseError::Unavailable(m) | CouchbaseError::Service(m) => ToolError::Upstream(m),
+    }
+}
+
+/// Starts `n` GETs of `url` at once and keeps every one (across calls too), waits `wait_ms`,
+/// then says how many the host refused at once and how many are still waiting.
+fn http_flood(url: &str, n: u64, wait_ms: u64) -> Result<ToolOutput, ToolError> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| bad_args("only http:// URLs"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let mut futures = Vec::new();
+    for _ in 0..n {
+        let req = OutgoingRequest::new(Fields::new());
+        let _ = req.set_scheme(Some(&Scheme::Http));
+        let _ = req.set_authority(Some(authority));
+        let _ = req.set_path_with_query(Some(path));
+        if let Ok(f) = outgoing_handler::handle(req, None) {
+            futures.push(f);
+        }
+    }
+    wasi::clocks::monotonic_clock::subscribe_duration(wait_ms * 1_000_000).block();
+    let (mut limited, mut other, mut pending) = (0, 0, 0);
+    for f in &futures {
+        // `ready` polls once, without blocking: it moves a finished request to `get`.
+        let _ = f.subscribe().ready();
+        match f.get() {
+            None => pending += 1,
+            Some(Ok(Err(ErrorCode::ConnectionLimitReached))) => limited += 1,
+            Some(_) => other += 1,
+        }
+    }
+    HOARD.with(|h| h.borrow_mut().extend(futures.into_iter().map(Hoarded::Response)));
+    Ok(text(json!({"pending": pending, "limited": limited, "other": other}).to_string()))
 }
 
 /// GET `url` through wasi:http (http:// only, which is all the tests need).

@@ -2,8 +2,10 @@
 //! `dimension` buckets and L2-normalises. Not a language model; it exists to
 //! test how the host links a tool's `embedder` import to an embedder component.
 //!
-//! Config: `{"dimension": 8, "max_tokens": 16, "model_id": "toy"}` (all optional).
-//! A text of more than `max_tokens` words is truncated and flagged.
+//! Config: `{"dimension": 8, "max_tokens": 16, "model_id": "toy", "delay_ms": 0}` (all
+//! optional). A text of more than `max_tokens` words is truncated and flagged. With
+//! `delay_ms`, each `embed` call first waits that long on the clock (a host call), so tests can
+//! make the pool busy.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -20,6 +22,7 @@ struct Component;
 
 thread_local! {
     static INFO: RefCell<Option<ModelInfo>> = const { RefCell::new(None) };
+    static DELAY_MS: RefCell<u64> = const { RefCell::new(0) };
 }
 
 impl ModelGuest for Component {
@@ -36,6 +39,7 @@ impl ModelGuest for Component {
             return Err(EmbedError::InvalidInput("dimension must be at least 1".into()));
         }
         INFO.with(|i| *i.borrow_mut() = Some(info.clone()));
+        DELAY_MS.with(|d| *d.borrow_mut() = cfg.get("delay_ms").and_then(|v| v.as_u64()).unwrap_or(0));
         Ok(info)
     }
 }
@@ -48,6 +52,10 @@ impl EmbedderGuest for Component {
     fn embed(texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
         let info =
             INFO.with(|i| i.borrow().clone()).ok_or_else(|| EmbedError::Unavailable("model not loaded".into()))?;
+        let delay = DELAY_MS.with(|d| *d.borrow());
+        if delay > 0 {
+            wasi::clocks::monotonic_clock::subscribe_duration(delay * 1_000_000).block();
+        }
         let prefix = match kind {
             InputKind::Query => "q",
             InputKind::Document => "d",

@@ -1,0 +1,187 @@
+//! What the host holds under each flood a hostile component or client can send: resident
+//! memory, open file descriptors and threads of this process before and after, side by side.
+//! The tests (tests/integration/hardening.rs) assert the caps; this prints what they cost.
+//!
+//! Run with `make bench-hostile` (or `cargo bench -p quarry-tests --bench hostile`).
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quarry_tests::{HOSTILE, TestEnv};
+use serde_json::json;
+
+/// Resident memory (MiB), open file descriptors and threads of this process.
+fn sample() -> (f64, usize, usize) {
+    sample_of("self")
+}
+
+/// The same of process `pid` (`self` for this one).
+fn sample_of(pid: &str) -> (f64, usize, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    let count = |d: String| std::fs::read_dir(d).map(|r| r.count()).unwrap_or(0);
+    (rss_kib / 1024.0, count(format!("/proc/{pid}/fd")), count(format!("/proc/{pid}/task")))
+}
+
+fn report(name: &str, before: (f64, usize, usize), outcome: &str, took: Duration) {
+    report_of("self", name, before, outcome, took)
+}
+
+fn report_of(pid: &str, name: &str, before: (f64, usize, usize), outcome: &str, took: Duration) {
+    let after = sample_of(pid);
+    println!(
+        "{name:<46} {:>7.0} {:>7.0} {:>5} {:>5} {:>5} {:>5} {:>8.2}  {outcome}",
+        before.0,
+        after.0,
+        before.1,
+        after.1,
+        before.2,
+        after.2,
+        took.as_secs_f64()
+    );
+}
+
+/// A listener that accepts connections and never answers.
+fn silent_listener() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut buf = [0u8; 4096];
+                while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    port
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let port = silent_listener();
+    let env = TestEnv::new();
+    for d in ["data", "scratch"] {
+        std::fs::create_dir_all(env.path(d)).unwrap();
+    }
+    std::fs::write(env.path("data/ok.txt"), "ok").unwrap();
+    std::process::Command::new("mkfifo").arg(env.path("data/fifo")).status().unwrap();
+    env.plugin(HOSTILE, "hostile");
+    let host = env
+        .host(&format!(
+            r#"
+[tools.h]
+component = "plugins/hostile.wasm"
+[tools.h.grants]
+dirs = [{{ host = "data", guest = "/data" }}, {{ host = "scratch", guest = "/scratch", mode = "rw", quota = {{ bytes = "16MiB" }} }}]
+memory = "256MiB"
+deadline = "10s"
+http = ["http://127.0.0.1:{port}"]
+private_networks = ["127.0.0.1/32"]
+"#
+        ))
+        .await;
+    let call = |tool: &'static str, args: serde_json::Value| {
+        let host = host.clone();
+        async move {
+            match host.call(tool, &args.to_string()).await {
+                Ok(o) => format!("ok: {}", quarry::text::cut(&o.text, 60)),
+                Err(e) => quarry::text::cut(&e.to_string(), 90),
+            }
+        }
+    };
+    call("h.echo", json!({"text": "warm"})).await;
+    println!(
+        "{:<46} {:>7} {:>7} {:>5} {:>5} {:>5} {:>5} {:>8}  outcome of the last call",
+        "flood (each call repeated)", "RSS MiB", "after", "fds", "after", "thr", "after", "seconds"
+    );
+
+    let floods: Vec<(&str, &'static str, serde_json::Value, usize)> = vec![
+        ("header sets, 60 KiB each, 200 a call x 10", "h.hoard_fields", json!({"n": 200}), 10),
+        ("request bodies, 60 KiB each, 100 a call x 10", "h.hoard_bodies", json!({"n": 100}), 10),
+        ("refused requests, 1 MiB hosts, 200 a call x 5", "h.deny_flood", json!({"n": 200, "len": 1 << 20}), 5),
+        (
+            "requests to a silent server, 200 a call x 5",
+            "h.http_flood",
+            json!({"url": format!("http://127.0.0.1:{port}/"), "n": 200, "wait_ms": 200}),
+            5,
+        ),
+        ("opens of a FIFO x 50", "h.read_file", json!({"path": "/data/fifo"}), 50),
+        ("writes of 64 MiB into a 16 MiB quota x 3", "h.fill", json!({"path": "/scratch/f", "mb": 64}), 3),
+        ("300,000 empty hits x 3", "h.many_hits", json!({"n": 300_000}), 3),
+        ("a 20 MiB error message x 3", "h.big_error", json!({"mb": 20}), 3),
+    ];
+    for (name, tool, args, times) in floods {
+        let before = sample();
+        let t = Instant::now();
+        let mut outcome = String::new();
+        for _ in 0..times {
+            outcome = call(tool, args.clone()).await;
+        }
+        report(name, before, &outcome, t.elapsed());
+    }
+
+    let before = sample();
+    let t = Instant::now();
+    let name = "h".repeat(15 << 20);
+    let mut outcome = String::new();
+    for _ in 0..5 {
+        outcome = host.call(&name, "{}").await.err().map(|e| quarry::text::cut(&e.to_string(), 90)).unwrap_or_default();
+    }
+    report("unknown 15 MiB tool names x 5", before, &outcome, t.elapsed());
+
+    // MCP over HTTP, against `quarry serve` in its own process (its figures are its own):
+    // sessions and idle connections past their caps.
+    let served_env = TestEnv::new();
+    served_env.plugin(HOSTILE, "hostile");
+    let config = served_env.config(
+        "[serve]\nmax_sessions = 32\nmax_connections = 64\n\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n",
+    );
+    let served = quarry_tests::mcp_client::Served::start(&quarry_tests::quarry_bin(), &config);
+    let pid = served.pid().to_string();
+    let before = sample_of(&pid);
+    let t = Instant::now();
+    let (mut opened, mut refused) = (0, 0);
+    for _ in 0..200 {
+        match quarry_tests::mcp_client::McpHttp::open(&served.url).await {
+            Ok(c) => {
+                opened += 1;
+                drop(c);
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    report_of(
+        &pid,
+        "MCP sessions opened (cap 32) x 200",
+        before,
+        &format!("{opened} opened, {refused} refused"),
+        t.elapsed(),
+    );
+    let addr = served.url.trim_start_matches("http://").trim_end_matches("/mcp").to_string();
+    let before = sample_of(&pid);
+    let t = Instant::now();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        if let Ok(s) = tokio::net::TcpStream::connect(&addr).await {
+            idle.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    report_of(
+        &pid,
+        "idle connections opened (cap 64) x 300",
+        before,
+        &format!("{} connected", idle.len()),
+        t.elapsed(),
+    );
+    drop(idle);
+    drop(served);
+    let _ = Arc::strong_count(&host);
+}

@@ -1,0 +1,452 @@
+//! What a hostile component, client or document can make the host hold or do, bounded: each
+//! test attacks the way a hostile party would (operations of `tests/components/hostile`, raw
+//! clients, fixtures), asserts counts, refusals and error kinds, and ends with a call that
+//! succeeds.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quarry::bindings::ToolError;
+use quarry_tests::{CallError, EMBED_PROBE, Fault, HOSTILE, TOY_EMBEDDER, TestEnv, quarry_bin, within};
+use serde_json::{Value, json};
+
+/// A hostile instance `h` with a read-only `/data`, a writable `/scratch`, 64 MiB and a 5 s
+/// deadline, plus `extra` grants.
+async fn hostile(env: &TestEnv, extra: &str) -> Arc<quarry::Host> {
+    env.host(&config(env, extra)).await
+}
+
+fn config(env: &TestEnv, extra: &str) -> String {
+    std::fs::create_dir_all(env.path("data")).unwrap();
+    std::fs::create_dir_all(env.path("scratch")).unwrap();
+    std::fs::write(env.path("data/ok.txt"), "granted content").unwrap();
+    env.plugin(HOSTILE, "hostile");
+    format!(
+        r#"
+[tools.h]
+component = "plugins/hostile.wasm"
+[tools.h.grants]
+dirs = [{{ host = "data", guest = "/data" }}, {{ host = "scratch", guest = "/scratch", mode = "rw" }}]
+memory = "64MiB"
+deadline = "5s"
+{extra}
+"#
+    )
+}
+
+async fn call(host: &quarry::Host, tool: &str, args: Value) -> Result<String, CallError> {
+    within(60, host.call(tool, &args.to_string())).await.map(|o| o.text)
+}
+
+/// The control call each test ends with.
+async fn still_serves(host: &quarry::Host) {
+    assert_eq!(call(host, "h.echo", json!({"text": "after"})).await.unwrap(), "after");
+    assert_eq!(call(host, "h.read_file", json!({"path": "/data/ok.txt"})).await.unwrap(), "granted content");
+}
+
+fn tool_error(r: Result<String, CallError>) -> ToolError {
+    match r {
+        Err(CallError::Tool { error, .. }) => error,
+        other => panic!("expected a tool error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hoarded_http_resources_hit_the_memory_grant() {
+    for (tool, per_call) in [("hoard_fields", 200), ("hoard_bodies", 100)] {
+        let env = TestEnv::new();
+        let host = hostile(&env, "").await;
+        // 64 MiB allows 256 resources free, then one per 128 KiB of grant left: a few hundred.
+        let mut held = 0;
+        let fault = loop {
+            match call(&host, &format!("h.{tool}"), json!({"n": per_call})).await {
+                Ok(text) => {
+                    held += 1;
+                    assert!(held < 10, "{tool}: still hoarding after {held} calls: {text}");
+                }
+                Err(CallError::Fault { fault, .. }) => break fault,
+                Err(other) => panic!("{tool}: {other}"),
+            }
+        };
+        assert!(held >= 1, "{tool}: the first call fits the grant");
+        match &fault {
+            Fault::ResourceLimit { limit } => assert!((256..1024).contains(limit), "{tool}: {limit}"),
+            other => panic!("{tool}: expected a resource-limit fault, got {other:?}"),
+        }
+        assert!(fault.to_string().contains("held more host resources than its grants.memory allows"), "{fault}");
+        still_serves(&host).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_of_huge_hosts_are_few_and_short() {
+    let env = TestEnv::new();
+    let host = hostile(&env, "").await;
+    // 200 requests, each to a 1 MiB host name: every one refused.
+    let err = tool_error(call(&host, "h.deny_flood", json!({"n": 200, "len": 1 << 20})).await);
+    let (kind, msg) = err.parts();
+    // A tool error that follows refusals is `denied`, with the refusals noted.
+    assert_eq!(kind, "denied", "{}", &msg[..msg.len().min(300)]);
+    assert!(msg.starts_with("200 requests refused"), "{}", &msg[..msg.len().min(300)]);
+    assert!(msg.len() < 8 << 10, "the error holds {} bytes", msg.len());
+    assert!(msg.contains("its authority is 1048578 bytes"), "{}", &msg[..msg.len().min(600)]);
+    assert!(msg.contains(&format!("and {} more refusals", 200 - quarry::http::MAX_KEPT)), "{msg}");
+    // The records were drained with the call: the next call's error holds none of them.
+    let err = tool_error(call(&host, "h.read_file", json!({"path": "/data/missing"})).await);
+    assert!(!err.parts().1.contains("[host:"), "{err:?}");
+    still_serves(&host).await;
+}
+
+#[test]
+fn refusal_log_lines_are_rate_limited() {
+    let env = TestEnv::new();
+    let cfg = env.config(&config(&env, ""));
+    let out = quarry_tests::run_with_timeout(
+        {
+            let mut c = std::process::Command::new(quarry_bin());
+            c.arg("--config").arg(&cfg).args(["call", "h.deny_flood", r#"{"n": 300, "len": 300}"#]);
+            c.env("RUST_LOG", "warn");
+            c
+        },
+        Duration::from_secs(120),
+    );
+    let lines = out.stderr.lines().filter(|l| l.contains("WARN") && l.contains("refused")).count();
+    assert!(lines >= 1, "{}", out.stderr);
+    // A burst of 10, then one a second: far from one line per refusal.
+    assert!(lines <= 20, "{lines} warning lines for 300 refusals:\n{}", out.stderr);
+    assert!(out.stderr.len() < 64 << 10, "{} bytes of log", out.stderr.len());
+}
+
+/// A listener that accepts connections and never answers; counts them and tells when each closes.
+struct Silent {
+    port: u16,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    closed: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+fn silent_listener() -> Silent {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (a, c) = (accepted.clone(), closed.clone());
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            a.fetch_add(1, Ordering::SeqCst);
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut buf = [0u8; 4096];
+                // Read the request and whatever follows until the peer closes; never answer.
+                while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+                c.fetch_add(1, Ordering::SeqCst);
+            });
+        }
+    });
+    Silent { port, accepted, closed }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outgoing_requests_are_capped_and_end_with_the_call() {
+    use std::sync::atomic::Ordering;
+    let silent = silent_listener();
+    let env = TestEnv::new();
+    let grants = format!("http = [\"http://127.0.0.1:{}\"]\nprivate_networks = [\"127.0.0.1/32\"]", silent.port);
+    let host = hostile(&env, &grants).await;
+    let cap = quarry::http::MAX_IN_FLIGHT;
+    let url = format!("http://127.0.0.1:{}/", silent.port);
+    let out = call(&host, "h.http_flood", json!({"url": url, "n": cap + 24, "wait_ms": 1000})).await.unwrap();
+    let counts: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(counts["pending"], cap, "{counts}");
+    assert_eq!(counts["limited"], 24, "{counts}");
+    assert_eq!(silent.accepted.load(Ordering::SeqCst), cap, "connections the listener saw");
+    // The call has returned: every connection it opened is closed, though the guest keeps its
+    // futures.
+    within(10, async {
+        while silent.closed.load(Ordering::SeqCst) < cap {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    // The MCP server of the same host still takes connections and calls.
+    let server = quarry::mcp::http::HttpServer::bind(
+        host.clone(),
+        quarry::mcp::http::HttpOptions::new("127.0.0.1:0".parse().unwrap()),
+    )
+    .await
+    .unwrap();
+    let addr = server.addr().unwrap();
+    let stop = server.stopper();
+    let serving = tokio::spawn(server.serve());
+    let mut c = quarry_tests::mcp_client::McpHttp::open(&format!("http://{addr}/mcp")).await.unwrap();
+    let r = c.call("h.echo", json!({"text": "over MCP"})).await.unwrap();
+    assert_eq!(r["result"]["content"][0]["text"], "over MCP", "{r}");
+    stop.cancel();
+    let _ = serving.await;
+    still_serves(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_bounds_count_hits_errors_rejections_and_specs() {
+    let env = TestEnv::new();
+    let plugin = env.plugin(HOSTILE, "hostile");
+    let host = env
+        .host(&format!(
+            "[tools.h]\ncomponent = {plugin:?}\n[tools.h.grants]\nmemory = \"512MiB\"\nmax_output = \"16MiB\"\n"
+        ))
+        .await;
+    // 300,000 empty hits: no string bytes, but well over 16 MiB as records and JSON.
+    match within(120, host.call("h.many_hits", r#"{"n": 300000}"#)).await {
+        Err(CallError::OutputTooLarge { size, limit, .. }) => {
+            assert_eq!(size, 300_000 * quarry::instance::HIT_OVERHEAD);
+            assert_eq!(limit, 16 << 20);
+        }
+        other => panic!("expected OutputTooLarge, got {other:?}"),
+    }
+    assert_eq!(within(60, host.call("h.many_hits", r#"{"n": 1000}"#)).await.unwrap().hits.len(), 1000);
+    // A 20 MiB error message is cut.
+    let err = tool_error(call(&host, "h.big_error", json!({"mb": 20})).await);
+    let msg = err.parts().1;
+    assert!(msg.len() <= quarry::instance::MAX_ERROR_BYTES + 64, "{} bytes", msg.len());
+    assert!(
+        msg.ends_with(&format!("({} more bytes)", (20 << 20) - quarry::instance::MAX_ERROR_BYTES)),
+        "{}",
+        &msg[msg.len() - 60..]
+    );
+    assert_eq!(call(&host, "h.echo", json!({"text": "after"})).await.unwrap(), "after");
+
+    // A component that rejects its config with 50 MiB, and one with 100 KiB per tool spec.
+    let env = TestEnv::new();
+    let plugin = env.plugin(HOSTILE, "hostile");
+    let cfg = quarry::Config::load(&env.config(&format!(
+        "[tools.rejects]\ncomponent = {plugin:?}\nconfig = {{ reject_mb = 50 }}\n[tools.rejects.grants]\nmemory = \"512MiB\"\n\n\
+         [tools.wordy]\ncomponent = {plugin:?}\nconfig = {{ spec_kib = 100 }}\n\n[tools.ok]\ncomponent = {plugin:?}\n"
+    )))
+    .unwrap();
+    let host = quarry::Host::new(cfg).unwrap();
+    let failures = within(120, host.load_all()).await;
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    let kept = host.failures();
+    assert!(kept["rejects"].len() <= quarry::registry::MAX_FAILURE_BYTES + 64, "{} bytes kept", kept["rejects"].len());
+    assert!(kept["wordy"].contains("more than 65536"), "{}", kept["wordy"]);
+    // The hint that repeats the reason stays as short.
+    match host.call("rejects.echo", "{}").await {
+        Err(e @ CallError::UnknownTool { .. }) => assert!(e.to_string().len() < 8 << 10, "{}", e.to_string().len()),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(within(30, host.call("ok.echo", r#"{"text":"fine"}"#)).await.unwrap().text, "fine");
+}
+
+#[tokio::test]
+async fn an_unknown_huge_tool_name_is_refused_without_suggestions() {
+    let env = TestEnv::new();
+    let host = hostile(&env, "").await;
+    let name = "h".repeat(15 << 20);
+    match host.call(&name, "{}").await {
+        Err(e @ CallError::UnknownTool { .. }) => {
+            let text = e.to_string();
+            assert!(text.len() < 1024, "{} bytes", text.len());
+            assert!(text.contains("tool names are short"), "{text}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A near miss still gets its suggestion.
+    let e = host.call("h.ehco", "{}").await.unwrap_err().to_string();
+    assert!(e.contains("did you mean"), "{e}");
+    still_serves(&host).await;
+}
+
+/// Bytes and files under `dir`, all the way down.
+fn usage(dir: &std::path::Path) -> (u64, u64) {
+    let (mut bytes, mut files) = (0, 0);
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        files += 1;
+        let m = e.metadata().unwrap();
+        if m.is_dir() {
+            let (b, f) = usage(&e.path());
+            bytes += b;
+            files += f;
+        } else {
+            bytes += m.len();
+        }
+    }
+    (bytes, files)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_past_the_quota_fail_with_an_io_error() {
+    let env = TestEnv::new();
+    let cfg = config(&env, "").replace(r#"mode = "rw" }"#, r#"mode = "rw", quota = { bytes = "4MiB", files = 20 } }"#);
+    let host = env.host(&cfg).await;
+    let err = tool_error(call(&host, "h.fill", json!({"path": "/scratch/big", "mb": 16})).await);
+    let msg = err.parts().1;
+    // 4 MiB fit; the fifth is refused (wasi-libc reports a refused stream write as EIO).
+    assert!(msg.contains("write failed after 4 MiB"), "{msg}");
+    let (bytes, _) = usage(&env.path("scratch"));
+    // At most one write past the quota (a stream write is at most a few MiB).
+    assert!(bytes <= (4 << 20) + (1 << 20), "{bytes} bytes written");
+    let err = tool_error(call(&host, "h.touch_many", json!({"dir": "/scratch", "n": 100})).await);
+    assert!(err.parts().1.contains("create failed after 19 files"), "{err:?}");
+    let (_, files) = usage(&env.path("scratch"));
+    assert_eq!(files, 20);
+    // Deleting makes room again, once the directory is measured again (at most once a second,
+    // when a write would pass the quota).
+    std::fs::remove_file(env.path("scratch/big")).unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    call(&host, "h.fill", json!({"path": "/scratch/small", "mb": 1})).await.unwrap();
+    still_serves(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_a_granted_directory_is_refused_not_waited_on() {
+    let env = TestEnv::new();
+    let cfg = env.config(&config(&env, ""));
+    let fifo = env.path("data/fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    // A separate server process, so that its thread count is its own.
+    let mut server = std::process::Command::new(quarry_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["serve", "--stdio"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    let mut stdin = server.stdin.take().unwrap();
+    let stdout = std::io::BufReader::new(server.stdout.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in stdout.lines().map_while(Result::ok) {
+            if let Ok(v) = serde_json::from_str(&line) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let mut send = |v: Value| writeln!(stdin, "{v}").unwrap();
+    let answer = |id: u64| loop {
+        let v = rx.recv_timeout(Duration::from_secs(60)).expect("an answer within a minute");
+        if v["id"] == id {
+            return v;
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}),
+    );
+    answer(0);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    let read = |id: u64, path: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "h.read_file", "arguments": {"path": path}}});
+    // Warm up the runtime's threads with ordinary reads first.
+    for id in 1..=3 {
+        send(read(id, "/data/ok.txt"));
+        assert_eq!(answer(id)["result"]["content"][0]["text"], "granted content");
+    }
+    let before = threads();
+    for id in 10..30 {
+        send(read(id, "/data/fifo"));
+        let r = answer(id);
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        let text = r["result"]["content"][0]["text"].as_str().unwrap_or_default().to_string();
+        assert!(text.contains("read failed") && !text.contains("deadline"), "{text}");
+    }
+    let after = threads();
+    assert!(after <= before + 2, "threads went from {before} to {after} over 20 reads of a FIFO");
+    send(read(40, "/data/ok.txt"));
+    assert_eq!(answer(40)["result"]["content"][0]["text"], "granted content");
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_calls_do_not_hold_the_runtime_workers() {
+    let env = TestEnv::new();
+    let plugin = env.plugin(HOSTILE, "hostile");
+    let one =
+        |name: &str| format!("[tools.{name}]\ncomponent = {plugin:?}\n[tools.{name}.grants]\ndeadline = \"5s\"\n");
+    let host = env.host(&format!("{}{}{}", one("h1"), one("h2"), one("h3"))).await;
+    let spin = |h: Arc<quarry::Host>, name: &'static str| tokio::spawn(async move { h.call(name, "{}").await });
+    let (s1, s2) = (spin(host.clone(), "h1.spin"), spin(host.clone(), "h2.spin"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both workers are running a spinning guest; a third instance still answers.
+    let out = within(4, host.call("h3.echo", r#"{"text":"still here"}"#)).await.unwrap();
+    assert_eq!(out.text, "still here");
+    assert!(!s1.is_finished() && !s2.is_finished(), "echo answered only after a spin ended");
+    for s in [s1, s2] {
+        assert!(matches!(s.await.unwrap(), Err(CallError::Fault { fault: Fault::Deadline(_), .. })));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_recycles_its_store() {
+    let env = TestEnv::new();
+    let host = hostile(&env, "").await;
+    assert_eq!(call(&host, "h.sleep", json!({"ms": 10})).await.unwrap(), "slept");
+    assert_eq!(call(&host, "h.ran", json!({})).await.unwrap(), "1");
+    // The caller gives up while the guest waits in a host call.
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), host.call("h.sleep", r#"{"ms": 3000}"#)).await;
+    assert!(gave_up.is_err());
+    // The next call gets a fresh instance (its count starts again), not the abandoned store.
+    assert_eq!(call(&host, "h.ran", json!({})).await.unwrap(), "0");
+    still_serves(&host).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedder_pool_serves_tools_in_turn() {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    let probe = env.plugin(EMBED_PROBE, "probe");
+    let host = env
+        .host(&format!(
+            "[embedders.toy]\ncomponent = \"plugins/toy.wasm\"\nconfig = {{ delay_ms = 300 }}\npool = 1\n\
+             [tools.ingest]\ncomponent = {probe:?}\nembedder = \"toy\"\n[tools.ingest.grants]\ndeadline = \"60s\"\n\
+             [tools.query]\ncomponent = {probe:?}\nembedder = \"toy\"\n[tools.query.grants]\ndeadline = \"60s\"\n"
+        ))
+        .await;
+    // A batch of 4 chunks (4 x 300 ms on the one member), then a one-text query.
+    let texts: Vec<String> = (0..4 * quarry::embedder::MAX_CHUNK).map(|i| format!("text {i}")).collect();
+    let h = host.clone();
+    let args = json!({"texts": texts}).to_string();
+    let ingest = tokio::spawn(async move { h.call("ingest", &args).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let out = within(30, host.call("query", r#"{"texts": ["one question"]}"#)).await.unwrap();
+    assert!(out.text.contains("toy-trigram"));
+    assert!(!ingest.is_finished(), "the query waited for the whole ingest");
+    let ingested: Value = serde_json::from_str(&ingest.await.unwrap().unwrap().text).unwrap();
+    assert_eq!(ingested["vectors"].as_array().unwrap().len(), 4 * quarry::embedder::MAX_CHUNK);
+
+    // An embed abandoned by its tool (deadline) recycles the member; the next tool's embed works.
+    let gave_up = tokio::time::timeout(Duration::from_millis(100), host.call("query", r#"{"texts": ["x"]}"#)).await;
+    assert!(gave_up.is_err());
+    let out = within(30, host.call("ingest", r#"{"texts": ["after"]}"#)).await.unwrap();
+    assert!(out.text.contains("toy-trigram"), "{}", out.text);
+}
+
+#[test]
+fn guest_text_reaches_the_terminal_escaped() {
+    let env = TestEnv::new();
+    let cfg = env.config(&config(&env, ""));
+    let hostile_text = "title\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J done";
+    let args = json!({"text": hostile_text}).to_string();
+    // Through a pseudo-terminal (util-linux `script`): escaped.
+    let cmd =
+        format!("{} --config {} call h.echo '{}'", quarry_bin().display(), cfg.display(), args.replace('\'', "'\\''"));
+    let out = std::process::Command::new("script").args(["-qec", &cmd, "/dev/null"]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("title\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J done"), "{shown:?}");
+    assert!(!shown.contains('\u{1b}'), "a raw escape reached the terminal: {shown:?}");
+    // Piped: byte for byte.
+    let out = std::process::Command::new(quarry_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["call", "h.echo", &args])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'), hostile_text);
+}
