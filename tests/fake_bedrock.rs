@@ -37,6 +37,8 @@ pub const KB_THROTTLED: &str = "KBTHROTTL1";
 pub const KB_SLOW: &str = "KBSLOW0001";
 /// Answers no results.
 pub const KB_EMPTY: &str = "KBEMPTY001";
+/// Answers one result of 4 MiB of text.
+pub const KB_HUGE: &str = "KBHUGE0001";
 /// Answers ResourceNotFoundException (404) with the error type in the `x-amzn-errortype` header.
 pub const KB_MISSING_HEADER: &str = "KBNOTFOUNH";
 /// Answers ValidationException (400) with the error type in the body's `__type`.
@@ -170,6 +172,7 @@ async fn handle(
             results(&parsed, token.as_deref())
         }
         KB_EMPTY => reply(200, &[], json!({"retrievalResults": []})),
+        KB_HUGE => reply(200, &[], json!({"retrievalResults": [{"content": {"text": "h".repeat(4 << 20)}}]})),
         KB_MISSING_HEADER => reply(
             404,
             &[("x-amzn-errortype", "ResourceNotFoundException:http://internal.amazon.com/coral/com.amazon.bedrock/")],

@@ -19,6 +19,11 @@ use std::time::Duration;
 use aws_sdk_bedrockagentruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockagentruntime::operation::retrieve::RetrieveOutput;
 use aws_sdk_bedrockagentruntime::types as t;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::{Document, Number};
 use serde_json::{Map, Value, json};
 use tokio::sync::OnceCell;
@@ -169,12 +174,18 @@ pub fn region(grant: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Stri
 pub struct BedrockLink {
     grant: BedrockGrant,
     client: OnceCell<aws_sdk_bedrockagentruntime::Client>,
+    /// The largest response body read (the instance's `max_output`).
+    max_bytes: usize,
 }
 
 impl BedrockLink {
-    /// A link for `grant`.
-    pub fn new(grant: BedrockGrant) -> Arc<BedrockLink> {
-        Arc::new(BedrockLink { grant, client: OnceCell::new() })
+    /// A link for `grant`; a response body may take at most `max_bytes` in the host.
+    pub fn new(grant: BedrockGrant, max_bytes: u64) -> Arc<BedrockLink> {
+        Arc::new(BedrockLink {
+            grant,
+            client: OnceCell::new(),
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+        })
     }
 
     async fn client(&self) -> &aws_sdk_bedrockagentruntime::Client {
@@ -186,6 +197,10 @@ impl BedrockLink {
                         aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
                     ))
                     .build_https();
+                let http = aws_sdk_bedrockagentruntime::config::SharedHttpClient::new(BoundedClient {
+                    inner: http,
+                    max: self.max_bytes,
+                });
                 let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
                     .http_client(http)
                     .region(aws_config::Region::new(region(g.region.as_deref(), |k| std::env::var(k).ok())))
@@ -252,6 +267,41 @@ impl BedrockLink {
             Ok(Ok(out)) => Ok(response(&out).to_string()),
             Ok(Err(e)) => Err(error(e)),
         }
+    }
+}
+
+/// An HTTP client whose response bodies end in an error past `max` bytes: the SDK reads a whole
+/// body before it parses it, and the endpoint (a proxy, a VPC endpoint, a hostile server)
+/// chooses its size.
+#[derive(Debug)]
+struct BoundedClient {
+    inner: aws_sdk_bedrockagentruntime::config::SharedHttpClient,
+    max: usize,
+}
+
+impl HttpClient for BoundedClient {
+    fn http_connector(&self, settings: &HttpConnectorSettings, components: &RuntimeComponents) -> SharedHttpConnector {
+        SharedHttpConnector::new(BoundedConnector {
+            inner: self.inner.http_connector(settings, components),
+            max: self.max,
+        })
+    }
+}
+
+#[derive(Debug)]
+struct BoundedConnector {
+    inner: SharedHttpConnector,
+    max: usize,
+}
+
+impl HttpConnector for BoundedConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let (call, max) = (self.inner.call(request), self.max);
+        HttpConnectorFuture::new(async move {
+            let response = call.await?;
+            Ok(response
+                .map(|body| aws_smithy_types::body::SdkBody::from_body_1_x(http_body_util::Limited::new(body, max))))
+        })
     }
 }
 

@@ -114,7 +114,7 @@ impl StoreState {
             limiter,
             stderr,
             embedder,
-            bedrock: cfg.grants.bedrock.clone().map(crate::bedrock::BedrockLink::new),
+            bedrock: cfg.grants.bedrock.clone().map(|g| crate::bedrock::BedrockLink::new(g, cfg.grants.max_output)),
             couchbase: cfg
                 .grants
                 .couchbase

@@ -411,3 +411,22 @@ bedrock = {{ endpoint = "{}", knowledge_bases = ["{}", "{mine}/*"] }}
     }
     assert_eq!(fake.seen().len(), 2);
 }
+
+/// A response body is read into the host before it is parsed: past `max_output` it is cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_response_stops_at_the_output_grant() {
+    let fake = Fake::start().await;
+    let c = case(
+        &fake,
+        &format!(r#"{{ knowledge_base_id = "{}" }}"#, fb::KB_HUGE),
+        r#"knowledge_bases = ["*"], max_attempts = 1"#,
+    );
+    let config = std::fs::read_to_string(&c.config)
+        .unwrap()
+        .replace("[tools.kb.grants]", "[tools.kb.grants]\nmax_output = \"1MiB\"");
+    std::fs::write(&c.config, config).unwrap();
+    let run = call(&c, json!({"query": "q"}), &aws_env()).await;
+    assert!(run.error().contains("length limit exceeded"), "{}", run.error());
+    let c = case(&fake, &format!(r#"{{ knowledge_base_id = "{}" }}"#, fb::KB_OK), r#"knowledge_bases = ["*"]"#);
+    assert!(crewai_text(&call(&c, json!({"query": "q"}), &aws_env()).await)["results"].is_array());
+}
