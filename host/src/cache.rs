@@ -23,7 +23,7 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -102,20 +102,16 @@ impl ComponentCache {
         }
     }
 
-    /// Reads entry `path` if it is a regular file that this user owns and no one else may
-    /// write, checked on the opened file itself.
-    fn read_trusted(path: &Path) -> std::io::Result<Result<Vec<u8>, String>> {
-        let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    /// Whether entry `path` is a regular file (not a link) that this user owns and no one else
+    /// may write, checked on the opened file itself. The directory passed the same check, so no
+    /// one else can replace the entry between this check and wasmtime's own open.
+    fn check_entry(path: &Path) -> std::io::Result<Result<(), String>> {
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
         let meta = f.metadata()?;
         if !meta.is_file() {
             return Ok(Err("it is not a regular file".into()));
         }
-        if let Some(why) = untrusted(&meta) {
-            return Ok(Err(why));
-        }
-        let mut bytes = Vec::with_capacity(meta.len() as usize);
-        f.read_to_end(&mut bytes)?;
-        Ok(Ok(bytes))
+        Ok(untrusted(&meta).map_or(Ok(()), Err))
     }
 
     /// The SHA-256 of `bytes`, the cache's content key.
@@ -139,18 +135,17 @@ impl ComponentCache {
         }
         let path = self.trusted_dir().map(|dir| self.entry_path(dir, &hash));
         if let Some(path) = &path {
-            match Self::read_trusted(path) {
+            match Self::check_entry(path) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => tracing::warn!(target: "quarry::cache", "cannot read cache entry {}: {e}", path.display()),
                 Ok(Err(why)) => {
                     tracing::warn!(target: "quarry::cache", "not loading cache entry {}: {why}; compiling instead", path.display());
                     let _ = std::fs::remove_file(path);
                 }
-                // SAFETY: the bytes come from a file this host user owns and no one else may
-                // write, in a directory of the same kind, written only by `store` below;
-                // wasmtime also checks the header, version and engine settings before using
-                // the code.
-                Ok(Ok(code)) => match unsafe { Component::deserialize(engine, &code) } {
+                // SAFETY: the file belongs to this host user and no one else may write it or
+                // its directory, whose entries are written only by `store` below; wasmtime also
+                // checks the header, version and engine settings before using the code.
+                Ok(Ok(())) => match unsafe { Component::deserialize_file(engine, path) } {
                     Ok(c) => {
                         memo.insert(hash, c.clone());
                         return Ok((c, CacheOutcome::Disk));
