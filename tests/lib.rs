@@ -76,6 +76,27 @@ impl Default for TestEnv {
     }
 }
 
+/// The config of a hostile instance `h` (components/hostile) with a read-only `/data` holding
+/// `ok.txt`, a writable `/scratch`, 64 MiB, `deadline` and the `extra` grant lines; creates the
+/// directories and copies the component into `env`.
+pub fn hostile_config(env: &TestEnv, deadline: &str, extra: &str) -> String {
+    std::fs::create_dir_all(env.path("data")).expect("data dir");
+    std::fs::create_dir_all(env.path("scratch")).expect("scratch dir");
+    std::fs::write(env.path("data/ok.txt"), "granted content").expect("data file");
+    env.plugin(HOSTILE, "hostile");
+    format!(
+        r#"
+[tools.h]
+component = "plugins/hostile.wasm"
+[tools.h.grants]
+dirs = [{{ host = "data", guest = "/data" }}, {{ host = "scratch", guest = "/scratch", mode = "rw" }}]
+memory = "64MiB"
+deadline = "{deadline}"
+{extra}
+"#
+    )
+}
+
 /// One precompiled-component cache for the whole test run, so each fixture is compiled once.
 pub fn shared_cache() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-cache");

@@ -18,21 +18,7 @@ async fn hostile(env: &TestEnv, extra: &str) -> Arc<quarry::Host> {
 }
 
 fn config(env: &TestEnv, extra: &str) -> String {
-    std::fs::create_dir_all(env.path("data")).unwrap();
-    std::fs::create_dir_all(env.path("scratch")).unwrap();
-    std::fs::write(env.path("data/ok.txt"), "granted content").unwrap();
-    env.plugin(HOSTILE, "hostile");
-    format!(
-        r#"
-[tools.h]
-component = "plugins/hostile.wasm"
-[tools.h.grants]
-dirs = [{{ host = "data", guest = "/data" }}, {{ host = "scratch", guest = "/scratch", mode = "rw" }}]
-memory = "64MiB"
-deadline = "5s"
-{extra}
-"#
-    )
+    quarry_tests::hostile_config(env, "5s", extra)
 }
 
 async fn call(host: &quarry::Host, tool: &str, args: Value) -> Result<String, CallError> {

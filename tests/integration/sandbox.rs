@@ -8,23 +8,8 @@ use quarry_tests::{CallError, Fault, HOSTILE, TestEnv, within};
 
 /// A hostile instance with a read-only `/data`, a writable `/scratch`, tight limits and no HTTP grant.
 async fn hostile(env: &TestEnv, extra_grants: &str) -> std::sync::Arc<quarry::Host> {
-    std::fs::create_dir_all(env.path("data")).unwrap();
-    std::fs::create_dir_all(env.path("scratch")).unwrap();
-    std::fs::write(env.path("data/ok.txt"), "granted content").unwrap();
     std::fs::write(env.path("secret.txt"), "outside the grant").unwrap();
-    env.plugin(HOSTILE, "hostile");
-    env.host(&format!(
-        r#"
-[tools.h]
-component = "plugins/hostile.wasm"
-[tools.h.grants]
-dirs = [{{ host = "data", guest = "/data" }}, {{ host = "scratch", guest = "/scratch", mode = "rw" }}]
-memory = "64MiB"
-deadline = "1s"
-{extra_grants}
-"#
-    ))
-    .await
+    env.host(&quarry_tests::hostile_config(env, "1s", extra_grants)).await
 }
 
 async fn call(host: &quarry::Host, tool: &str, args: &str) -> Result<String, CallError> {
