@@ -462,7 +462,7 @@ pub(crate) async fn run_guarded<T>(
     let yields = store.data().yields;
     store.set_epoch_deadline(if yields { 1 } else { QuarryEngine::ticks(deadline) });
     let res = tokio::time::timeout(deadline + WALL_GRACE, call(store)).await;
-    store.data_mut().end_call();
+    store.data_mut().end_call().await;
     settle(store, deadline, res)
 }
 

@@ -13,7 +13,8 @@
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
 //! - [`mcp`]: the MCP server (stdio and streamable HTTP);
 //! - [`cli`]: the `quarry` command;
-//! - [`text`]: bounding and escaping text the host does not trust.
+//! - [`text`]: bounding and escaping text the host does not trust; [`log_budget`]: rate-limited
+//!   log lines for what a guest or client can repeat.
 
 #![deny(missing_docs)]
 
@@ -29,6 +30,7 @@ pub mod fair;
 pub mod files;
 pub mod http;
 pub mod instance;
+pub mod log_budget;
 pub mod mcp;
 pub mod progress;
 pub mod registry;

@@ -149,8 +149,8 @@ impl StoreState {
     }
 
     /// After a guest call: the outgoing requests it started end with it.
-    pub(crate) fn end_call(&mut self) {
-        self.hooks.end_call();
+    pub(crate) async fn end_call(&mut self) {
+        self.hooks.end_call().await;
     }
 
     /// The size a refused memory growth asked for, if one was refused during this call.

@@ -7,7 +7,9 @@
 //! burst of [`LOG_BURST`], then one per [`LOG_EVERY`], with a count of what was left out.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::log_budget::LogBudget;
 
 /// The longest refusal message kept or logged.
 pub const MAX_REFUSAL_BYTES: usize = 512;
@@ -19,41 +21,35 @@ pub const LOG_BURST: u32 = 10;
 pub const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// See the module docs.
-#[derive(Default)]
 pub struct Refusals {
     state: Mutex<State>,
+    log: LogBudget,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Refusals { state: Mutex::default(), log: LogBudget::new(LOG_BURST, LOG_EVERY) }
+    }
 }
 
 #[derive(Default)]
 struct State {
     kept: Vec<String>,
     more: usize,
-    tokens: Option<(u32, Instant)>,
-    unlogged: usize,
 }
 
 impl Refusals {
     /// Records a refusal and logs it (rate-limited), tagged with `instance`.
     pub fn record(&self, instance: &str, message: &str) {
         let message = crate::text::cut(message, MAX_REFUSAL_BYTES);
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (tokens, since) = s.tokens.get_or_insert((LOG_BURST, Instant::now()));
-        let refill = (since.elapsed().as_millis() / LOG_EVERY.as_millis().max(1)) as u32;
-        if refill > 0 {
-            *tokens = (*tokens + refill).min(LOG_BURST);
-            *since = Instant::now();
-        }
-        if *tokens > 0 {
-            *tokens -= 1;
-            let unlogged = std::mem::take(&mut s.unlogged);
-            if unlogged > 0 {
-                tracing::warn!(target: "quarry::sandbox", instance, "{message} ({unlogged} more refusals not logged)");
-            } else {
-                tracing::warn!(target: "quarry::sandbox", instance, "{message}");
+        match self.log.take() {
+            Some(0) => tracing::warn!(target: "quarry::sandbox", instance, "{message}"),
+            Some(held) => {
+                tracing::warn!(target: "quarry::sandbox", instance, "{message} ({held} more refusals not logged)")
             }
-        } else {
-            s.unlogged += 1;
+            None => {}
         }
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if s.kept.len() < MAX_KEPT {
             s.kept.push(message);
         } else {

@@ -76,9 +76,14 @@ impl PolicyHooks {
         &self.refusals
     }
 
-    /// Ends every request the call that just returned started, and gets ready for the next.
-    pub fn end_call(&mut self) {
+    /// Ends every request the call that just returned started, and waits (at most a second)
+    /// until each has let go of its connection, so the next call starts with every permit.
+    pub async fn end_call(&mut self) {
         std::mem::replace(&mut self.call, CancellationToken::new()).cancel();
+        if self.in_flight() > 0 {
+            let all = self.in_flight.acquire_many(MAX_IN_FLIGHT as u32);
+            let _ = tokio::time::timeout(Duration::from_secs(1), all).await;
+        }
     }
 
     /// Requests open now.

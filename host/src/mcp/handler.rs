@@ -179,7 +179,7 @@ impl ServerHandler for QuarryMcp {
         // answer is then ignored), since stopping it would cost the instance a restart.
         let outcome = self.host.call_unless(&request.name, &args, context.ct.cancelled()).await;
         if let Err(e) = &outcome {
-            tracing::info!(target: "quarry::mcp", tool = %request.name, "call failed: {e}");
+            tracing::info!(target: "quarry::mcp", tool = %crate::text::cut(&request.name, 256), "call failed: {e}");
         }
         to_response(outcome).map(Into::into)
     }

@@ -153,7 +153,9 @@ impl HttpServer {
                 },
             };
             let Ok(permit) = self.connections.clone().try_acquire_owned() else {
-                tracing::warn!(target: "quarry::mcp", %remote, "refused a connection: {} are open ([serve] max_connections)", self.shared.limits.max_connections);
+                if let Some(held) = REFUSALS_LOG.take() {
+                    tracing::warn!(target: "quarry::mcp", %remote, "refused a connection: {} are open ([serve] max_connections); {held} more refused since the last line", self.shared.limits.max_connections);
+                }
                 tokio::spawn(refuse_connection(stream));
                 continue;
             };
@@ -186,6 +188,9 @@ impl HttpServer {
         Ok(())
     }
 }
+
+/// Log lines for refused connections and sessions: a client chooses how many it sends.
+static REFUSALS_LOG: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new(5, Duration::from_secs(1));
 
 /// Answers a connection over the cap with 503 and closes it, within a second.
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
