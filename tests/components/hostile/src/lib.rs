@@ -410,7 +410,12 @@ fn http_flood(url: &str, n: u64, wait_ms: u64) -> Result<ToolOutput, ToolError> 
     }
     wasi::clocks::monotonic_clock::subscribe_duration(wait_ms * 1_000_000).block();
     let (mut limited, mut other, mut pending) = (0, 0, 0);
-    for f in &futures {
+    for (i, f) in futures.iter().enumerate() {
+        // Every 100 checks, a real wait: the host runs this call as one task, and tokio lets a
+        // task poll only so many finished futures (128) before it must yield.
+        if i % 100 == 99 {
+            wasi::clocks::monotonic_clock::subscribe_duration(1_000_000).block();
+        }
         // `ready` polls once, without blocking: it moves a finished request to `get`.
         let _ = f.subscribe().ready();
         match f.get() {
