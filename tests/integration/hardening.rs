@@ -338,7 +338,7 @@ async fn a_fifo_in_a_granted_directory_is_refused_not_waited_on() {
         assert_eq!(answer(id)["result"]["content"][0]["text"], "granted content");
     }
     let before = threads();
-    for id in 10..30 {
+    for id in 10..50 {
         send(read(id, "/data/fifo"));
         let r = answer(id);
         assert_eq!(r["result"]["isError"], true, "{r}");
@@ -346,7 +346,9 @@ async fn a_fifo_in_a_granted_directory_is_refused_not_waited_on() {
         assert!(text.contains("read failed") && !text.contains("deadline"), "{text}");
     }
     let after = threads();
-    assert!(after <= before + 2, "threads went from {before} to {after} over 20 reads of a FIFO");
+    // A blocked open would hold one thread per read (40); the runtime's blocking pool may grow
+    // by a few threads on its own under load, and keeps idle ones for a while.
+    assert!(after <= before + 8, "threads went from {before} to {after} over 40 reads of a FIFO");
     send(read(40, "/data/ok.txt"));
     assert_eq!(answer(40)["result"]["content"][0]["text"], "granted content");
     let _ = server.kill();
