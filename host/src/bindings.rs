@@ -54,5 +54,3 @@ impl EmbedError {
         }
     }
 }
-
-impl self::quarry::retrieval::types::Host for crate::sandbox::StoreState {}

@@ -6,29 +6,26 @@
 //! pre-instantiates a component once per version. [`ToolInstance::open`]
 //! instantiates it in a fresh store (microseconds with the pooling allocator),
 //! calls `open(config)` and `specs()`. Each [`ToolInstance::call`] runs through
-//! [`run_guarded`]: a deadline the epoch callback enforces (the guest yields its
-//! worker thread every tick, so long calls never starve the others), a wall-clock
-//! timeout too (time blocked in host calls does not advance epochs), and on any
-//! trap, out-of-memory, resource exhaustion or missed deadline the store is dropped;
-//! the next call starts a new one. A store whose call future is dropped part-way
-//! (a timeout, a cancelled caller) is dropped with it, never reused.
+//! [`run_guarded`] (see [`crate::runtime::guarded`]): on any trap, out-of-memory, resource
+//! exhaustion or missed deadline the store is dropped and the next call starts a new one. A
+//! store whose call future is dropped part-way (a timeout, a cancelled caller) is dropped with
+//! it, never reused.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
-use wasmtime::component::{Component, Linker, ResourceAny, ResourceTableError};
-use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime::Store;
+use wasmtime::component::{Component, Linker, ResourceAny};
 
 use crate::bindings::{ToolError, ToolHost, ToolHostPre, ToolOutput, ToolSpec};
-use crate::cache::{CacheOutcome, ComponentCache};
+use crate::capability::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
 use crate::config::InstanceConfig;
-use crate::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
-use crate::engine::{EngineError, QuarryEngine};
-use crate::sandbox::StoreState;
+use crate::runtime::cache::{CacheOutcome, ComponentCache};
+use crate::runtime::engine::{EngineError, QuarryEngine};
+pub use crate::runtime::guarded::Fault;
+use crate::runtime::guarded::{new_store, run_guarded};
+use crate::runtime::store::StoreState;
 
-/// Extra wall-clock time beyond the deadline before a call blocked in the host is abandoned.
-pub(crate) const WALL_GRACE: Duration = Duration::from_millis(500);
 /// The longest tool error message passed on (it is also cut to `max_output`).
 pub const MAX_ERROR_BYTES: usize = 64 << 10;
 /// The longest message of a component that rejected its config, kept for later hints.
@@ -100,7 +97,7 @@ pub enum OpenError {
         /// The instance.
         instance: String,
         /// Why.
-        source: crate::sandbox::SandboxError,
+        source: crate::capability::files::SandboxError,
     },
     /// `open` returned an error.
     #[error("tool instance {instance:?} rejected its config: {}", error.describe())]
@@ -125,44 +122,6 @@ pub enum OpenError {
         instance: String,
         /// What is wrong.
         message: String,
-    },
-}
-
-/// A fault while running guest code; the instance is recycled after any of these.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum Fault {
-    /// The deadline passed.
-    #[error("missed its {0:?} deadline (raise grants.deadline if the work is legitimate)")]
-    Deadline(Duration),
-    /// The memory grant was exhausted.
-    #[error("ran out of memory: it asked for {asked} bytes, over its grants.memory of {limit} bytes")]
-    OutOfMemory {
-        /// The size it tried to grow to.
-        asked: usize,
-        /// The grant.
-        limit: usize,
-    },
-    /// The wasm stack overflowed.
-    #[error("overflowed its stack (unbounded recursion)")]
-    StackOverflow,
-    /// It held more host resources (wasi:http header sets, bodies, streams) than its memory
-    /// grant allows.
-    #[error(
-        "held more host resources than its grants.memory allows ({limit} at once; past the first {}, each counts as {} KiB of host memory); release them, or raise grants.memory",
-        crate::sandbox::FREE_HANDLES,
-        crate::sandbox::HOST_BYTES_PER_HANDLE >> 10
-    )]
-    ResourceLimit {
-        /// The number of resources it could hold when it was stopped.
-        limit: usize,
-    },
-    /// Any other trap; the guest's last stderr lines are kept (a panic message, usually).
-    #[error("trapped: {message}{}", stderr.as_ref().map(|s| format!("; its stderr said: {s}")).unwrap_or_default())]
-    Trap {
-        /// wasmtime's description.
-        message: String,
-        /// The guest's last stderr lines.
-        stderr: Option<String>,
     },
 }
 
@@ -362,7 +321,7 @@ impl ToolInstance {
             })
         })
         .await;
-        let denials = live.store.data().hooks.take_denials();
+        let denials = live.store.data().take_denials();
         let max_output = self.config.grants.max_output;
         match outcome {
             Err(fault) => {
@@ -394,7 +353,8 @@ async fn start(
     embedder: Option<Arc<dyn EmbedderBackend>>,
 ) -> Result<Live, OpenError> {
     let name = config.name.clone();
-    let mut store = new_store(engine, config, embedder)?;
+    let mut store = new_store(engine, config, embedder)
+        .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
     let deadline = config.grants.deadline;
     let pre = plugin.pre.clone();
     let bindings =
@@ -412,109 +372,6 @@ async fn start(
         Ok(Err(error)) => Err(OpenError::Rejected { instance: name, error: bounded(error, MAX_REJECTION_BYTES) }),
         Ok(Ok(handle)) => Ok(Live { store, bindings, handle }),
     }
-}
-
-/// A fresh store sandboxed by `config`'s grants. Its guest yields its thread at every epoch
-/// tick and is interrupted once the running call's deadline ([`StoreState::begin_call`]) has
-/// passed.
-pub(crate) fn new_store(
-    engine: &QuarryEngine,
-    config: &InstanceConfig,
-    embedder: Option<Arc<dyn EmbedderBackend>>,
-) -> Result<Store<StoreState>, OpenError> {
-    let mut state = StoreState::new(config, embedder)
-        .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
-    state.yields = engine.yields();
-    let mut store = Store::new(engine.engine(), state);
-    store.limiter(StoreState::limiter);
-    if engine.yields() {
-        // Yielding at each tick lets the runtime's other tasks (other calls, the MCP server's
-        // accept loop, timers) run beside a long call on as few as two worker threads; the
-        // deadline itself is the absolute instant of the call, so yielding never extends it.
-        store.epoch_deadline_callback(|ctx| {
-            Ok(if Instant::now() >= ctx.data().call_deadline {
-                UpdateDeadline::Interrupt
-            } else {
-                UpdateDeadline::Yield(1)
-            })
-        });
-    } else {
-        store.epoch_deadline_trap();
-    }
-    Ok(store)
-}
-
-/// A boxed guest call on a store, for [`run_guarded`].
-pub(crate) type GuestCall<'a, T> =
-    std::pin::Pin<Box<dyn std::future::Future<Output = wasmtime::Result<T>> + Send + 'a>>;
-
-/// Runs one guest call on `store` under `deadline`: the epoch deadline (enforced by the
-/// store's callback, see [`new_store`]), a wall-clock timeout for time blocked in host calls,
-/// the end of the outgoing requests the call started, and the outcome classified as a value
-/// or a [`Fault`] (after which the caller must drop the store), with the guest's stderr logged.
-pub(crate) async fn run_guarded<T>(
-    store: &mut Store<StoreState>,
-    deadline: Duration,
-    call: impl for<'a> FnOnce(&'a mut Store<StoreState>) -> GuestCall<'a, T>,
-) -> Result<T, Fault> {
-    store.data_mut().begin_call(Instant::now() + deadline);
-    // Yielding stores check their deadline at every tick; the others trap when it has passed.
-    let yields = store.data().yields;
-    store.set_epoch_deadline(if yields { 1 } else { QuarryEngine::ticks(deadline) });
-    let res = tokio::time::timeout(deadline + WALL_GRACE, call(store)).await;
-    store.data_mut().end_call().await;
-    settle(store, deadline, res)
-}
-
-pub(crate) type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elapsed>;
-
-/// Turns the outcome of a guarded guest call into a value or a [`Fault`],
-/// logging what the guest wrote to stderr.
-fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
-    let stderr = store.data().stderr.take();
-    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
-        tracing::info!(target: "quarry::guest", "{line}");
-    }
-    let err = match res {
-        Err(_) => return Err(Fault::Deadline(deadline)),
-        Ok(Ok(v)) => return Ok(v),
-        Ok(Err(e)) => e,
-    };
-    if let Some(asked) = store.data().denied_growth() {
-        return Err(Fault::OutOfMemory { asked, limit: store.data().memory_limit() });
-    }
-    if err.chain().any(|c| matches!(c.downcast_ref::<ResourceTableError>(), Some(ResourceTableError::Full))) {
-        return Err(Fault::ResourceLimit { limit: store.data().handle_limit() });
-    }
-    match err.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => Err(Fault::Deadline(deadline)),
-        Some(Trap::StackOverflow) => Err(Fault::StackOverflow),
-        other => {
-            let message = match other {
-                // Rust guests keep their stack in linear memory below the data;
-                // overflowing it is the usual cause of this trap.
-                Some(Trap::MemoryOutOfBounds) => format!(
-                    "{} (in a Rust or C guest, often a stack overflow from deep recursion)",
-                    Trap::MemoryOutOfBounds
-                ),
-                Some(t) => t.to_string(),
-                None => format!("{err:#}"),
-            };
-            Err(Fault::Trap { message, stderr: last_words(&stderr) })
-        }
-    }
-}
-
-/// The guest's last two meaningful stderr lines: for a Rust panic, where it
-/// panicked and the message.
-fn last_words(stderr: &str) -> Option<String> {
-    let lines: Vec<&str> = stderr
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
-        .collect();
-    let tail = &lines[lines.len().saturating_sub(2)..];
-    (!tail.is_empty()).then(|| tail.join(" "))
 }
 
 /// Appends the sandbox's refusals to a tool error so the user sees which grant would help.

@@ -1,43 +1,45 @@
 //! Quarry: a wasmtime host that loads retrieval tools as sandboxed WebAssembly
 //! components and serves them to agent runtimes.
 //!
-//! - [`config`]: the TOML config — instances, their component and their grants;
-//! - [`engine`], [`cache`]: the wasmtime engine (epochs, pooling allocator) and
-//!   the precompiled-component cache;
-//! - [`sandbox`]: per-instance WASI state built from the grants; [`files`]: directory-grant
-//!   quotas and the refusal of FIFOs and devices;
-//! - capabilities: [`http`] (outgoing HTTP allowlist), [`embedder`], [`progress`], [`bedrock`],
-//!   [`couchbase`];
-//! - [`instance`]: one component version and one running instance; [`fair`]: the fair
-//!   queue that shares a pool between tools;
+//! - [`config`]: the TOML config — instances, their component, their limits ([`limits`]) and
+//!   their grants, in the value types of [`values`];
+//! - [`capability`]: what a component may ask the host for, one folder each ([`capability::files`],
+//!   [`capability::http`], [`capability::embedder`], [`capability::progress`],
+//!   [`capability::bedrock`], [`capability::couchbase`]), and the one list of them;
+//! - [`runtime`]: what runs guests — the engine and cache, the store's data, the guarded call;
+//! - [`instance`]: one component version and one running tool instance; [`embedders`]: embedder
+//!   components as a pool, the embedder capability's backend; [`fair`]: the fair queue that
+//!   shares a pool between tools;
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
-//! - [`mcp`]: the MCP server (stdio and streamable HTTP);
-//! - [`cli`]: the `quarry` command;
+//! - [`mcp`]: the MCP server (stdio and streamable HTTP); [`cli`]: the `quarry` command;
+//!   [`output`]: a call's output as JSON, for both;
 //! - [`text`]: bounding and escaping text the host does not trust; [`log_budget`]: rate-limited
 //!   log lines for what a guest or client can repeat.
+//!
+//! The capability modules are also reachable at the top (`quarry::http`, `quarry::bedrock`, …),
+//! as are the engine and the cache (`quarry::engine`, `quarry::cache`).
 
 #![deny(missing_docs)]
 
-pub mod bedrock;
 pub mod bindings;
-pub mod cache;
+pub mod capability;
 pub mod cli;
 pub mod config;
-pub mod couchbase;
-pub mod embedder;
-pub mod engine;
+pub mod embedders;
 pub mod fair;
-pub mod files;
-pub mod http;
 pub mod instance;
+pub mod limits;
 pub mod log_budget;
 pub mod mcp;
-pub mod progress;
+pub mod output;
 pub mod registry;
-pub mod sandbox;
+pub mod runtime;
 pub mod text;
+pub mod values;
 pub mod watch;
 
+pub use capability::{bedrock, couchbase, embedder, files, http, progress};
 pub use config::Config;
-pub use instance::{CallError, Fault, OpenError};
+pub use instance::{CallError, OpenError};
 pub use registry::{Host, ReloadError, SwapReport, ToolEntry};
+pub use runtime::{Fault, cache, engine};

@@ -15,12 +15,13 @@ use std::time::Instant;
 
 use wasmtime::component::Linker;
 
-use crate::bindings::{ToolHost, ToolOutput, ToolSpec};
+use crate::bindings::{ToolOutput, ToolSpec};
+use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
-use crate::embedder::{ComponentEmbedder, EmbedderBackend, EmbedderSlot};
-use crate::engine::{EngineError, QuarryEngine};
+use crate::embedders::{ComponentEmbedder, EmbedderSlot};
 use crate::instance::{CallError, OpenError, Plugin, ToolInstance};
-use crate::sandbox::StoreState;
+use crate::runtime::engine::{EngineError, QuarryEngine};
+use crate::runtime::store::StoreState;
 
 /// The largest arguments object a call accepts (1 MiB). Retrieval arguments are a question
 /// and a few options; anything this size is a mistake, and copying it into a sandbox and
@@ -222,7 +223,8 @@ impl Host {
     /// their link (an [`EmbedderSlot`]) and see the new version on their next embed.
     async fn reload_embedder(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
         let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
-        let new_hash = tokio::fs::read(path).await.map(|b| crate::cache::ComponentCache::content_hash(&b)).ok();
+        let new_hash =
+            tokio::fs::read(path).await.map(|b| crate::runtime::cache::ComponentCache::content_hash(&b)).ok();
         let mut instances = Vec::new();
         let mut hash = String::new();
         for cfg in self.config.embedders.values().filter(|c| c.component == path) {
@@ -406,15 +408,12 @@ impl Host {
     }
 }
 
-/// Links WASI 0.2, wasi-http and Quarry's own capabilities: the whole grant
-/// surface, in one place. What each instance may actually use is decided per
-/// store by its [`StoreState`].
+/// Links WASI 0.2 and every capability ([`crate::capability::link_all`]): the whole grant
+/// surface. What each instance may actually use is decided per store by its [`StoreState`].
 pub fn build_linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<StoreState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    crate::files::add_to_linker(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    ToolHost::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)?;
+    crate::capability::link_all(&mut linker)?;
     Ok(linker)
 }
 

@@ -82,30 +82,6 @@ fn to_mcp_tool(entry: &ToolEntry) -> Tool {
     Tool::new(mcp_name(entry), entry.spec.description.clone(), Arc::new(schema))
 }
 
-/// `{hits: [{content, score, source, metadata}], extra}`: the typed mirror of the text.
-fn structured(out: &ToolOutput) -> serde_json::Value {
-    let parse = |s: &str| {
-        serde_json::from_str::<serde_json::Value>(s).unwrap_or_else(|_| serde_json::Value::String(s.to_string()))
-    };
-    let hits: Vec<serde_json::Value> = out
-        .hits
-        .iter()
-        .map(|h| {
-            serde_json::json!({
-                "content": h.content,
-                "score": h.score,
-                "source": h.source,
-                "metadata": parse(&h.metadata),
-            })
-        })
-        .collect();
-    let mut v = serde_json::json!({ "hits": hits });
-    if let Some(extra) = out.extra.as_deref() {
-        v["extra"] = parse(extra);
-    }
-    v
-}
-
 /// A tool-level failure: the tool's own message as the text (CrewAI's wording where the tool
 /// matches a CrewAI tool), the error kind beside it for programs.
 fn tool_error(kind: &str, message: String) -> CallToolResult {
@@ -119,7 +95,7 @@ fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult,
     match outcome {
         Ok(out) => {
             let mut r = CallToolResult::success(vec![ContentBlock::text(out.text.clone())]);
-            r.structured_content = Some(structured(&out));
+            r.structured_content = Some(crate::output::structured(&out));
             Ok(r)
         }
         Err(CallError::UnknownTool { name, hint }) => {

@@ -165,7 +165,7 @@ impl WasiHttpHooks for PolicyHooks {
     }
 
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
-        crate::sandbox::BODY_CHUNK
+        super::BODY_CHUNK
     }
 }
 

@@ -69,8 +69,8 @@ pub enum Command {
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         max_queued_calls: Option<u32>,
         /// Time a client has to send a request body, e.g. 30s (overrides [serve] body_timeout).
-        #[arg(long, value_name = "DURATION", value_parser = |s: &str| crate::config::HumanDuration::parse(s))]
-        body_timeout: Option<crate::config::HumanDuration>,
+        #[arg(long, value_name = "DURATION", value_parser = |s: &str| crate::values::HumanDuration::parse(s))]
+        body_timeout: Option<crate::values::HumanDuration>,
         /// A browser origin allowed to call the server, e.g. http://localhost:6274
         /// (repeatable; adds to [serve] allowed_origins).
         #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = |s: &str| crate::config::ServeConfig::check_origin(s).map(|()| s.to_string()))]
@@ -102,7 +102,7 @@ fn shown_err(text: &str) -> std::borrow::Cow<'_, str> {
 /// Draws one progress bar per (instance, task) on stderr with the rate and an ETA, and leaves a
 /// one-line summary when a task finishes; nothing when stderr is not a terminal. Runs until
 /// aborted.
-async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::progress::Progress>) {
+async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::capability::progress::Progress>) {
     use std::collections::HashMap;
 
     use indicatif::{MultiProgress, ProgressBar, ProgressState, ProgressStyle};
@@ -175,7 +175,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
     };
     // Ingesting a large document (at load in fixed mode, or in a call) shows a progress bar.
-    tokio::spawn(show_progress(crate::progress::subscribe()));
+    tokio::spawn(show_progress(crate::capability::progress::subscribe()));
     let failures = host.load_all().await;
     for (name, e) in &failures {
         eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
@@ -251,7 +251,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Call { tool, args, json } => match host.call(&tool, &args).await {
             Ok(out) => {
                 if json {
-                    println!("{}", output_json(&out));
+                    println!("{}", crate::output::output_json(&out));
                 } else {
                     println!("{}", shown(&out.text));
                 }
@@ -324,22 +324,4 @@ async fn serve(
             })
         }
     }
-}
-
-/// The whole output of a call as JSON: `{text, hits: [{content, score, source, metadata}], extra}`.
-pub fn output_json(out: &crate::bindings::ToolOutput) -> String {
-    let parse = |s: &str| {
-        serde_json::from_str::<serde_json::Value>(s).unwrap_or_else(|_| serde_json::Value::String(s.to_string()))
-    };
-    let v = serde_json::json!({
-        "text": out.text,
-        "hits": out.hits.iter().map(|h| serde_json::json!({
-            "content": h.content,
-            "score": h.score,
-            "source": h.source,
-            "metadata": parse(&h.metadata),
-        })).collect::<Vec<_>>(),
-        "extra": out.extra.as_deref().map(parse),
-    });
-    serde_json::to_string_pretty(&v).unwrap_or_default()
 }

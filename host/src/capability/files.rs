@@ -1,5 +1,6 @@
-//! Directory grants beyond what wasmtime-wasi enforces: a quota on read-write grants, and no
-//! opening of anything but regular files and directories.
+//! The `dirs` grant: host directories made visible to a guest, read-only or read-write, as
+//! WASI preopens; and what wasmtime-wasi does not enforce on them: a quota on read-write grants,
+//! and no opening of anything but regular files and directories.
 //!
 //! wasmtime-wasi 48 has no filesystem hook, so the linker shadows the few `wasi:filesystem`
 //! functions that create or grow files, or open them, with wrappers that check first and then
@@ -31,6 +32,7 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use serde::Deserialize;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
 use wasmtime_wasi::filesystem::{Descriptor, WasiFilesystemCtxView};
@@ -39,8 +41,9 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
     DescriptorFlags, DescriptorType, ErrorCode, Filesize, HostDescriptor, OpenFlags, PathFlags,
 };
 use wasmtime_wasi::p2::{DynOutputStream, FsResult, OutputStream, Pollable, StreamError, StreamResult};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::sandbox::StoreState;
+use crate::values::{ByteSize, KeyError, expand_path};
 
 /// Bytes a read-write grant may hold when its config gives no quota.
 pub const DEFAULT_QUOTA_BYTES: u64 = 1 << 30;
@@ -48,6 +51,122 @@ pub const DEFAULT_QUOTA_BYTES: u64 = 1 << 30;
 pub const DEFAULT_QUOTA_FILES: u64 = 10_000;
 /// How often a directory may be measured again when a charge would pass its quota.
 const REMEASURE_EVERY: Duration = Duration::from_secs(1);
+
+/// One entry of `dirs` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDir {
+    host: PathBuf,
+    guest: String,
+    #[serde(default)]
+    mode: DirMode,
+    quota: Option<RawQuota>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuota {
+    bytes: Option<ByteSize>,
+    files: Option<u64>,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum DirMode {
+    #[default]
+    Ro,
+    Rw,
+}
+
+/// A directory made visible to the guest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirGrant {
+    /// Absolute host path.
+    pub host: PathBuf,
+    /// Path the guest sees.
+    pub guest: String,
+    /// Whether the guest may write.
+    pub writable: bool,
+    /// For a writable grant, how much the directory may hold.
+    pub quota: Option<Quota>,
+}
+
+/// Validates `dirs`: existing host directories (relative to `base`), absolute and distinct
+/// guest paths, quotas on read-write grants only.
+pub fn grant(raw: Vec<RawDir>, base: &Path) -> Result<Vec<DirGrant>, KeyError> {
+    let mut dirs: Vec<DirGrant> = Vec::new();
+    for (i, d) in raw.into_iter().enumerate() {
+        let k = format!("dirs[{i}]");
+        let host = base.join(expand_path(&d.host).map_err(|m| KeyError::new(format!("{k}.host"), m))?);
+        if !host.is_dir() {
+            return Err(KeyError::new(
+                format!("{k}.host"),
+                format!("{} is not a directory; create it or fix the path", host.display()),
+            ));
+        }
+        if !d.guest.starts_with('/') {
+            return Err(KeyError::new(
+                format!("{k}.guest"),
+                format!("guest path {:?} must be absolute, like \"/data\"", d.guest),
+            ));
+        }
+        if dirs.iter().any(|x| x.guest == d.guest) {
+            return Err(KeyError::new(format!("{k}.guest"), format!("guest path {:?} is granted twice", d.guest)));
+        }
+        let writable = matches!(d.mode, DirMode::Rw);
+        let quota = match (writable, d.quota) {
+            (false, Some(_)) => {
+                return Err(KeyError::new(
+                    format!("{k}.quota"),
+                    "a quota applies only to a read-write grant (mode = \"rw\"); remove it",
+                ));
+            }
+            (false, None) => None,
+            (true, q) => {
+                let default = Quota::default();
+                let quota = Quota {
+                    bytes: q.as_ref().and_then(|q| q.bytes).map_or(default.bytes, |b| b.0),
+                    files: q.as_ref().and_then(|q| q.files).unwrap_or(default.files),
+                };
+                if quota.bytes == 0 || quota.files == 0 {
+                    return Err(KeyError::new(
+                        format!("{k}.quota"),
+                        "bytes and files must be above zero; for no writes at all, grant mode = \"ro\"",
+                    ));
+                }
+                Some(quota)
+            }
+        };
+        dirs.push(DirGrant { host: std::fs::canonicalize(&host).unwrap_or(host), guest: d.guest, writable, quota });
+    }
+    Ok(dirs)
+}
+
+/// Why a directory grant could not be applied to a new store.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot grant directory {host} as {guest}: {message}")]
+pub struct SandboxError {
+    host: String,
+    guest: String,
+    message: String,
+}
+
+/// Preopens `dirs` in `wasi` with their permissions; the state that enforces their quotas.
+pub fn preopen(dirs: &[DirGrant], wasi: &mut WasiCtxBuilder) -> Result<FileGuard, SandboxError> {
+    let mut files = FileGuard::default();
+    for d in dirs {
+        let perms = if d.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+        if let Some(quota) = d.quota {
+            files.add(&d.guest, QuotaGrant::new(&d.host, quota));
+        }
+        wasi.preopened_dir(&d.host, &d.guest, perms).map_err(|e| SandboxError {
+            host: d.host.display().to_string(),
+            guest: d.guest.clone(),
+            message: format!("{e:#}"),
+        })?;
+    }
+    Ok(files)
+}
 
 /// A read-write grant's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,11 +321,15 @@ impl FileGuard {
     }
 }
 
-/// The filesystem view, the guard and the instance name of a store, borrowed together.
-fn parts<'a>(
-    store: &'a mut StoreContextMut<'_, StoreState>,
-) -> (WasiFilesystemCtxView<'a>, &'a mut FileGuard, &'a str) {
-    store.data_mut().filesystem_parts()
+/// What the shadowed functions need of a store, borrowed together: the WASI filesystem, the
+/// guard of its grants, and the instance's name for the log.
+pub struct View<'a> {
+    /// wasmtime-wasi's filesystem state and the resource table.
+    pub fs: WasiFilesystemCtxView<'a>,
+    /// The quotas of the store's read-write grants.
+    pub guard: &'a mut FileGuard,
+    /// The instance's name.
+    pub instance: &'a str,
 }
 
 /// A wasmtime-wasi result as the guest's `result<T, error-code>`, traps kept as traps.
@@ -229,12 +352,13 @@ fn file_size(view: &WasiFilesystemCtxView<'_>, fd: &Resource<Descriptor>) -> Opt
     }
 }
 
-/// Shadows the `wasi:filesystem` functions named in the module docs. Call after WASI is linked.
-pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
+/// Shadows the `wasi:filesystem` functions named in the module docs, on the [`View`] that `get`
+/// finds in the store. Call after WASI is linked.
+pub fn link<T: Send + 'static>(linker: &mut Linker<T>, get: fn(&mut T) -> View<'_>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut preopens = linker.instance("wasi:filesystem/preopens@0.2.12")?;
-    preopens.func_wrap("get-directories", |mut store: StoreContextMut<'_, StoreState>, (): ()| {
-        let (mut view, guard, _) = parts(&mut store);
+    preopens.func_wrap("get-directories", move |mut store: StoreContextMut<'_, T>, (): ()| {
+        let View { fs: mut view, guard, .. } = get(store.data_mut());
         let dirs = view.get_directories()?;
         for (fd, guest) in &dirs {
             match guard.preopens.get(guest) {
@@ -248,8 +372,8 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     let mut types = linker.instance("wasi:filesystem/types@0.2.12")?;
     types.func_wrap_async(
         "[method]descriptor.open-at",
-        |mut store: StoreContextMut<'_, StoreState>,
-         (fd, path_flags, path, oflags, flags): (
+        move |mut store: StoreContextMut<'_, T>,
+              (fd, path_flags, path, oflags, flags): (
             Resource<Descriptor>,
             PathFlags,
             String,
@@ -257,7 +381,7 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
             DescriptorFlags,
         )| {
             Box::new(async move {
-                let (mut view, guard, instance) = parts(&mut store);
+                let View { fs: mut view, guard, instance } = get(store.data_mut());
                 let exists = match view.stat_at(borrow(&fd), path_flags, path.clone()).await {
                     Ok(stat) => {
                         let openable = matches!(
@@ -298,9 +422,9 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap_async(
         "[method]descriptor.write",
-        |mut store: StoreContextMut<'_, StoreState>, (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, Filesize)| {
+        move |mut store: StoreContextMut<'_, T>, (fd, buf, offset): (Resource<Descriptor>, Vec<u8>, Filesize)| {
             Box::new(async move {
-                let (mut view, guard, _) = parts(&mut store);
+                let View { fs: mut view, guard, .. } = get(store.data_mut());
                 if let Some((size, _)) = file_size(&view, &fd) {
                     let growth = offset.saturating_add(buf.len() as u64).saturating_sub(size);
                     if let Err(code) = guard.charge(&fd, growth, 0) {
@@ -313,9 +437,9 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap_async(
         "[method]descriptor.set-size",
-        |mut store: StoreContextMut<'_, StoreState>, (fd, size): (Resource<Descriptor>, Filesize)| {
+        move |mut store: StoreContextMut<'_, T>, (fd, size): (Resource<Descriptor>, Filesize)| {
             Box::new(async move {
-                let (mut view, guard, _) = parts(&mut store);
+                let View { fs: mut view, guard, .. } = get(store.data_mut());
                 if let Some((now, _)) = file_size(&view, &fd)
                     && let Err(code) = guard.charge(&fd, size.saturating_sub(now), 0)
                 {
@@ -327,9 +451,9 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap_async(
         "[method]descriptor.create-directory-at",
-        |mut store: StoreContextMut<'_, StoreState>, (fd, path): (Resource<Descriptor>, String)| {
+        move |mut store: StoreContextMut<'_, T>, (fd, path): (Resource<Descriptor>, String)| {
             Box::new(async move {
-                let (mut view, guard, _) = parts(&mut store);
+                let View { fs: mut view, guard, .. } = get(store.data_mut());
                 if let Err(code) = guard.charge(&fd, 0, 1) {
                     return Ok((Err(code),));
                 }
@@ -339,9 +463,9 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap_async(
         "[method]descriptor.symlink-at",
-        |mut store: StoreContextMut<'_, StoreState>, (fd, old, new): (Resource<Descriptor>, String, String)| {
+        move |mut store: StoreContextMut<'_, T>, (fd, old, new): (Resource<Descriptor>, String, String)| {
             Box::new(async move {
-                let (mut view, guard, _) = parts(&mut store);
+                let View { fs: mut view, guard, .. } = get(store.data_mut());
                 if let Err(code) = guard.charge(&fd, 0, 1) {
                     return Ok((Err(code),));
                 }
@@ -351,10 +475,10 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap_async(
         "[method]descriptor.link-at",
-        |mut store: StoreContextMut<'_, StoreState>,
+        move |mut store: StoreContextMut<'_, T>,
          (fd, flags, old, to, new): (Resource<Descriptor>, PathFlags, String, Resource<Descriptor>, String)| {
             Box::new(async move {
-                let (mut view, guard, _) = parts(&mut store);
+                let View { fs: mut view, guard, .. } = get(store.data_mut());
                 if let Err(code) = guard.charge(&to, 0, 1) {
                     return Ok((Err(code),));
                 }
@@ -364,8 +488,8 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]descriptor.write-via-stream",
-        |mut store: StoreContextMut<'_, StoreState>, (fd, offset): (Resource<Descriptor>, Filesize)| {
-            let (mut view, guard, _) = parts(&mut store);
+        move |mut store: StoreContextMut<'_, T>, (fd, offset): (Resource<Descriptor>, Filesize)| {
+            let View { fs: mut view, guard, .. } = get(store.data_mut());
             let quota = guard.quota_of(&fd);
             let file = file_size(&view, &fd).map(|(_, f)| f);
             let stream = guest(view.write_via_stream(borrow(&fd), offset))?;
@@ -374,8 +498,8 @@ pub fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result<()> {
     )?;
     types.func_wrap(
         "[method]descriptor.append-via-stream",
-        |mut store: StoreContextMut<'_, StoreState>, (fd,): (Resource<Descriptor>,)| {
-            let (mut view, guard, _) = parts(&mut store);
+        move |mut store: StoreContextMut<'_, T>, (fd,): (Resource<Descriptor>,)| {
+            let View { fs: mut view, guard, .. } = get(store.data_mut());
             let quota = guard.quota_of(&fd);
             let file = file_size(&view, &fd).map(|(_, f)| f);
             let stream = guest(view.append_via_stream(borrow(&fd)))?;

@@ -1,16 +1,8 @@
-//! The `embedder` capability: a tool's `quarry:retrieval/embedder` import,
-//! served by the embedder instance its config names.
-//!
-//! The host decides at load time: a component that imports `embedder` must name
-//! one in its config (`embedder = "NAME"`), or loading fails with a config error.
-//! Behind the import is an [`EmbedderBackend`], so the backend (an embedder
-//! component in its own store, a pool of them, or native inference) can change
-//! without touching any tool. Today's backend is [`ComponentEmbedder`]: an
-//! `[embedders.NAME]` component in its own sandbox, held in an [`EmbedderSlot`]
-//! so either side can be hot-swapped alone.
+//! Embedder components: an `[embedders.NAME]` component run as a pool of instances, each in its
+//! own sandbox ([`ComponentEmbedder`]), held in an [`EmbedderSlot`] so that it can be hot-swapped
+//! without reopening the tools it serves. This is the backend of the `embedder` capability
+//! ([`crate::capability::embedder`]) today.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, RwLock};
 
 use wasmtime::Store;
@@ -18,77 +10,14 @@ use wasmtime::component::Linker;
 
 use crate::bindings::embedder_world::exports::quarry::retrieval::embedder as ex;
 use crate::bindings::embedder_world::{EmbedderHost, EmbedderHostPre};
-use crate::bindings::quarry::retrieval::embedder::Host;
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
+use crate::capability::embedder::{BoxFuture, EmbedderBackend, MAX_CHUNK};
 use crate::config::InstanceConfig;
-use crate::engine::QuarryEngine;
 use crate::fair::FairQueue;
-use crate::instance::{GuestCall, OpenError, compile, new_store, run_guarded};
-use crate::sandbox::StoreState;
-
-/// The WIT name of the import.
-pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.1.0";
-
-/// A boxed future, for object-safe async traits.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What serves a tool's embedder import.
-pub trait EmbedderBackend: Send + Sync {
-    /// The model's identity.
-    fn info(&self) -> ModelInfo;
-    /// Embeds `texts` in order for `client` (the calling tool instance: clients share the
-    /// backend's workers in turn).
-    fn embed_for(
-        &self,
-        client: &str,
-        texts: Vec<String>,
-        kind: InputKind,
-    ) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>>;
-    /// Counts the tokens of `texts` in order (see the WIT `count-tokens`).
-    fn count_tokens_for(&self, client: &str, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>>;
-    /// [`EmbedderBackend::embed_for`] for the host itself.
-    fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
-        self.embed_for("", texts, kind)
-    }
-    /// [`EmbedderBackend::count_tokens_for`] for the host itself.
-    fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
-        self.count_tokens_for("", texts)
-    }
-}
-
-impl Host for StoreState {
-    async fn info(&mut self) -> wasmtime::Result<ModelInfo> {
-        match &self.embedder {
-            Some(e) => Ok(e.info()),
-            // Unreachable through configuration (load refuses it); a host fault if it happens.
-            None => Err(wasmtime::format_err!("no embedder is linked to this tool instance")),
-        }
-    }
-
-    async fn embed(
-        &mut self,
-        texts: Vec<String>,
-        kind: InputKind,
-    ) -> wasmtime::Result<Result<Vec<Embedding>, EmbedError>> {
-        match &self.embedder {
-            Some(e) => Ok(e.embed_for(&self.instance, texts, kind).await),
-            None => Ok(Err(no_embedder())),
-        }
-    }
-
-    async fn count_tokens(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<u32>, EmbedError>> {
-        match &self.embedder {
-            Some(e) => Ok(e.count_tokens_for(&self.instance, texts).await),
-            None => Ok(Err(no_embedder())),
-        }
-    }
-}
-
-fn no_embedder() -> EmbedError {
-    EmbedError::Unavailable(
-        "no embedder is linked to this tool instance; set `embedder = \"NAME\"` in its config".into(),
-    )
-}
+use crate::instance::{OpenError, compile};
+use crate::runtime::engine::QuarryEngine;
+use crate::runtime::guarded::{GuestCall, new_store, run_guarded};
+use crate::runtime::store::StoreState;
 
 /// An embedder component: a pool of instances, each in its own store, each
 /// having run `model.load(config)`. A batch is split into contiguous chunks of at
@@ -116,8 +45,6 @@ struct Live {
 
 /// Below this many texts per instance, a batch is not worth splitting.
 const MIN_CHUNK: usize = 4;
-/// The most texts one pool member embeds before the pool is offered to the next caller.
-pub const MAX_CHUNK: usize = 32;
 
 impl ComponentEmbedder {
     /// Compiles the embedder configured by `config` and starts its pool
@@ -231,7 +158,7 @@ impl ComponentEmbedder {
         let bindings = live.bindings.clone();
         let outcome = run_guarded(&mut live.store, self.config.grants.deadline, |store| call(store, bindings)).await;
         // Logged as they happened; kept only for a tool's error message, which an embed has not.
-        let _ = live.store.data().hooks.take_denials();
+        let _ = live.store.data().take_denials();
         match outcome {
             Err(fault) => {
                 tracing::warn!(target: "quarry::embedder", embedder = %name, "{fault}; recycling the instance");
@@ -262,7 +189,8 @@ async fn start(
 ) -> Result<(Live, ModelInfo), OpenError> {
     let name = config.name.clone();
     let fault = |fault| OpenError::Fault { instance: name.clone(), fault };
-    let mut store = new_store(engine, config, None)?;
+    let mut store =
+        new_store(engine, config, None).map_err(|source| OpenError::Sandbox { instance: name.clone(), source })?;
     let deadline = config.grants.deadline;
     let pre = pre.clone();
     let bindings =

@@ -10,9 +10,9 @@
 use std::sync::OnceLock;
 
 use tokio::sync::broadcast;
+use wasmtime::component::{HasSelf, Linker};
 
-use crate::bindings::quarry::retrieval::progress::Host;
-use crate::sandbox::StoreState;
+use crate::bindings::quarry::retrieval::progress as wit;
 
 /// One report.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +39,24 @@ pub fn subscribe() -> broadcast::Receiver<Progress> {
     bus().subscribe()
 }
 
-impl Host for StoreState {
+/// One store's progress reporting: the name its reports carry.
+pub struct State {
+    instance: String,
+}
+
+impl State {
+    /// The state of instance `instance`.
+    pub fn new(instance: &str) -> State {
+        State { instance: instance.to_string() }
+    }
+}
+
+/// Adds the `progress` interface, served by the [`State`] that `get` finds in the store.
+pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<State>>(l, get)
+}
+
+impl wit::Host for State {
     async fn report(&mut self, task: String, done: u64, total: u64, unit: String) -> wasmtime::Result<()> {
         // Bounded, so a hostile guest cannot push megabytes through every subscriber.
         let cut = |mut s: String| {

@@ -16,8 +16,8 @@ use std::time::Duration;
 use wasmtime::component::Component;
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use crate::cache::{CacheOutcome, ComponentCache};
-use crate::config::MAX_MEMORY;
+use super::cache::{CacheOutcome, ComponentCache};
+use crate::limits::MAX_MEMORY;
 
 /// How often the epoch advances.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);

@@ -1,0 +1,283 @@
+//! One instance's clients: the SDK's `Cluster` (buckets, scopes, scoped indexes and searches)
+//! and its core `Agent` (cluster-level indexes and searches), each made at first use, every
+//! call bounded by the grant's timeout.
+
+use std::sync::Arc;
+
+use couchbase::cluster::Cluster;
+use couchbase::error::ErrorKind;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+use super::connection::{ca_certificates, rustls_config};
+use super::errors::{Result, core_error, internal, sdk_error};
+use super::grant::{CouchbaseGrant, MAX_ROWS, check_bucket_name, check_index_name, check_scope_name};
+use super::search::search_index;
+use crate::bindings::quarry::retrieval::couchbase::{
+    CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch,
+};
+
+/// One instance's link to Couchbase: the grant, and the SDK's cluster and core agent, each
+/// made at its first use (connecting costs a bootstrap; a tool may never need the agent).
+pub struct CouchbaseLink {
+    pub(super) grant: CouchbaseGrant,
+    cluster: OnceCell<Cluster>,
+    agent: OnceCell<couchbase_core::agent::Agent>,
+    /// Buckets seen to exist, so that opening an instance (bucket, scopes, indexes) and each
+    /// search do not look them up again.
+    known: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Cluster-level indexes seen listed on a bucket the grant covers whole (at open, or by an
+    /// earlier search), by the full name the cluster lists them under (`idx` for a bucket-level
+    /// index, `bucket.scope.idx` for a scoped one): a cluster-level search names the index by
+    /// that name, so only that name may authorise it.
+    allowed_indexes: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The most bytes of rows one search may bring into the host (the instance's `max_output`):
+    /// the rows are collected before the guest sees them.
+    pub(super) max_bytes: usize,
+}
+
+impl CouchbaseLink {
+    /// A link for `grant`; a search's rows may take at most `max_bytes` in the host.
+    pub fn new(grant: CouchbaseGrant, max_bytes: u64) -> Arc<CouchbaseLink> {
+        Arc::new(CouchbaseLink {
+            grant,
+            cluster: OnceCell::new(),
+            agent: OnceCell::new(),
+            known: Default::default(),
+            allowed_indexes: Default::default(),
+            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+        })
+    }
+
+    /// Runs `op` against the cluster, connecting first if needed, all within the timeout.
+    pub(super) async fn bounded<'a, T, F>(&'a self, what: &str, op: impl FnOnce(&'a Cluster) -> F) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        let deadline = Instant::now() + self.grant.timeout;
+        let cluster =
+            tokio::time::timeout_at(deadline, self.cluster()).await.map_err(|_| self.no_answer("connecting"))??;
+        tokio::time::timeout_at(deadline, op(cluster)).await.map_err(|_| self.no_answer(what))?
+    }
+
+    pub(super) fn no_answer(&self, what: &str) -> CouchbaseError {
+        let c = &self.grant.connection;
+        // The SDK retries a refused password or a closed port until the timeout: connecting is
+        // where bad credentials show. Later, the cluster is up but slow.
+        let hint = if what == "connecting" {
+            format!("check that the cluster is up and that user {:?} and its password are right", c.username)
+        } else {
+            "the cluster is connected but slow; raise grants.couchbase.timeout if this is expected".to_string()
+        };
+        CouchbaseError::Unavailable(format!(
+            "no answer from Couchbase ({}, connection {:?}) within {:?} while {what}: {hint}",
+            c.connection_string, self.grant.connection_name, self.grant.timeout
+        ))
+    }
+
+    /// The core agent, connected within the deadline.
+    pub(super) async fn agent_by(&self, deadline: Instant) -> Result<&couchbase_core::agent::Agent> {
+        tokio::time::timeout_at(deadline, self.agent()).await.map_err(|_| self.no_answer("connecting"))?
+    }
+
+    async fn cluster(&self) -> Result<&Cluster> {
+        self.cluster
+            .get_or_try_init(|| async {
+                let c = &self.grant.connection;
+                let auth = couchbase::authenticator::PasswordAuthenticator::new(&c.username, &c.password.0);
+                let mut opts = couchbase::options::cluster_options::ClusterOptions::new(auth.into());
+                if c.connection_string.starts_with("couchbases://") {
+                    let mut tls = couchbase::options::cluster_options::TlsOptions::new()
+                        .danger_accept_invalid_certs(c.accept_invalid_certs);
+                    if let Some(pem) = &c.ca_pem {
+                        tls = tls.add_ca_certificates(ca_certificates(pem)?);
+                    }
+                    opts = opts.tls_options(tls);
+                }
+                Cluster::connect(&c.connection_string, opts).await.map_err(|e| sdk_error(&e))
+            })
+            .await
+    }
+
+    async fn agent(&self) -> Result<&couchbase_core::agent::Agent> {
+        use couchbase_core::address::Address;
+        use couchbase_core::authenticator::{Authenticator, PasswordAuthenticator};
+        use couchbase_core::options::agent::{AgentOptions, SeedConfig};
+        self.agent
+            .get_or_try_init(|| async {
+                let c = &self.grant.connection;
+                let spec = couchbase_connstr::parse(&c.connection_string)
+                    .map_err(|e| CouchbaseError::InvalidRequest(format!("connection string: {e}")))?;
+                let spec = couchbase_connstr::resolve(spec, None)
+                    .await
+                    .map_err(|e| CouchbaseError::Unavailable(format!("resolving the connection string: {e}")))?;
+                let addr = |a: couchbase_connstr::Address| Address { host: a.host, port: a.port };
+                let seed = SeedConfig::new()
+                    .memd_addrs(spec.memd_hosts.into_iter().map(addr).collect())
+                    .http_addrs(spec.http_hosts.into_iter().map(addr).collect());
+                let auth = Authenticator::PasswordAuthenticator(PasswordAuthenticator {
+                    username: c.username.clone(),
+                    password: c.password.0.clone(),
+                });
+                let tls = if spec.use_ssl { Some(rustls_config(c)?) } else { None };
+                couchbase_core::agent::Agent::new(AgentOptions::new(seed, auth).tls_config(tls))
+                    .await
+                    .map_err(|e| CouchbaseError::Unavailable(e.to_string()))
+            })
+            .await
+    }
+
+    /// Whether `bucket` exists.
+    pub async fn bucket_exists(&self, bucket: &str) -> Result<bool> {
+        check_bucket_name(bucket).map_err(CouchbaseError::InvalidRequest)?;
+        if !self.grant.allows_bucket(bucket) {
+            return Err(self.grant.deny_bucket(bucket));
+        }
+        let exists = self
+            .bounded("looking up the bucket", |c| async move {
+                match c.buckets().get_bucket(bucket, None).await {
+                    Ok(_) => Ok(true),
+                    Err(e) if matches!(e.kind(), ErrorKind::BucketNotFound) => Ok(false),
+                    Err(e) => Err(sdk_error(&e)),
+                }
+            })
+            .await?;
+        if exists {
+            self.known.lock().unwrap_or_else(|p| p.into_inner()).insert(bucket.to_string());
+        }
+        Ok(exists)
+    }
+
+    /// Fails with `not-found` unless `bucket` exists; asks the cluster only the first time.
+    pub(super) async fn ensure_bucket(&self, bucket: &str) -> Result<()> {
+        if self.known.lock().unwrap_or_else(|p| p.into_inner()).contains(bucket) {
+            return Ok(());
+        }
+        match self.bucket_exists(bucket).await? {
+            true => Ok(()),
+            false => Err(CouchbaseError::NotFound(format!("bucket {bucket:?} does not exist"))),
+        }
+    }
+
+    /// The scopes and collections of `bucket` (the bucket is looked up first: the SDK hangs on
+    /// a missing one).
+    pub async fn scopes(&self, bucket: &str) -> Result<Vec<ScopeInfo>> {
+        self.ensure_bucket(bucket).await?;
+        self.bounded("listing scopes", |c| async move {
+            let scopes = c.bucket(bucket).collections().get_all_scopes(None).await.map_err(|e| sdk_error(&e))?;
+            Ok(scopes
+                .iter()
+                .map(|s| ScopeInfo {
+                    name: s.name().to_string(),
+                    collections: s.collections().iter().map(|c| c.name().to_string()).collect(),
+                })
+                .collect())
+        })
+        .await
+    }
+
+    /// The search indexes at `at`.
+    pub async fn search_indexes(&self, at: &IndexScope) -> Result<Vec<SearchIndex>> {
+        match at {
+            IndexScope::Scoped((bucket, scope)) => {
+                self.check_scope(bucket, scope)?;
+                self.ensure_bucket(bucket).await?;
+                let defs = self
+                    .bounded("listing search indexes", |c| async move {
+                        let all = c
+                            .bucket(bucket.as_str())
+                            .scope(scope.as_str())
+                            .search_indexes()
+                            .get_all_indexes(None)
+                            .await
+                            .map_err(|e| sdk_error(&e))?;
+                        all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<Vec<_>>>()
+                    })
+                    .await?;
+                Ok(defs.iter().map(|d| search_index(d, true)).collect())
+            }
+            IndexScope::Cluster => {
+                if !self.grant.scopes.iter().any(|(_, s)| s == "*") {
+                    return Err(CouchbaseError::Denied(format!(
+                        "cluster-level search indexes may cover a whole bucket, so they need one granted whole: add \"BUCKET.*\" to grants.couchbase.scopes ({})",
+                        self.grant.granted()
+                    )));
+                }
+                let deadline = Instant::now() + self.grant.timeout;
+                let agent = self.agent_by(deadline).await?;
+                let all = tokio::time::timeout_at(deadline, async {
+                    let opts = couchbase_core::options::search_management::GetAllIndexesOptions::new();
+                    agent.get_all_search_indexes(&opts).await.map_err(|e| core_error(&e))
+                })
+                .await
+                .map_err(|_| self.no_answer("listing cluster-level search indexes"))??;
+                let defs: Vec<Value> =
+                    all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<_>>()?;
+                // Listed by their full names: a cluster-level search must name a scoped index
+                // `bucket.scope.index`, and only the name listed for a granted bucket may pass.
+                let granted: Vec<SearchIndex> = defs
+                    .iter()
+                    .map(|d| search_index(d, false))
+                    .filter(|i| self.grant.allows_whole_bucket(&i.source_bucket))
+                    .collect();
+                self.allowed_indexes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(granted.iter().map(|i| i.name.clone()));
+                Ok(granted)
+            }
+        }
+    }
+
+    /// Checks the names (they go into request paths) and then the grant.
+    fn check_scope(&self, bucket: &str, scope: &str) -> Result<()> {
+        check_bucket_name(bucket).map_err(CouchbaseError::InvalidRequest)?;
+        check_scope_name(scope).map_err(CouchbaseError::InvalidRequest)?;
+        if self.grant.allows_scope(bucket, scope) {
+            return Ok(());
+        }
+        Err(CouchbaseError::Denied(format!(
+            "scope {bucket}.{scope} is not in this instance's grants.couchbase.scopes ({}); add \"{bucket}.{scope}\" to use it",
+            self.grant.granted()
+        )))
+    }
+
+    /// Runs a vector search.
+    pub async fn search(&self, q: &VectorSearch) -> Result<Vec<SearchRow>> {
+        if q.vector.is_empty() {
+            return Err(CouchbaseError::InvalidRequest("the query vector is empty".into()));
+        }
+        if q.limit == 0 || q.k == 0 {
+            return Err(CouchbaseError::InvalidRequest("limit and k must be at least 1".into()));
+        }
+        if q.limit > MAX_ROWS || q.k > MAX_ROWS {
+            return Err(CouchbaseError::InvalidRequest(format!(
+                "limit and k may be at most {MAX_ROWS} (the Search service's result window); ask for fewer rows"
+            )));
+        }
+        check_index_name(&q.index, matches!(q.at, IndexScope::Cluster)).map_err(CouchbaseError::InvalidRequest)?;
+        match &q.at {
+            IndexScope::Scoped((bucket, scope)) => {
+                self.check_scope(bucket, scope)?;
+                self.scoped_search(bucket, scope, q).await
+            }
+            IndexScope::Cluster => {
+                // The index's bucket decides what the search can reach: look it up, and check
+                // that the grant covers the whole bucket.
+                let seen = self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).contains(&q.index);
+                if !seen {
+                    let indexes = self.search_indexes(&IndexScope::Cluster).await?;
+                    if !indexes.iter().any(|i| i.name == q.index) {
+                        return Err(CouchbaseError::NotFound(format!(
+                            "no cluster-level search index {:?} on a bucket granted whole (\"bucket.*\") to this instance",
+                            q.index
+                        )));
+                    }
+                    self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).insert(q.index.clone());
+                }
+                self.cluster_search(q).await
+            }
+        }
+    }
+}

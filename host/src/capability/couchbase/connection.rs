@@ -1,0 +1,148 @@
+//! `[couchbase.NAME]`: a named connection and its credentials, resolved at load.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use super::errors::{Result, internal};
+use crate::bindings::quarry::retrieval::couchbase::CouchbaseError;
+use crate::values::{KeyError, expand_path};
+
+/// `[couchbase.NAME]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConnection {
+    connection_string: String,
+    username: Option<String>,
+    username_env: Option<String>,
+    password: Option<String>,
+    password_env: Option<String>,
+    ca_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    accept_invalid_certs: bool,
+}
+
+/// A secret that `Debug` does not print.
+#[derive(Clone, PartialEq)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+/// A named connection (`[couchbase.NAME]`), credentials resolved at load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Connection {
+    /// `couchbase://…` or `couchbases://…`.
+    pub connection_string: String,
+    /// The RBAC user.
+    pub username: String,
+    /// Its password.
+    pub password: Secret,
+    /// A CA certificate (PEM) to trust instead of the system roots (TLS only).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Skip certificate checks (TLS only; development clusters).
+    pub accept_invalid_certs: bool,
+}
+
+/// Validates a `[couchbase.NAME]` connection and reads its credentials (from the environment
+/// when `*_env` is given), so that a missing variable is reported at load, naming its key.
+pub fn connection(base: &Path, raw: RawConnection) -> std::result::Result<Connection, KeyError> {
+    let cs = raw.connection_string.trim().to_string();
+    let tls = if cs.starts_with("couchbases://") {
+        true
+    } else if cs.starts_with("couchbase://") {
+        false
+    } else {
+        return Err(KeyError::new(
+            "connection_string",
+            format!(
+                "{cs:?} is not a Couchbase connection string: write \"couchbase://HOST\" (or couchbases:// for TLS)"
+            ),
+        ));
+    };
+    if cs.split_once("://").is_none_or(|(_, rest)| rest.is_empty()) {
+        return Err(KeyError::new(
+            "connection_string",
+            format!("{cs:?} names no host, like \"couchbase://127.0.0.1\""),
+        ));
+    }
+    if !tls && (raw.ca_file.is_some() || raw.accept_invalid_certs) {
+        let k = if raw.ca_file.is_some() { "ca_file" } else { "accept_invalid_certs" };
+        return Err(KeyError::new(k, "applies only to TLS connections: use a couchbases:// connection string"));
+    }
+    let secret = |plain: Option<String>,
+                  env: Option<String>,
+                  key: &'static str,
+                  env_key: &'static str|
+     -> std::result::Result<String, KeyError> {
+        match (plain, env) {
+            (Some(_), Some(_)) => Err(KeyError::new(key, format!("give either {key} or {env_key}, not both"))),
+            (Some(v), None) if !v.is_empty() => Ok(v),
+            (Some(_), None) => Err(KeyError::new(key, "is empty")),
+            (None, Some(var)) => std::env::var(&var).ok().filter(|v| !v.is_empty()).ok_or_else(|| {
+                KeyError::new(env_key, format!("environment variable {var} is not set; set it or write {key} directly"))
+            }),
+            (None, None) => Err(KeyError::new(key, format!("missing: give {key} or {env_key}"))),
+        }
+    };
+    let username = secret(raw.username, raw.username_env, "username", "username_env")?;
+    let password = secret(raw.password, raw.password_env, "password", "password_env")?;
+    let ca_pem = match raw.ca_file {
+        None => None,
+        Some(p) => {
+            let p = base.join(expand_path(&p).map_err(|m| KeyError::new("ca_file", m))?);
+            let pem =
+                std::fs::read(&p).map_err(|e| KeyError::new("ca_file", format!("cannot read {}: {e}", p.display())))?;
+            Some(pem)
+        }
+    };
+    Ok(Connection {
+        connection_string: cs,
+        username,
+        password: Secret(password),
+        ca_pem,
+        accept_invalid_certs: raw.accept_invalid_certs,
+    })
+}
+
+/// The certificates of a PEM bundle.
+pub(super) fn ca_certificates(pem: &[u8]) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| CouchbaseError::InvalidRequest(format!("the connection's ca_file is not PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(CouchbaseError::InvalidRequest("the connection's ca_file holds no certificate".into()));
+    }
+    Ok(certs)
+}
+
+/// The TLS settings of the core agent, as the SDK derives its own from `TlsOptions`.
+pub(super) fn rustls_config(c: &Connection) -> Result<Arc<rustls::ClientConfig>> {
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(internal)?;
+    let builder = if c.accept_invalid_certs {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(couchbase_core::insecure_certverfier::InsecureCertVerifier {}))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        match &c.ca_pem {
+            Some(pem) => {
+                for cert in ca_certificates(pem)? {
+                    roots.add(cert).map_err(internal)?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        builder.with_root_certificates(roots)
+    };
+    Ok(Arc::new(builder.with_no_client_auth()))
+}

@@ -1,0 +1,91 @@
+//! The `couchbase` capability: bucket, scope and search-index checks and vector search, called
+//! by the host through the official SDK (`couchbase` 1.1) and, for cluster-level indexes, its
+//! core crate's `Agent` (the SDK's 1.1 `Cluster` has no search API).
+//!
+//! - Connections are named in the host config (`[couchbase.NAME]`) with their credentials;
+//!   a component never sees either. `grants.couchbase` names the connection and the
+//!   `bucket.scope` pairs an instance may touch; cluster-level indexes need the whole bucket
+//!   (`bucket.*`), since such an index may cover any of its scopes.
+//! - Every call is bounded by the grant's timeout, connecting included: the SDK's `connect`
+//!   never fails (it retries a wrong password or a closed port forever), and
+//!   `cluster.bucket("missing")` hangs, so a bucket is always looked up first.
+
+//!
+//! Files: [`connection`] (`[couchbase.NAME]`), [`grant`] (`grants.couchbase`, name rules),
+//! [`client`] (the SDK cluster and core agent of one instance, bounded calls), [`search`] (vector
+//! search and index definitions), [`errors`] (SDK errors to the WIT's); here, the per-store
+//! [`State`] and the WIT `Host` impl.
+
+mod client;
+mod connection;
+mod errors;
+mod grant;
+mod search;
+
+use std::sync::Arc;
+
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::bindings::quarry::retrieval::couchbase::{
+    self as wit, CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch,
+};
+
+pub use client::CouchbaseLink;
+pub use connection::{Connection, RawConnection, Secret, connection};
+pub use grant::{
+    CouchbaseGrant, DEFAULT_TIMEOUT, MAX_ROWS, RawGrant, check_bucket_name, check_index_name, check_scope_name, grant,
+};
+pub use search::vector_fields;
+
+use errors::Result;
+
+/// One store's Couchbase: the instance's link, when it has a grant.
+#[derive(Default)]
+pub struct State {
+    link: Option<Arc<CouchbaseLink>>,
+}
+
+impl State {
+    /// The state for an instance granted `grant` (none: every call is `denied`), whose searches
+    /// may bring at most `max_bytes` of rows into the host.
+    pub fn new(grant: Option<&CouchbaseGrant>, max_bytes: u64) -> State {
+        State { link: grant.map(|g| CouchbaseLink::new(g.clone(), max_bytes)) }
+    }
+
+    /// The instance's Couchbase link, or `denied` when its config grants none.
+    fn couchbase_link(&self) -> Result<Arc<CouchbaseLink>> {
+        self.link.clone().ok_or_else(|| {
+            CouchbaseError::Denied(
+                "this instance has no Couchbase grant; add [tools.NAME.grants.couchbase] with a connection and scopes"
+                    .into(),
+            )
+        })
+    }
+}
+
+/// Adds the `couchbase` interface, served by the [`State`] that `get` finds in the store.
+pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<State>>(l, get)
+}
+
+impl wit::Host for State {
+    async fn bucket_exists(&mut self, bucket: String) -> wasmtime::Result<Result<bool>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.bucket_exists(&bucket).await }.await)
+    }
+
+    async fn scopes(&mut self, bucket: String) -> wasmtime::Result<Result<Vec<ScopeInfo>>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.scopes(&bucket).await }.await)
+    }
+
+    async fn search_indexes(&mut self, at: IndexScope) -> wasmtime::Result<Result<Vec<SearchIndex>>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.search_indexes(&at).await }.await)
+    }
+
+    async fn search(&mut self, query: VectorSearch) -> wasmtime::Result<Result<Vec<SearchRow>>> {
+        let link = self.couchbase_link();
+        Ok(async { link?.search(&query).await }.await)
+    }
+}

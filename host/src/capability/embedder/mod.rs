@@ -1,0 +1,79 @@
+//! The `embedder` capability: a tool's `quarry:retrieval/embedder` import, served by the
+//! embedder its config names.
+//!
+//! The host decides at load time: a component that imports `embedder` must name one in its
+//! config (`embedder = "NAME"`), or loading fails with a config error. Behind the import is an
+//! [`EmbedderBackend`], so the backend (an embedder component in its own store, a pool of them,
+//! or native inference) can change without touching any tool; the component pool that serves
+//! it today is [`crate::embedders`].
+
+mod backend;
+
+use std::sync::Arc;
+
+use wasmtime::component::{HasSelf, Linker};
+
+use crate::bindings::quarry::retrieval::embedder as wit;
+use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
+
+pub use backend::{BoxFuture, EmbedderBackend};
+
+/// The WIT name of the import.
+pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.1.0";
+/// The most texts a backend embeds for one caller before it serves the next (the component
+/// pool's chunk: callers share the pool in turn, chunk by chunk).
+pub const MAX_CHUNK: usize = 32;
+
+/// One store's embedder: the backend its tool is linked to, and the tool's name (the backend
+/// serves its callers in turn, by name).
+pub struct State {
+    backend: Option<Arc<dyn EmbedderBackend>>,
+    client: String,
+}
+
+impl State {
+    /// The state of instance `client`, linked to `backend` (none for a tool that imports no
+    /// embedder, and for embedders themselves).
+    pub fn new(backend: Option<Arc<dyn EmbedderBackend>>, client: &str) -> State {
+        State { backend, client: client.to_string() }
+    }
+}
+
+/// Adds the `embedder` interface, served by the [`State`] that `get` finds in the store.
+pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasSelf<State>>(l, get)
+}
+
+impl wit::Host for State {
+    async fn info(&mut self) -> wasmtime::Result<ModelInfo> {
+        match &self.backend {
+            Some(e) => Ok(e.info()),
+            // Unreachable through configuration (load refuses it); a host fault if it happens.
+            None => Err(wasmtime::format_err!("no embedder is linked to this tool instance")),
+        }
+    }
+
+    async fn embed(
+        &mut self,
+        texts: Vec<String>,
+        kind: InputKind,
+    ) -> wasmtime::Result<Result<Vec<Embedding>, EmbedError>> {
+        match &self.backend {
+            Some(e) => Ok(e.embed_for(&self.client, texts, kind).await),
+            None => Ok(Err(no_embedder())),
+        }
+    }
+
+    async fn count_tokens(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<u32>, EmbedError>> {
+        match &self.backend {
+            Some(e) => Ok(e.count_tokens_for(&self.client, texts).await),
+            None => Ok(Err(no_embedder())),
+        }
+    }
+}
+
+fn no_embedder() -> EmbedError {
+    EmbedError::Unavailable(
+        "no embedder is linked to this tool instance; set `embedder = \"NAME\"` in its config".into(),
+    )
+}

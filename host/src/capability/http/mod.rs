@@ -1,0 +1,90 @@
+//! The outgoing-HTTP capability: `wasi:http/outgoing-handler` behind a per-instance
+//! allowlist.
+//!
+//! Moving parts:
+//! - [`AllowEntry`] and [`Cidr`] are parsed once, at config load; a bad entry is a
+//!   config error.
+//! - [`HttpPolicy`] decides: the request's scheme, host and port must match an
+//!   allowlist entry; then every address the host resolves to is vetted, and
+//!   loopback, private, link-local, shared (CGNAT), multicast, unspecified and
+//!   cloud-metadata addresses are refused unless `private_networks` (or an IP
+//!   literal allowlist entry) names them.
+//! - [`PolicyHooks`] enforces it in `WasiHttpHooks::send_request`, resolves the
+//!   name itself, and connects to the very address it vetted, so a DNS answer
+//!   that changes between check and connect (rebinding) cannot slip past.
+//!   Every phase (DNS, connect, TLS, first byte, between bytes) is bounded by the
+//!   instance's `http_timeout`; requests in flight, name lookups and refusal records are
+//!   bounded per instance, and a call's requests end with it.
+//!
+//! Example: with `http = ["https://docs.example.com"]`, a guest GET of
+//! `https://docs.example.com/a.docx` resolves `docs.example.com`, drops any
+//! private answers, connects to a public one with TLS for `docs.example.com`;
+//! a GET of `http://169.254.169.254/` is refused before any packet is sent, and
+//! the call's error says which grant would allow it.
+
+//!
+//! Files: [`grant`] (`http`, `private_networks`, `http_timeout`), [`allowlist`], [`policy`],
+//! [`send`] (the hooks), [`refusals`]; here, the per-store [`State`] and the linker call.
+
+mod allowlist;
+mod grant;
+mod policy;
+mod refusals;
+mod send;
+
+use std::sync::Arc;
+
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+pub use allowlist::{AllowEntry, Cidr, HostPattern};
+pub use grant::{DEFAULT_HTTP_TIMEOUT, grant};
+pub use policy::{Denial, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, special_range};
+pub use refusals::{MAX_KEPT, MAX_REFUSAL_BYTES, Refusals};
+pub use send::{MAX_AUTHORITY, MAX_IN_FLIGHT, PolicyHooks, RESPONSE_HEAD_MAX};
+
+/// The largest header set (names and values) a guest may build or receive.
+pub const FIELD_SIZE_LIMIT: usize = 64 << 10;
+/// The largest write to an outgoing body; one is buffered while the previous one is sent.
+pub const BODY_CHUNK: usize = 64 << 10;
+
+/// One store's outgoing HTTP: wasi-http's context and the hooks that enforce the policy.
+pub struct State {
+    ctx: WasiHttpCtx,
+    hooks: PolicyHooks,
+}
+
+impl State {
+    /// The state for an instance whose policy is `policy`.
+    pub fn new(policy: &HttpPolicy) -> State {
+        let mut ctx = WasiHttpCtx::new();
+        ctx.set_field_size_limit(FIELD_SIZE_LIMIT);
+        State { ctx, hooks: PolicyHooks::new(Arc::new(policy.clone())) }
+    }
+
+    /// wasi-http's view of this state and the store's resource table (for `WasiHttpView`).
+    pub fn view<'a>(&'a mut self, table: &'a mut ResourceTable) -> WasiHttpCtxView<'a> {
+        WasiHttpCtxView { ctx: &mut self.ctx, table, hooks: &mut self.hooks }
+    }
+
+    /// The hooks: refusal records, requests in flight.
+    pub fn hooks(&self) -> &PolicyHooks {
+        &self.hooks
+    }
+
+    /// Refusals since the last call (bounded).
+    pub fn take_denials(&self) -> Vec<String> {
+        self.hooks.take_denials()
+    }
+
+    /// Ends the requests of the call that just returned (see [`PolicyHooks::end_call`]).
+    pub async fn end_call(&mut self) {
+        self.hooks.end_call().await;
+    }
+}
+
+/// Adds `wasi:http/outgoing-handler` and its types, served through the store's
+/// [`WasiHttpView`] (which borrows a [`State`] with [`State::view`]).
+pub fn link<T: WasiHttpView + 'static>(l: &mut Linker<T>) -> wasmtime::Result<()> {
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(l)
+}

@@ -1,0 +1,201 @@
+//! The host's capabilities: what a component may ask the host for, each in its own folder.
+//!
+//! Each capability owns, in its folder:
+//! - its keys of `[tools.NAME.grants]` (a `Raw…` type and a `grant` function that validates
+//!   them into its grant, with errors that name the key), and its operator-level sections
+//!   (`[couchbase.NAME]`);
+//! - its per-store `State`, built from its grant when a store is made;
+//! - its WIT `Host` impls, on its own `State`, never on the store type;
+//! - its linker call, `link(linker, projection)`: the store hands each capability its state
+//!   through a projection (`fn(&mut T) -> &mut State`, as wasmtime's wasi-http and wasi-nn
+//!   do), so no capability names the store.
+//!
+//! This module is the one list of them. It holds no logic: one field per capability in
+//! [`RawGrants`], [`Grants`], [`Sections`] and [`States`], and one line per capability where
+//! they are built and linked. Adding a capability means a new folder, a line in each of these,
+//! and its WIT.
+//!
+//! | capability | grant keys | section | WIT |
+//! |---|---|---|---|
+//! | [`files`] | `dirs` | | `wasi:filesystem` (a few functions shadowed) |
+//! | [`http`] | `http`, `private_networks`, `http_timeout` | | `wasi:http/outgoing-handler` |
+//! | [`embedder`] | (the instance's `embedder = "NAME"`) | | `quarry:retrieval/embedder` |
+//! | [`progress`] | | | `quarry:retrieval/progress` |
+//! | [`bedrock`] | `bedrock` | | `quarry:retrieval/bedrock` |
+//! | [`couchbase`] | `couchbase` | `[couchbase.NAME]` | `quarry:retrieval/couchbase` |
+
+pub mod bedrock;
+pub mod couchbase;
+pub mod embedder;
+pub mod files;
+pub mod http;
+pub mod progress;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime_wasi_http::WasiHttpView;
+
+use crate::bindings::quarry::retrieval::types as wit_types;
+use crate::values::{ByteSize, HumanDuration, KeyError};
+
+/// `[tools.NAME.grants]` as written: the limits every instance has (`memory`, `deadline`,
+/// `max_output`, read by the config) and each capability's keys.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawGrants {
+    #[serde(default)]
+    dirs: Vec<files::RawDir>,
+    #[serde(default)]
+    http: Vec<String>,
+    #[serde(default)]
+    private_networks: Vec<String>,
+    /// `memory`: the linear-memory limit.
+    pub memory: Option<ByteSize>,
+    /// `deadline`: the time a call may take.
+    pub deadline: Option<HumanDuration>,
+    http_timeout: Option<HumanDuration>,
+    /// `max_output`: the largest output of a call.
+    pub max_output: Option<ByteSize>,
+    bedrock: Option<bedrock::RawGrant>,
+    couchbase: Option<couchbase::RawGrant>,
+}
+
+/// What a capability's grant may depend on beside its own keys.
+pub struct GrantCx<'a> {
+    /// The instance, for messages.
+    pub instance: &'a str,
+    /// The config file's directory: relative paths start there.
+    pub base: &'a Path,
+    /// The instance's deadline: a capability's timeouts must fit in it.
+    pub deadline: Duration,
+    /// The capabilities' sections.
+    pub sections: &'a Sections,
+}
+
+/// What an instance is granted, capability by capability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grants {
+    /// Directories.
+    pub dirs: Vec<files::DirGrant>,
+    /// Outgoing HTTP.
+    pub http: http::HttpPolicy,
+    /// Amazon Bedrock; none: no Bedrock at all.
+    pub bedrock: Option<bedrock::BedrockGrant>,
+    /// Couchbase; none: no Couchbase at all.
+    pub couchbase: Option<couchbase::CouchbaseGrant>,
+}
+
+impl Grants {
+    /// Each capability's grant from its keys of `raw`; an error's key is relative to the grants
+    /// table.
+    pub fn parse(raw: RawGrants, cx: &GrantCx<'_>) -> Result<Grants, KeyError> {
+        Ok(Grants {
+            dirs: files::grant(raw.dirs, cx.base)?,
+            http: http::grant(cx.instance, &raw.http, &raw.private_networks, raw.http_timeout)?,
+            bedrock: raw.bedrock.map(|b| bedrock::grant(b, cx.deadline).map_err(|e| e.under("bedrock"))).transpose()?,
+            couchbase: raw
+                .couchbase
+                .map(|c| couchbase::grant(c, &cx.sections.couchbase, cx.deadline).map_err(|e| e.under("couchbase")))
+                .transpose()?,
+        })
+    }
+}
+
+/// The capabilities' operator-level sections.
+#[derive(Debug, Clone, Default)]
+pub struct Sections {
+    /// `[couchbase.NAME]`: named connections.
+    pub couchbase: BTreeMap<String, Arc<couchbase::Connection>>,
+}
+
+impl Sections {
+    /// Validates the sections; an error's key is the section's (`couchbase.NAME.key`).
+    pub fn parse(couchbase: BTreeMap<String, couchbase::RawConnection>, base: &Path) -> Result<Sections, KeyError> {
+        let mut sections = Sections::default();
+        for (name, raw) in couchbase {
+            let c = couchbase::connection(base, raw).map_err(|e| e.under(&format!("couchbase.{name}")))?;
+            sections.couchbase.insert(name, Arc::new(c));
+        }
+        Ok(sections)
+    }
+}
+
+/// What a capability's state may depend on beside its grant.
+pub struct StateCx<'a> {
+    /// The instance's name.
+    pub instance: &'a str,
+    /// Its `max_output`: what a capability may bring into the host for one call.
+    pub max_output: u64,
+    /// The backend of its `embedder` import, when it has one.
+    pub embedder: Option<Arc<dyn embedder::EmbedderBackend>>,
+}
+
+/// One store's state of every capability.
+pub struct States {
+    /// Directory quotas.
+    pub files: files::FileGuard,
+    /// Outgoing HTTP.
+    pub http: http::State,
+    /// The embedder import.
+    pub embedder: embedder::State,
+    /// Progress reports.
+    pub progress: progress::State,
+    /// Bedrock.
+    pub bedrock: bedrock::State,
+    /// Couchbase.
+    pub couchbase: couchbase::State,
+}
+
+impl States {
+    /// The states for a new store of an instance granted `grants`; directory grants become
+    /// preopens of `wasi`.
+    pub fn new(grants: &Grants, cx: StateCx<'_>, wasi: &mut WasiCtxBuilder) -> Result<States, files::SandboxError> {
+        Ok(States {
+            files: files::preopen(&grants.dirs, wasi)?,
+            http: http::State::new(&grants.http),
+            embedder: embedder::State::new(cx.embedder, cx.instance),
+            progress: progress::State::new(cx.instance),
+            bedrock: bedrock::State::new(grants.bedrock.as_ref(), cx.max_output),
+            couchbase: couchbase::State::new(grants.couchbase.as_ref(), cx.max_output),
+        })
+    }
+
+    /// What the capabilities refused since the last call (appended to a tool's error).
+    pub fn take_denials(&self) -> Vec<String> {
+        self.http.take_denials()
+    }
+
+    /// After each guest call: what a call started ends with it.
+    pub async fn end_call(&mut self) {
+        self.http.end_call().await;
+    }
+}
+
+/// What a store gives the capabilities: their states, and the WASI filesystem beside the
+/// directory guard. The store implements it; no capability names the store.
+pub trait CapabilityStore: WasiHttpView + Send + 'static {
+    /// Every capability's state.
+    fn states(&mut self) -> &mut States;
+    /// The filesystem view the directory capability needs.
+    fn files(&mut self) -> files::View<'_>;
+}
+
+/// Adds every capability to `l`, after WASI.
+pub fn link_all<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
+    files::link(l, T::files)?;
+    http::link(l)?;
+    embedder::link(l, |t| &mut t.states().embedder)?;
+    progress::link(l, |t| &mut t.states().progress)?;
+    bedrock::link(l, |t| &mut t.states().bedrock)?;
+    couchbase::link(l, |t| &mut t.states().couchbase)?;
+    wit_types::add_to_linker::<T, HasSelf<States>>(l, |t| t.states())
+}
+
+/// The `types` interface has no functions: its linking needs a `Host`, with nothing in it.
+impl wit_types::Host for States {}

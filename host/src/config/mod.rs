@@ -1,0 +1,379 @@
+//! The host configuration file (TOML): which tool instances to load, and what
+//! each one is granted.
+//!
+//! ```toml
+//! [host]
+//! cache_dir = "/var/cache/quarry"   # precompiled components; default: $XDG_CACHE_HOME/quarry
+//!
+//! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
+//! component = "plugins/chapter-rag.wasm"   # relative to this file
+//! embedder = "minilm"               # an [embedders.*] entry; required if the component imports one
+//!                                   # ([embedders.NAME] entries take the same keys, plus `pool`:
+//!                                   #  instances serving in parallel, default one per core)
+//! config = { path = "/manual/MANUAL.md" }  # passed to `open` as JSON
+//!
+//! [tools.manual.grants]
+//! dirs = [{ host = "manuals", guest = "/manual", mode = "ro" }]  # mode: "ro" (default) or "rw"
+//!                                   # rw grants: quota = { bytes = "1GiB", files = 10000 } (the defaults)
+//! http = ["https://example.com", "http://*.internal.example:8080"]
+//! private_networks = ["127.0.0.1/32"]  # the only way to reach loopback/private/link-local/metadata addresses
+//! memory = "256MiB"                 # linear-memory limit
+//! deadline = "10s"                  # per call, guest time and host calls together
+//! http_timeout = "30s"              # connect / first byte / between bytes
+//! max_output = "16MiB"              # largest result a call may return
+//! couchbase = { connection = "local", scopes = ["travel.inventory"] }  # see below
+//!
+//! [couchbase.local]                 # a named Couchbase connection, used by grants
+//! connection_string = "couchbase://127.0.0.1"   # couchbases:// for TLS
+//! username = "quarry"               # or username_env = "CB_USERNAME"
+//! password_env = "CB_PASSWORD"      # or password = "..." (the environment keeps it out of files)
+//! ca_file = "certs/ca.pem"          # couchbases:// only: trust this CA (PEM) instead of the system roots
+//! accept_invalid_certs = false      # couchbases:// only: for development clusters, never production
+//! ```
+//!
+//! Denied unless granted: every directory, every environment variable, every
+//! outgoing connection, and every loopback, private, link-local or cloud-metadata
+//! address even for an allowlisted host. Unknown keys are errors.
+//!
+//! This module reads what every instance has (`[host]`, `[tools.*]`, `[embedders.*]`, the
+//! limits of [`crate::limits`]) and `[serve]` ([`serve`]); each capability parses its own keys
+//! of the grants and its own sections ([`crate::capability`]), and its errors come back here to
+//! be given the file and the full key.
+
+mod serve;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::capability::{self, Sections};
+use crate::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY};
+use crate::values::{KeyError, expand_path};
+
+pub use serve::ServeConfig;
+
+/// A configuration error, always naming the file and the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The config file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed, has an unknown key, or a value of the wrong form.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The config file.
+        path: PathBuf,
+        /// The parser's message, with line, column and key.
+        message: String,
+    },
+    /// A value parsed but is not acceptable.
+    #[error("invalid config file {path}: `{key}`: {message}")]
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// Dotted key, e.g. `tools.echo.grants.http[0]`.
+        key: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+/// A validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    /// Where precompiled components are cached; `None` when there is nowhere private to
+    /// put them (they are compiled at every start).
+    pub cache_dir: Option<PathBuf>,
+    /// Tool instances by name.
+    pub tools: BTreeMap<String, InstanceConfig>,
+    /// Embedder instances by name.
+    pub embedders: BTreeMap<String, InstanceConfig>,
+    /// The capabilities' operator-level sections (`[couchbase.NAME]`).
+    pub sections: Sections,
+    /// Limits of `quarry serve` (`[serve]`); flags override them.
+    pub serve: ServeConfig,
+}
+
+/// One configured instance of a component.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceConfig {
+    /// The instance name (the key under `[tools]` or `[embedders]`).
+    pub name: String,
+    /// Absolute path of the component file.
+    pub component: PathBuf,
+    /// The `config` table as a JSON object, passed to `open`/`load`.
+    pub config_json: String,
+    /// The embedder instance serving this tool's `embedder` import.
+    pub embedder: Option<String>,
+    /// What the instance may touch.
+    pub grants: Grants,
+    /// Embedders only: how many instances serve in parallel (default: one per core).
+    pub pool: usize,
+}
+
+/// What an instance may touch: the limits every instance has, and each capability's grant
+/// (read through this type as if they were its own fields). Everything else is denied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grants {
+    /// Linear-memory limit in bytes.
+    pub memory: u64,
+    /// Per-call deadline.
+    pub deadline: Duration,
+    /// Largest output of one call, in bytes.
+    pub max_output: u64,
+    /// The capabilities' grants.
+    pub caps: capability::Grants,
+}
+
+impl std::ops::Deref for Grants {
+    type Target = capability::Grants;
+
+    fn deref(&self) -> &capability::Grants {
+        &self.caps
+    }
+}
+
+impl std::ops::DerefMut for Grants {
+    fn deref_mut(&mut self) -> &mut capability::Grants {
+        &mut self.caps
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    host: RawHost,
+    #[serde(default)]
+    tools: BTreeMap<String, RawInstance>,
+    #[serde(default)]
+    embedders: BTreeMap<String, RawInstance>,
+    #[serde(default)]
+    couchbase: BTreeMap<String, capability::couchbase::RawConnection>,
+    serve: Option<serve::RawServe>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    cache_dir: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInstance {
+    component: PathBuf,
+    #[serde(default)]
+    config: toml::Table,
+    embedder: Option<String>,
+    pool: Option<usize>,
+    #[serde(default)]
+    grants: capability::RawGrants,
+}
+
+impl Config {
+    /// Reads and validates the config file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::parse(path, &text)
+    }
+
+    /// Validates `text` as if read from `path` (relative paths resolve against its directory).
+    pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim_end().to_string(),
+        })?;
+        let base = path
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("."));
+        let base = std::path::absolute(&base).unwrap_or(base);
+        let invalid = |e: KeyError| ConfigError::Invalid { path: path.to_path_buf(), key: e.key, message: e.message };
+
+        let cache_dir = match raw.host.cache_dir {
+            Some(dir) => Some(base.join(expand_path(&dir).map_err(|m| invalid(KeyError::new("host.cache_dir", m)))?)),
+            None => default_cache_dir(),
+        };
+        let sections = Sections::parse(raw.couchbase, &base).map_err(invalid)?;
+        let mut embedders = BTreeMap::new();
+        for (name, inst) in raw.embedders {
+            if inst.embedder.is_some() {
+                return Err(invalid(KeyError::new(
+                    format!("embedders.{name}.embedder"),
+                    "an embedder cannot itself use an embedder; remove this key",
+                )));
+            }
+            if inst.pool == Some(0) || inst.pool.is_some_and(|p| p > 64) {
+                return Err(invalid(KeyError::new(
+                    format!("embedders.{name}.pool"),
+                    "pool must be between 1 and 64 instances",
+                )));
+            }
+            let cfg = validate_instance(&base, "embedders", &name, inst, &sections).map_err(invalid)?;
+            embedders.insert(name, cfg);
+        }
+        let mut tools = BTreeMap::new();
+        for (name, inst) in raw.tools {
+            if inst.pool.is_some() {
+                return Err(invalid(KeyError::new(
+                    format!("tools.{name}.pool"),
+                    "`pool` sizes an embedder's instance pool; it applies only under [embedders.NAME]",
+                )));
+            }
+            let cfg = validate_instance(&base, "tools", &name, inst, &sections).map_err(invalid)?;
+            if let Some(e) = &cfg.embedder
+                && !embedders.contains_key(e)
+            {
+                let known: Vec<_> = embedders.keys().map(String::as_str).collect();
+                return Err(invalid(KeyError::new(
+                    format!("tools.{name}.embedder"),
+                    format!(
+                        "no embedder named {e:?}; define [embedders.{e}] or use one of: {}",
+                        if known.is_empty() { "(none defined)".to_string() } else { known.join(", ") }
+                    ),
+                )));
+            }
+            tools.insert(name, cfg);
+        }
+        let serve = raw.serve.map_or_else(|| Ok(ServeConfig::default()), serve::RawServe::validate).map_err(invalid)?;
+        let config = Config { path: path.to_path_buf(), cache_dir, tools, embedders, sections, serve };
+        config.check_overlaps(&base).map_err(invalid)?;
+        Ok(config)
+    }
+}
+
+/// `$QUARRY_CACHE_DIR`, else `$XDG_CACHE_HOME/quarry`, else `~/.cache/quarry`; with none of
+/// them set, no cache (never a shared directory such as `/tmp`: its entries are native code).
+pub fn default_cache_dir() -> Option<PathBuf> {
+    default_cache_dir_from(|k| std::env::var_os(k))
+}
+
+fn default_cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
+    let set = |k: &str| var(k).filter(|d| !d.is_empty()).map(PathBuf::from);
+    set("QUARRY_CACHE_DIR")
+        .or_else(|| set("XDG_CACHE_HOME").map(|d| d.join("quarry")))
+        .or_else(|| set("HOME").map(|h| h.join(".cache").join("quarry")))
+}
+
+impl Config {
+    /// Refuses a read-write directory grant that holds code or config the host trusts: the
+    /// precompiled cache (native code), a component's directory (hot swap would load what a
+    /// guest wrote there, with every instance's grants) or the config file's directory.
+    fn check_overlaps(&self, config_dir: &Path) -> Result<(), KeyError> {
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut protected: Vec<(String, PathBuf)> = vec![("the config file's directory".into(), canon(config_dir))];
+        if let Some(c) = &self.cache_dir {
+            protected.push(("the precompiled-component cache (host.cache_dir)".into(), canon(c)));
+        }
+        for (section, instances) in [("tools", &self.tools), ("embedders", &self.embedders)] {
+            for (name, inst) in instances {
+                if let Some(dir) = inst.component.parent() {
+                    protected.push((format!("the directory of {section}.{name}.component"), canon(dir)));
+                }
+            }
+        }
+        for (section, instances) in [("tools", &self.tools), ("embedders", &self.embedders)] {
+            for (name, inst) in instances {
+                for (i, d) in inst.grants.dirs.iter().enumerate().filter(|(_, d)| d.writable) {
+                    if let Some((what, path)) = protected.iter().find(|(_, p)| p.starts_with(&d.host)) {
+                        return Err(KeyError::new(
+                            format!("{section}.{name}.grants.dirs[{i}].host"),
+                            format!(
+                                "the read-write grant of {} holds {what} ({}): a component could rewrite what the host loads and runs; grant a directory that holds none of these, or make this grant read-only",
+                                d.host.display(),
+                                path.display()
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+fn validate_instance(
+    base: &Path,
+    section: &str,
+    name: &str,
+    raw: RawInstance,
+    sections: &Sections,
+) -> Result<InstanceConfig, KeyError> {
+    let key = |k: &str| format!("{section}.{name}{k}");
+    if !valid_name(name) {
+        return Err(KeyError::new(
+            format!("{section}.{name}"),
+            "instance names use lowercase letters, digits, `_` and `-` (at most 64)",
+        ));
+    }
+    let component = base.join(expand_path(&raw.component).map_err(|m| KeyError::new(key(".component"), m))?);
+    if !component.is_file() {
+        return Err(KeyError::new(
+            key(".component"),
+            format!(
+                "component file {} does not exist; build it (see README.md) or fix the path (relative paths start at the config file's directory)",
+                component.display()
+            ),
+        ));
+    }
+    let config_json = serde_json::to_string(&raw.config)
+        .map_err(|e| KeyError::new(key(".config"), format!("cannot be expressed as JSON: {e}")))?;
+    let memory = raw.grants.memory.map_or(DEFAULT_MEMORY, |b| b.0);
+    if !(1 << 20..=MAX_MEMORY).contains(&memory) {
+        return Err(KeyError::new(
+            key(".grants.memory"),
+            format!("{memory} bytes is out of range: grant between 1MiB and 4GiB"),
+        ));
+    }
+    let deadline = raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0);
+    let max_output = raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0);
+    let cx = capability::GrantCx { instance: name, base, deadline, sections };
+    let caps = capability::Grants::parse(raw.grants, &cx).map_err(|e| e.under(&key(".grants")))?;
+    let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    Ok(InstanceConfig {
+        name: name.to_string(),
+        component: std::fs::canonicalize(&component).unwrap_or(component),
+        config_json,
+        embedder: raw.embedder,
+        pool,
+        grants: Grants { memory, deadline, max_output, caps },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_shared_cache_directory_without_a_home() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| std::ffi::OsString::from(v))
+        };
+        assert_eq!(default_cache_dir_from(env(&[])), None);
+        assert_eq!(default_cache_dir_from(env(&[("HOME", "")])), None);
+        assert_eq!(default_cache_dir_from(env(&[("HOME", "/home/q")])), Some(PathBuf::from("/home/q/.cache/quarry")));
+        assert_eq!(
+            default_cache_dir_from(env(&[("HOME", "/home/q"), ("XDG_CACHE_HOME", "/c")])),
+            Some(PathBuf::from("/c/quarry"))
+        );
+        assert_eq!(default_cache_dir_from(env(&[("QUARRY_CACHE_DIR", "/q")])), Some(PathBuf::from("/q")));
+    }
+}

@@ -1,0 +1,18 @@
+//! What runs guest code, knowing no capability: the wasmtime engine and its precompiled cache,
+//! the store's data (WASI, the resource table, the memory limiter, captured stderr, and the
+//! capabilities' states as one bundle), and the guarded call every guest call goes through.
+//!
+//! - [`engine`], [`cache`]: the engine (epochs, pooling allocator) and the `.cwasm` cache;
+//! - [`store`]: [`store::StoreState`], built from an instance's grants;
+//! - [`limiter`]: the memory grant over every memory and the host resources held;
+//! - [`guest_log`]: the guest's stderr, captured;
+//! - [`guarded`]: a store for a call, the call under its deadline, its [`guarded::Fault`].
+
+pub mod cache;
+pub mod engine;
+pub mod guarded;
+pub mod guest_log;
+pub mod limiter;
+pub mod store;
+
+pub use guarded::Fault;
