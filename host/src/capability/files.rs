@@ -573,3 +573,51 @@ impl Pollable for QuotaStream {
         self.inner.ready().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs(toml_text: &str) -> Vec<RawDir> {
+        #[derive(Deserialize)]
+        struct D {
+            dirs: Vec<RawDir>,
+        }
+        toml::from_str::<D>(toml_text).unwrap().dirs
+    }
+
+    #[test]
+    fn dirs_are_checked_by_key_and_rw_grants_get_a_quota() {
+        let base = tempfile::tempdir().unwrap();
+        std::fs::create_dir(base.path().join("d")).unwrap();
+        let g = grant(dirs(r#"dirs = [{ host = "d", guest = "/d", mode = "rw" }]"#), base.path()).unwrap();
+        assert_eq!(g[0].quota, Some(Quota::default()));
+        assert!(g[0].writable);
+        let g =
+            grant(dirs(r#"dirs = [{ host = "d", guest = "/d", mode = "rw", quota = { files = 3 } }]"#), base.path())
+                .unwrap();
+        assert_eq!(g[0].quota, Some(Quota { bytes: DEFAULT_QUOTA_BYTES, files: 3 }));
+        for (text, key, says) in [
+            (r#"dirs = [{ host = "nope", guest = "/d" }]"#, "dirs[0].host", "is not a directory"),
+            (r#"dirs = [{ host = "d", guest = "d" }]"#, "dirs[0].guest", "must be absolute"),
+            (
+                r#"dirs = [{ host = "d", guest = "/d" }, { host = "d", guest = "/d" }]"#,
+                "dirs[1].guest",
+                "granted twice",
+            ),
+            (
+                r#"dirs = [{ host = "d", guest = "/d", quota = { files = 3 } }]"#,
+                "dirs[0].quota",
+                "only to a read-write grant",
+            ),
+            (
+                r#"dirs = [{ host = "d", guest = "/d", mode = "rw", quota = { bytes = 0 } }]"#,
+                "dirs[0].quota",
+                "above zero",
+            ),
+        ] {
+            let e = grant(dirs(text), base.path()).unwrap_err();
+            assert!(e.key == key && e.message.contains(says), "{text}: {e:?}");
+        }
+    }
+}

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use super::connection::{ca_certificates, rustls_config};
+use super::connection::rustls_config;
 use super::errors::{Result, core_error, internal, sdk_error};
 use super::grant::{CouchbaseGrant, MAX_ROWS, check_bucket_name, check_index_name, check_scope_name};
 use super::search::search_index;
@@ -90,8 +90,8 @@ impl CouchbaseLink {
                 if c.connection_string.starts_with("couchbases://") {
                     let mut tls = couchbase::options::cluster_options::TlsOptions::new()
                         .danger_accept_invalid_certs(c.accept_invalid_certs);
-                    if let Some(pem) = &c.ca_pem {
-                        tls = tls.add_ca_certificates(ca_certificates(pem)?);
+                    if let Some(certs) = &c.ca_certs {
+                        tls = tls.add_ca_certificates(certs.clone());
                     }
                     opts = opts.tls_options(tls);
                 }
@@ -121,18 +121,17 @@ impl CouchbaseLink {
                     password: c.password.0.clone(),
                 });
                 let tls = if spec.use_ssl { Some(rustls_config(c)?) } else { None };
-                couchbase_core::agent::Agent::new(AgentOptions::new(seed, auth).tls_config(tls))
-                    .await
-                    .map_err(|e| CouchbaseError::Unavailable(e.to_string()))
+                let agent = couchbase_core::agent::Agent::new(AgentOptions::new(seed, auth).tls_config(tls)).await;
+                Ok(agent.map_err(|e| CouchbaseError::Unavailable(e.to_string()))?)
             })
             .await
     }
 
     /// Whether `bucket` exists.
-    pub async fn bucket_exists(&self, bucket: &str) -> Result<bool> {
+    pub(super) async fn bucket_exists(&self, bucket: &str) -> Result<bool> {
         check_bucket_name(bucket).map_err(CouchbaseError::InvalidRequest)?;
         if !self.grant.allows_bucket(bucket) {
-            return Err(self.grant.deny_bucket(bucket));
+            return Err(self.grant.deny_bucket(bucket).into());
         }
         let exists = self
             .bounded("looking up the bucket", |c| async move {
@@ -156,13 +155,13 @@ impl CouchbaseLink {
         }
         match self.bucket_exists(bucket).await? {
             true => Ok(()),
-            false => Err(CouchbaseError::NotFound(format!("bucket {bucket:?} does not exist"))),
+            false => Err(CouchbaseError::NotFound(format!("bucket {bucket:?} does not exist")).into()),
         }
     }
 
     /// The scopes and collections of `bucket` (the bucket is looked up first: the SDK hangs on
     /// a missing one).
-    pub async fn scopes(&self, bucket: &str) -> Result<Vec<ScopeInfo>> {
+    pub(super) async fn scopes(&self, bucket: &str) -> Result<Vec<ScopeInfo>> {
         self.ensure_bucket(bucket).await?;
         self.bounded("listing scopes", |c| async move {
             let scopes = c.bucket(bucket).collections().get_all_scopes(None).await.map_err(|e| sdk_error(&e))?;
@@ -178,7 +177,7 @@ impl CouchbaseLink {
     }
 
     /// The search indexes at `at`.
-    pub async fn search_indexes(&self, at: &IndexScope) -> Result<Vec<SearchIndex>> {
+    pub(super) async fn search_indexes(&self, at: &IndexScope) -> Result<Vec<SearchIndex>> {
         match at {
             IndexScope::Scoped((bucket, scope)) => {
                 self.check_scope(bucket, scope)?;
@@ -202,7 +201,7 @@ impl CouchbaseLink {
                     return Err(CouchbaseError::Denied(format!(
                         "cluster-level search indexes may cover a whole bucket, so they need one granted whole: add \"BUCKET.*\" to grants.couchbase.scopes ({})",
                         self.grant.granted()
-                    )));
+                    )).into());
                 }
                 let deadline = Instant::now() + self.grant.timeout;
                 let agent = self.agent_by(deadline).await?;
@@ -240,21 +239,22 @@ impl CouchbaseLink {
         Err(CouchbaseError::Denied(format!(
             "scope {bucket}.{scope} is not in this instance's grants.couchbase.scopes ({}); add \"{bucket}.{scope}\" to use it",
             self.grant.granted()
-        )))
+        )).into())
     }
 
     /// Runs a vector search.
-    pub async fn search(&self, q: &VectorSearch) -> Result<Vec<SearchRow>> {
+    pub(super) async fn search(&self, q: &VectorSearch) -> Result<Vec<SearchRow>> {
         if q.vector.is_empty() {
-            return Err(CouchbaseError::InvalidRequest("the query vector is empty".into()));
+            return Err(CouchbaseError::InvalidRequest("the query vector is empty".into()).into());
         }
         if q.limit == 0 || q.k == 0 {
-            return Err(CouchbaseError::InvalidRequest("limit and k must be at least 1".into()));
+            return Err(CouchbaseError::InvalidRequest("limit and k must be at least 1".into()).into());
         }
         if q.limit > MAX_ROWS || q.k > MAX_ROWS {
             return Err(CouchbaseError::InvalidRequest(format!(
                 "limit and k may be at most {MAX_ROWS} (the Search service's result window); ask for fewer rows"
-            )));
+            ))
+            .into());
         }
         check_index_name(&q.index, matches!(q.at, IndexScope::Cluster)).map_err(CouchbaseError::InvalidRequest)?;
         match &q.at {
@@ -272,7 +272,7 @@ impl CouchbaseLink {
                         return Err(CouchbaseError::NotFound(format!(
                             "no cluster-level search index {:?} on a bucket granted whole (\"bucket.*\") to this instance",
                             q.index
-                        )));
+                        )).into());
                     }
                     self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).insert(q.index.clone());
                 }

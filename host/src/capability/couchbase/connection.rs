@@ -4,10 +4,10 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 
 use super::errors::{Result, internal};
-use crate::bindings::quarry::retrieval::couchbase::CouchbaseError;
 use crate::values::{KeyError, expand_path};
 
 /// `[couchbase.NAME]` as written.
@@ -43,8 +43,8 @@ pub struct Connection {
     pub username: String,
     /// Its password.
     pub password: Secret,
-    /// A CA certificate (PEM) to trust instead of the system roots (TLS only).
-    pub ca_pem: Option<Vec<u8>>,
+    /// CA certificates to trust instead of the system roots (TLS only), parsed at load.
+    pub ca_certs: Option<Vec<CertificateDer<'static>>>,
     /// Skip certificate checks (TLS only; development clusters).
     pub accept_invalid_certs: bool,
 }
@@ -92,33 +92,34 @@ pub fn connection(base: &Path, raw: RawConnection) -> std::result::Result<Connec
     };
     let username = secret(raw.username, raw.username_env, "username", "username_env")?;
     let password = secret(raw.password, raw.password_env, "password", "password_env")?;
-    let ca_pem = match raw.ca_file {
+    // Parsed here, so that a bad file is the operator's error at load, not a failure of the
+    // first search.
+    let ca_certs = match raw.ca_file {
         None => None,
         Some(p) => {
             let p = base.join(expand_path(&p).map_err(|m| KeyError::new("ca_file", m))?);
             let pem =
                 std::fs::read(&p).map_err(|e| KeyError::new("ca_file", format!("cannot read {}: {e}", p.display())))?;
-            Some(pem)
+            Some(ca_certificates(&pem).map_err(|m| KeyError::new("ca_file", format!("{}: {m}", p.display())))?)
         }
     };
     Ok(Connection {
         connection_string: cs,
         username,
         password: Secret(password),
-        ca_pem,
+        ca_certs,
         accept_invalid_certs: raw.accept_invalid_certs,
     })
 }
 
-/// The certificates of a PEM bundle.
-pub(super) fn ca_certificates(pem: &[u8]) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
-    use rustls::pki_types::CertificateDer;
+/// The certificates of a PEM bundle, or why there are none.
+fn ca_certificates(pem: &[u8]) -> std::result::Result<Vec<CertificateDer<'static>>, String> {
     use rustls::pki_types::pem::PemObject;
     let certs: Vec<_> = CertificateDer::pem_slice_iter(pem)
         .collect::<std::result::Result<_, _>>()
-        .map_err(|e| CouchbaseError::InvalidRequest(format!("the connection's ca_file is not PEM: {e}")))?;
+        .map_err(|e| format!("not PEM: {e}"))?;
     if certs.is_empty() {
-        return Err(CouchbaseError::InvalidRequest("the connection's ca_file holds no certificate".into()));
+        return Err("holds no certificate; give the cluster's CA in PEM (-----BEGIN CERTIFICATE-----)".into());
     }
     Ok(certs)
 }
@@ -134,10 +135,10 @@ pub(super) fn rustls_config(c: &Connection) -> Result<Arc<rustls::ClientConfig>>
             .with_custom_certificate_verifier(Arc::new(couchbase_core::insecure_certverfier::InsecureCertVerifier {}))
     } else {
         let mut roots = rustls::RootCertStore::empty();
-        match &c.ca_pem {
-            Some(pem) => {
-                for cert in ca_certificates(pem)? {
-                    roots.add(cert).map_err(internal)?;
+        match &c.ca_certs {
+            Some(certs) => {
+                for cert in certs {
+                    roots.add(cert.clone()).map_err(internal)?;
                 }
             }
             None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
@@ -145,4 +146,59 @@ pub(super) fn rustls_config(c: &Connection) -> Result<Arc<rustls::ClientConfig>>
         builder.with_root_certificates(roots)
     };
     Ok(Arc::new(builder.with_no_client_auth()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(extra: &str) -> RawConnection {
+        toml::from_str(&format!("connection_string = \"couchbases://db\"\nusername = \"u\"\npassword = \"p\"\n{extra}"))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_ca_file_is_parsed_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("junk.pem"), "not a certificate").unwrap();
+        std::fs::write(dir.path().join("bad.pem"), "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n")
+            .unwrap();
+        let e = connection(dir.path(), raw("ca_file = \"junk.pem\"")).unwrap_err();
+        assert_eq!(e.key, "ca_file");
+        assert!(e.message.contains("junk.pem: holds no certificate"), "{}", e.message);
+        let e = connection(dir.path(), raw("ca_file = \"bad.pem\"")).unwrap_err();
+        assert!(e.message.contains("bad.pem: not PEM"), "{}", e.message);
+        let e = connection(dir.path(), raw("ca_file = \"missing.pem\"")).unwrap_err();
+        assert!(e.message.contains("cannot read"), "{}", e.message);
+        let c = connection(dir.path(), raw("")).unwrap();
+        assert!(c.ca_certs.is_none());
+        assert_eq!(format!("{:?}", c.password), "Secret(..)");
+    }
+
+    #[test]
+    fn credentials_and_connection_strings_name_their_key() {
+        let base = Path::new("/");
+        let bad: RawConnection =
+            toml::from_str("connection_string = \"http://db\"\nusername = \"u\"\npassword = \"p\"").unwrap();
+        assert_eq!(connection(base, bad).unwrap_err().key, "connection_string");
+        let both: RawConnection = toml::from_str(
+            "connection_string = \"couchbase://db\"\nusername = \"u\"\npassword = \"p\"\npassword_env = \"X\"",
+        )
+        .unwrap();
+        let e = connection(base, both).unwrap_err();
+        assert_eq!(
+            (e.key.as_str(), e.message.as_str()),
+            ("password", "give either password or password_env, not both")
+        );
+        let unset: RawConnection = toml::from_str(
+            "connection_string = \"couchbase://db\"\nusername = \"u\"\npassword_env = \"QUARRY_TEST_UNSET_VAR_42\"",
+        )
+        .unwrap();
+        assert_eq!(connection(base, unset).unwrap_err().key, "password_env");
+        let plain: RawConnection = toml::from_str(
+            "connection_string = \"couchbase://db\"\nusername = \"u\"\npassword = \"p\"\nca_file = \"x\"",
+        )
+        .unwrap();
+        assert_eq!(connection(base, plain).unwrap_err().key, "ca_file");
+    }
 }

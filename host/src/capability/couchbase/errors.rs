@@ -6,18 +6,47 @@ use couchbase::error::ErrorKind;
 
 use crate::bindings::quarry::retrieval::couchbase::CouchbaseError;
 
-/// Errors inside the capability, before they become the WIT's.
-pub(super) type Result<T> = std::result::Result<T, CouchbaseError>;
+/// An error inside the capability: the WIT's, which the guest gets, or a bug of the host's,
+/// which fails the call as a fault (never disguised as the cluster's `service` error).
+#[derive(Debug)]
+pub(super) enum Error {
+    /// For the guest.
+    Wit(CouchbaseError),
+    /// The host's own failure.
+    Host(String),
+}
 
-pub(super) fn internal(e: impl fmt::Display) -> CouchbaseError {
-    CouchbaseError::Service(format!("internal: {e}"))
+impl From<CouchbaseError> for Error {
+    fn from(e: CouchbaseError) -> Self {
+        Error::Wit(e)
+    }
+}
+
+/// Results inside the capability.
+pub(super) type Result<T> = std::result::Result<T, Error>;
+
+/// A failure of the host's own code (a value it cannot serialise, a TLS setting it cannot build).
+pub(super) fn internal(e: impl fmt::Display) -> Error {
+    Error::Host(e.to_string())
+}
+
+/// The result of a call as the WIT returns it: the guest's error, or a trap for a host bug.
+pub(super) fn to_wit<T>(r: Result<T>) -> wasmtime::Result<std::result::Result<T, CouchbaseError>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(Error::Wit(e)) => Ok(Err(e)),
+        Err(Error::Host(m)) => {
+            tracing::error!(target: "quarry::couchbase", "a bug in the host's Couchbase capability: {m}");
+            Err(wasmtime::format_err!("a bug in the host's Couchbase capability: {m}"))
+        }
+    }
 }
 
 /// Maps an SDK error: what is missing is `not-found`, what did not answer `unavailable`, the
 /// rest is the server's `service` error, with the SDK's text (it carries the server's).
-pub(super) fn sdk_error(e: &couchbase::error::Error) -> CouchbaseError {
+pub(super) fn sdk_error(e: &couchbase::error::Error) -> Error {
     let text = e.to_string();
-    match e.kind() {
+    Error::Wit(match e.kind() {
         ErrorKind::BucketNotFound
         | ErrorKind::ScopeNotFound
         | ErrorKind::CollectionNotFound
@@ -27,15 +56,15 @@ pub(super) fn sdk_error(e: &couchbase::error::Error) -> CouchbaseError {
         }
         ErrorKind::InvalidArgument(_) => CouchbaseError::InvalidRequest(text),
         _ => CouchbaseError::Service(text),
-    }
+    })
 }
 
 /// Maps a core (agent) error the same way, by the Search service's own error kinds.
-pub(super) fn core_error(e: &couchbase_core::error::Error) -> CouchbaseError {
+pub(super) fn core_error(e: &couchbase_core::error::Error) -> Error {
     use couchbase_core::error::ErrorKind as Core;
     use couchbase_core::searchx::error::{ErrorKind as Search, ServerErrorKind as Server};
     let text = e.to_string();
-    match e.kind() {
+    Error::Wit(match e.kind() {
         Core::Search(se) => match se.kind() {
             Search::Server(s) => match s.kind() {
                 Server::IndexNotFound | Server::SourceNotFound => CouchbaseError::NotFound(text),
@@ -47,5 +76,19 @@ pub(super) fn core_error(e: &couchbase_core::error::Error) -> CouchbaseError {
         },
         Core::InvalidArgument { .. } => CouchbaseError::InvalidRequest(text),
         _ => CouchbaseError::Service(text),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_bug_is_a_fault_not_the_clusters_error() {
+        assert!(
+            matches!(to_wit::<()>(Err(internal("cannot serialise"))), Err(e) if e.to_string().contains("a bug in the host"))
+        );
+        let e = CouchbaseError::NotFound("x".into());
+        assert!(matches!(to_wit::<()>(Err(e.into())), Ok(Err(CouchbaseError::NotFound(_)))));
     }
 }

@@ -228,7 +228,7 @@ mod tests {
                 connection_string: "couchbase://h".into(),
                 username: "u".into(),
                 password: Secret("p".into()),
-                ca_pem: None,
+                ca_certs: None,
                 accept_invalid_certs: false,
             }),
             scopes: vec![("travel".into(), "inventory".into()), ("docs".into(), "*".into())],

@@ -37,7 +37,7 @@ pub use grant::{
 };
 pub use search::vector_fields;
 
-use errors::Result;
+use errors::{Result, to_wit};
 
 /// One store's Couchbase: the instance's link, when it has a grant.
 #[derive(Default)]
@@ -54,14 +54,18 @@ impl State {
 
     /// The instance's Couchbase link, or `denied` when its config grants none.
     fn couchbase_link(&self) -> Result<Arc<CouchbaseLink>> {
-        self.link.clone().ok_or_else(|| {
+        let denied = || {
             CouchbaseError::Denied(
                 "this instance has no Couchbase grant; add [tools.NAME.grants.couchbase] with a connection and scopes"
                     .into(),
             )
-        })
+        };
+        Ok(self.link.clone().ok_or_else(denied)?)
     }
 }
+
+/// A result as the WIT returns it to the guest.
+type Wit<T> = std::result::Result<T, CouchbaseError>;
 
 /// Adds the `couchbase` interface, served by the [`State`] that `get` finds in the store.
 pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State) -> wasmtime::Result<()> {
@@ -69,23 +73,23 @@ pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State)
 }
 
 impl wit::Host for State {
-    async fn bucket_exists(&mut self, bucket: String) -> wasmtime::Result<Result<bool>> {
+    async fn bucket_exists(&mut self, bucket: String) -> wasmtime::Result<Wit<bool>> {
         let link = self.couchbase_link();
-        Ok(async { link?.bucket_exists(&bucket).await }.await)
+        to_wit(async { link?.bucket_exists(&bucket).await }.await)
     }
 
-    async fn scopes(&mut self, bucket: String) -> wasmtime::Result<Result<Vec<ScopeInfo>>> {
+    async fn scopes(&mut self, bucket: String) -> wasmtime::Result<Wit<Vec<ScopeInfo>>> {
         let link = self.couchbase_link();
-        Ok(async { link?.scopes(&bucket).await }.await)
+        to_wit(async { link?.scopes(&bucket).await }.await)
     }
 
-    async fn search_indexes(&mut self, at: IndexScope) -> wasmtime::Result<Result<Vec<SearchIndex>>> {
+    async fn search_indexes(&mut self, at: IndexScope) -> wasmtime::Result<Wit<Vec<SearchIndex>>> {
         let link = self.couchbase_link();
-        Ok(async { link?.search_indexes(&at).await }.await)
+        to_wit(async { link?.search_indexes(&at).await }.await)
     }
 
-    async fn search(&mut self, query: VectorSearch) -> wasmtime::Result<Result<Vec<SearchRow>>> {
+    async fn search(&mut self, query: VectorSearch) -> wasmtime::Result<Wit<Vec<SearchRow>>> {
         let link = self.couchbase_link();
-        Ok(async { link?.search(&query).await }.await)
+        to_wit(async { link?.search(&query).await }.await)
     }
 }

@@ -96,7 +96,7 @@ impl Rows {
                 "the search answered more than grants.max_output ({} bytes) of rows after {} rows; ask for fewer rows or fields",
                 self.max,
                 self.rows.len()
-            )));
+            )).into());
         }
         self.rows.push(row);
         Ok(())
