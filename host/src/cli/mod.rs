@@ -1,4 +1,7 @@
-//! The `quarry` command line: `list`, `call`, `check`, `serve`.
+//! The `quarry` command line: `list`, `call`, `check`, `serve`; [`progress_bar`] draws what
+//! tools report while they work.
+
+mod progress_bar;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -85,9 +88,6 @@ pub const EXIT_TOOL: u8 = 1;
 /// Exit status: bad usage or config.
 pub const EXIT_USAGE: u8 = 2;
 
-/// The most progress bars shown at once.
-const MAX_BARS: usize = 16;
-
 /// Text a component or a document chose, for stdout: escaped when stdout is a terminal (see
 /// [`crate::text::for_terminal`]), as it is when piped.
 fn shown(text: &str) -> std::borrow::Cow<'_, str> {
@@ -97,61 +97,6 @@ fn shown(text: &str) -> std::borrow::Cow<'_, str> {
 /// An error for stderr, escaped when stderr is a terminal (it may hold a tool's words).
 fn shown_err(text: &str) -> std::borrow::Cow<'_, str> {
     if std::io::stderr().is_terminal() { crate::text::for_terminal(text).into() } else { text.into() }
-}
-
-/// Draws one progress bar per (instance, task) on stderr with the rate and an ETA, and leaves a
-/// one-line summary when a task finishes; nothing when stderr is not a terminal. Runs until
-/// aborted.
-async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate::capability::progress::Progress>) {
-    use std::collections::HashMap;
-
-    use indicatif::{MultiProgress, ProgressBar, ProgressState, ProgressStyle};
-
-    let multi = MultiProgress::new();
-    let rate = |state: &ProgressState, w: &mut dyn std::fmt::Write| {
-        let _ = write!(w, "{:.1}/s", state.per_sec());
-    };
-    let style = ProgressStyle::with_template("{prefix} {wide_bar} {pos}/{len} {msg} ({rate}, eta {eta})")
-        .map(|s| s.with_key("rate", rate))
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    let mut bars: HashMap<(String, String), ProgressBar> = HashMap::new();
-    loop {
-        let mut p = match rx.recv().await {
-            Ok(p) => p,
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-        };
-        // A tool names its tasks: they reach the terminal escaped.
-        p.task = crate::text::for_terminal(&p.task);
-        p.unit = crate::text::for_terminal(&p.unit);
-        let key = (p.instance.clone(), p.task.clone());
-        if !bars.contains_key(&key) && bars.len() >= MAX_BARS {
-            // Reports that never finish must not grow the screen or the map without end.
-            continue;
-        }
-        let bar = bars.entry(key.clone()).or_insert_with(|| {
-            let bar = multi.add(ProgressBar::new(p.total));
-            bar.set_style(style.clone());
-            bar.set_prefix(format!("{}: {}", p.instance, p.task));
-            bar.set_message(p.unit.clone());
-            bar
-        });
-        bar.set_length(p.total.max(p.done));
-        bar.set_position(p.done);
-        if p.total > 0 && p.done >= p.total {
-            let secs = bar.elapsed().as_secs_f64();
-            let _ = multi.println(format!(
-                "{}: {}: {} {} in {secs:.1} s ({:.1}/s)",
-                p.instance,
-                p.task,
-                p.done,
-                p.unit,
-                p.done as f64 / secs.max(1e-3)
-            ));
-            bar.finish_and_clear();
-            bars.remove(&key);
-        }
-    }
 }
 
 /// Runs the CLI; returns the exit status. Errors are printed on one line to stderr.
@@ -175,7 +120,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
     };
     // Ingesting a large document (at load in fixed mode, or in a call) shows a progress bar.
-    tokio::spawn(show_progress(crate::capability::progress::subscribe()));
+    tokio::spawn(progress_bar::show_progress(crate::capability::progress::subscribe()));
     let failures = host.load_all().await;
     for (name, e) in &failures {
         eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
