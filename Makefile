@@ -6,7 +6,7 @@ CARGO ?= cargo
 # Guests build in their own target dir (shared with tests/build.rs).
 GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
 NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx --exclude chapter-eval
-GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search -p chapter-rag -p rag-guest -p bedrock-kb -p couchbase-search
+GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search -p chapter-rag -p tool-guest -p bedrock-kb -p couchbase-search
 
 .PHONY: setup models components host demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval profile-embedder
 

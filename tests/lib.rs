@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use quarry::{CallError, Config, Fault, Host};
+pub use quarry::{CallError, Config, Fault, Registry};
 
 /// The hostile fixture (see components/hostile).
 pub const HOSTILE: &str = env!("QUARRY_FIXTURE_HOSTILE");
@@ -61,9 +61,9 @@ impl TestEnv {
     }
 
     /// Loads the config and every instance; panics on a config error.
-    pub async fn host(&self, body: &str) -> Arc<Host> {
+    pub async fn host(&self, body: &str) -> Arc<Registry> {
         let cfg = Config::load(&self.config(body)).expect("valid config");
-        let host = Host::new(cfg).expect("host");
+        let host = Registry::new(cfg).expect("host");
         let failures = host.load_all().await;
         assert!(failures.is_empty(), "instances failed to load: {failures:?}");
         host

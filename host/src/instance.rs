@@ -1,8 +1,8 @@
-//! One loaded component version ([`Plugin`]) and one running tool instance
+//! One loaded component version ([`ComponentVersion`]) and one running tool instance
 //! ([`ToolInstance`]): instantiate, `open`, `call` under a deadline, and
 //! recycle after a fault.
 //!
-//! Lifecycle: [`Plugin::load`] compiles (or loads from cache) and
+//! Lifecycle: [`ComponentVersion::load`] compiles (or loads from cache) and
 //! pre-instantiates a component once per version. [`ToolInstance::open`]
 //! instantiates it in a fresh store (microseconds with the pooling allocator),
 //! calls `open(config)` and `specs()`. Each [`ToolInstance::call`] runs through
@@ -39,7 +39,7 @@ pub const MAX_SPEC_BYTES: usize = 64 << 10;
 pub const HIT_OVERHEAD: usize = 64;
 
 /// One version of a component, compiled and pre-instantiated.
-pub struct Plugin {
+pub struct ComponentVersion {
     /// The file it was read from.
     pub path: PathBuf,
     /// SHA-256 of its bytes.
@@ -212,13 +212,13 @@ pub(crate) async fn compile(
     Ok((component, hash, outcome))
 }
 
-impl Plugin {
+impl ComponentVersion {
     /// Reads, compiles (or loads from cache) and pre-instantiates the component at `path`.
     pub async fn load(
         engine: &QuarryEngine,
         linker: &Linker<StoreState>,
         path: &Path,
-    ) -> Result<Arc<Plugin>, OpenError> {
+    ) -> Result<Arc<ComponentVersion>, OpenError> {
         let (component, hash, outcome) = compile(engine, path).await?;
         let imports_embedder =
             component.component_type().imports(engine.engine()).any(|(name, _)| name == EMBEDDER_IMPORT);
@@ -227,7 +227,7 @@ impl Plugin {
         let pre = ToolHostPre::new(pre).map_err(|e| {
             link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.1.0`; see wit/)"))
         })?;
-        Ok(Arc::new(Plugin { path: path.to_path_buf(), hash, outcome, imports_embedder, pre }))
+        Ok(Arc::new(ComponentVersion { path: path.to_path_buf(), hash, outcome, imports_embedder, pre }))
     }
 }
 
@@ -245,7 +245,7 @@ pub struct ToolInstance {
     /// Its configuration.
     pub config: Arc<InstanceConfig>,
     /// The component version it runs.
-    pub plugin: Arc<Plugin>,
+    pub plugin: Arc<ComponentVersion>,
     /// The tools it offers.
     pub specs: Vec<ToolSpec>,
     engine: QuarryEngine,
@@ -258,7 +258,7 @@ impl ToolInstance {
     pub async fn open(
         engine: &QuarryEngine,
         config: Arc<InstanceConfig>,
-        plugin: Arc<Plugin>,
+        plugin: Arc<ComponentVersion>,
         embedder: Option<Arc<dyn EmbedderBackend>>,
     ) -> Result<ToolInstance, OpenError> {
         let name = config.name.clone();
@@ -349,7 +349,7 @@ impl ToolInstance {
 async fn start(
     engine: &QuarryEngine,
     config: &InstanceConfig,
-    plugin: &Plugin,
+    plugin: &ComponentVersion,
     embedder: Option<Arc<dyn EmbedderBackend>>,
 ) -> Result<Live, OpenError> {
     let name = config.name.clone();

@@ -41,5 +41,5 @@ pub mod watch;
 pub use capability::{bedrock, couchbase, embedder, files, http, progress};
 pub use config::Config;
 pub use instance::{CallError, OpenError};
-pub use registry::{Host, ReloadError, SwapReport, ToolEntry};
+pub use registry::{Registry, ReloadError, SwapReport, ToolEntry};
 pub use runtime::{Fault, cache, engine};

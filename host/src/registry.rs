@@ -19,7 +19,7 @@ use crate::bindings::{ToolOutput, ToolSpec};
 use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
 use crate::embedders::{ComponentEmbedder, EmbedderSlot};
-use crate::instance::{CallError, OpenError, Plugin, ToolInstance};
+use crate::instance::{CallError, ComponentVersion, OpenError, ToolInstance};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 use crate::runtime::store::StoreState;
 
@@ -79,7 +79,7 @@ pub enum ReloadError {
 
 /// Errors creating the host.
 #[derive(Debug, thiserror::Error)]
-pub enum HostError {
+pub enum RegistryError {
     /// The engine could not be built.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -88,8 +88,8 @@ pub enum HostError {
     Link(String),
 }
 
-/// The Quarry host.
-pub struct Host {
+/// Every loaded tool and embedder instance of one config: what the host serves.
+pub struct Registry {
     config: Config,
     engine: QuarryEngine,
     linker: Linker<StoreState>,
@@ -99,13 +99,13 @@ pub struct Host {
     changes: tokio::sync::broadcast::Sender<SwapReport>,
 }
 
-impl Host {
+impl Registry {
     /// Builds the engine and links every capability. Loads nothing yet.
-    pub fn new(config: Config) -> Result<Arc<Host>, HostError> {
+    pub fn new(config: Config) -> Result<Arc<Registry>, RegistryError> {
         let engine = QuarryEngine::with_cache(config.cache_dir.clone())?;
-        let linker = build_linker(engine.engine()).map_err(|e| HostError::Link(format!("{e:#}")))?;
+        let linker = build_linker(engine.engine()).map_err(|e| RegistryError::Link(format!("{e:#}")))?;
         let (changes, _) = tokio::sync::broadcast::channel(64);
-        Ok(Arc::new(Host {
+        Ok(Arc::new(Registry {
             config,
             engine,
             linker,
@@ -146,11 +146,11 @@ impl Host {
                 }
             }
         }
-        let mut plugins: BTreeMap<PathBuf, Arc<Plugin>> = BTreeMap::new();
+        let mut plugins: BTreeMap<PathBuf, Arc<ComponentVersion>> = BTreeMap::new();
         for (name, cfg) in &self.config.tools {
             let plugin = match plugins.get(&cfg.component) {
                 Some(p) => p.clone(),
-                None => match Plugin::load(&self.engine, &self.linker, &cfg.component).await {
+                None => match ComponentVersion::load(&self.engine, &self.linker, &cfg.component).await {
                     Ok(p) => {
                         plugins.insert(cfg.component.clone(), p.clone());
                         p
@@ -183,7 +183,11 @@ impl Host {
         self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), why);
     }
 
-    async fn open_instance(&self, cfg: &InstanceConfig, plugin: Arc<Plugin>) -> Result<ToolInstance, OpenError> {
+    async fn open_instance(
+        &self,
+        cfg: &InstanceConfig,
+        plugin: Arc<ComponentVersion>,
+    ) -> Result<ToolInstance, OpenError> {
         let embedder: Option<Arc<dyn EmbedderBackend>> = match &cfg.embedder {
             None => None,
             Some(e) => {
@@ -371,7 +375,7 @@ impl Host {
             return Err(ReloadError::NotConfigured(path.to_path_buf()));
         }
         let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
-        let plugin = Plugin::load(&self.engine, &self.linker, path).await.map_err(rejected)?;
+        let plugin = ComponentVersion::load(&self.engine, &self.linker, path).await.map_err(rejected)?;
         let current: Vec<Option<[u8; 32]>> = {
             let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
             targets.iter().map(|c| tools.get(&c.name).map(|i| i.plugin.hash)).collect()

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use notify::{RecursiveMode, Watcher as _};
 
-use crate::registry::{Host, ReloadError};
+use crate::registry::{Registry, ReloadError};
 
 /// Quiet time after the last event on a file before it is reloaded.
 pub const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -31,7 +31,7 @@ impl Drop for Watcher {
 }
 
 /// Starts watching `host`'s component directories. Must run inside a tokio runtime.
-pub fn watch(host: Arc<Host>) -> Result<Watcher, notify::Error> {
+pub fn watch(host: Arc<Registry>) -> Result<Watcher, notify::Error> {
     let config = host.config();
     let components: BTreeSet<PathBuf> =
         config.tools.values().chain(config.embedders.values()).map(|c| c.component.clone()).collect();

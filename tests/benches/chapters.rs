@@ -27,12 +27,12 @@ fn questions() -> Vec<String> {
     qs.iter().cycle().take(100).cloned().collect()
 }
 
-async fn report(host: &quarry::Host) -> Value {
+async fn report(host: &quarry::Registry) -> Value {
     let out = host.call("manual.list_chapter_tree", "{}").await.expect("list_chapter_tree");
     serde_json::from_str::<Value>(out.extra.as_deref().unwrap_or("{}")).unwrap()["report"].clone()
 }
 
-async fn latency(host: &quarry::Host, tool: &str, questions: &[String]) -> (f64, f64) {
+async fn latency(host: &quarry::Registry, tool: &str, questions: &[String]) -> (f64, f64) {
     let mut ms = Vec::new();
     for q in questions {
         let t = Instant::now();

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quarry::engine::QuarryEngine;
-use quarry::instance::{Plugin, ToolInstance};
+use quarry::instance::{ComponentVersion, ToolInstance};
 use quarry_tests::{ECHO_V1, ECHO_V2, HOSTILE, TestEnv};
 
 fn stats(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {
@@ -61,7 +61,7 @@ async fn main() {
     let cfg = Arc::new(host.config().tools["echo"].clone());
     let engine = host.engine().clone();
     let linker = quarry::registry::build_linker(engine.engine()).unwrap();
-    let plugin = Plugin::load(&engine, &linker, &cfg.component).await.unwrap();
+    let plugin = ComponentVersion::load(&engine, &linker, &cfg.component).await.unwrap();
     let mut cold = Vec::new();
     for _ in 0..500 {
         let t = Instant::now();
@@ -138,7 +138,7 @@ async fn main() {
     let mut trapping = None;
     for (slot, e) in [(&mut yielding, engine.clone()), (&mut trapping, engine.clone().without_yielding())] {
         let linker = quarry::registry::build_linker(e.engine()).unwrap();
-        let plugin = Plugin::load(&e, &linker, &hostile_cfg.component).await.unwrap();
+        let plugin = ComponentVersion::load(&e, &linker, &hostile_cfg.component).await.unwrap();
         *slot = Some(ToolInstance::open(&e, hostile_cfg.clone(), plugin, None).await.unwrap());
     }
     let (yielding, trapping) = (yielding.unwrap(), trapping.unwrap());

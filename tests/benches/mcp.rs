@@ -78,7 +78,7 @@ async fn over_mcp(url: &str, tool: &str, calls: usize, clients: usize, questions
     stats(ms, start.elapsed().as_secs_f64())
 }
 
-async fn in_process(host: &quarry::Host, tool: &str, calls: usize, questions: &[String]) -> Stats {
+async fn in_process(host: &quarry::Registry, tool: &str, calls: usize, questions: &[String]) -> Stats {
     let start = Instant::now();
     let mut ms = Vec::new();
     for i in 0..calls {
@@ -102,7 +102,7 @@ async fn main() {
     let cases = [("rclone.list_chapter_tree", 2000), ("rclone.search", 160)];
 
     let t = Instant::now();
-    let host = quarry::Host::new(quarry::Config::load(&config).expect("host/demo.toml")).expect("host");
+    let host = quarry::Registry::new(quarry::Config::load(&config).expect("host/demo.toml")).expect("host");
     let failures = host.load_all().await;
     assert!(failures.is_empty(), "{failures:?}");
     println!("in-process host loaded in {:.1} s", t.elapsed().as_secs_f64());

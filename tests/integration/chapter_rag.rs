@@ -45,7 +45,7 @@ deadline = "120s"
     )
 }
 
-async fn call(host: &quarry::Host, tool: &str, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
+async fn call(host: &quarry::Registry, tool: &str, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
     within(120, host.call(&format!("manual.{tool}"), &args.to_string())).await.map_err(|e| e.to_string())
 }
 
@@ -184,7 +184,7 @@ async fn bad_manuals_fail_at_load_with_no_index_written() {
         let cfg =
             quarry::Config::load(&env.config(&config(&format!(r#"{{ manual = "{manual}", index_dir = "/index" }}"#))))
                 .unwrap();
-        let host = quarry::Host::new(cfg).unwrap();
+        let host = quarry::Registry::new(cfg).unwrap();
         let failures = within(60, host.load_all()).await;
         let msg = failures.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>().join("; ");
         assert!(msg.contains(want), "{manual}: {msg}");

@@ -154,7 +154,7 @@ async fn open_rejecting_its_config_is_reported_and_others_serve() {
         "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.bad]\ncomponent = \"plugins/hostile.wasm\"\nconfig = { colour = \"red\" }\n",
     ))
     .unwrap();
-    let host = quarry::Host::new(cfg).unwrap();
+    let host = quarry::Registry::new(cfg).unwrap();
     let failures = host.load_all().await;
     assert_eq!(failures.len(), 1);
     let msg = failures[0].1.to_string();

@@ -60,7 +60,7 @@ fn env() -> TestEnv {
 }
 
 /// A loaded host (a newtype, so that `unwrap_err` can print it).
-struct Loaded(std::sync::Arc<quarry::Host>);
+struct Loaded(std::sync::Arc<quarry::Registry>);
 
 impl std::fmt::Debug for Loaded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,8 +69,8 @@ impl std::fmt::Debug for Loaded {
 }
 
 impl std::ops::Deref for Loaded {
-    type Target = quarry::Host;
-    fn deref(&self) -> &quarry::Host {
+    type Target = quarry::Registry;
+    fn deref(&self) -> &quarry::Registry {
         &self.0
     }
 }
@@ -78,7 +78,7 @@ impl std::ops::Deref for Loaded {
 /// Loads `body`; the instance's open error as `kind: message`, or the host.
 async fn load(env: &TestEnv, body: &str) -> Result<Loaded, String> {
     let cfg = quarry::Config::load(&env.config(body)).expect("valid config");
-    let host = quarry::Host::new(cfg).expect("host");
+    let host = quarry::Registry::new(cfg).expect("host");
     let failures = within(60, host.load_all()).await;
     match failures.into_iter().next() {
         None => Ok(Loaded(host)),
@@ -86,7 +86,7 @@ async fn load(env: &TestEnv, body: &str) -> Result<Loaded, String> {
     }
 }
 
-async fn search(host: &quarry::Host, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
+async fn search(host: &quarry::Registry, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
     within(60, host.call("hotels.search", &args.to_string())).await.map_err(|e| e.to_string())
 }
 
@@ -411,7 +411,7 @@ couchbase = {{ connection = "local", scopes = {scopes}, timeout = "5s" }}
     )
 }
 
-async fn hostile_call(host: &quarry::Host, tool: &str, args: Value) -> Result<String, (String, String)> {
+async fn hostile_call(host: &quarry::Registry, tool: &str, args: Value) -> Result<String, (String, String)> {
     match within(60, host.call(tool, &args.to_string())).await {
         Ok(out) => Ok(out.text),
         Err(quarry::CallError::Tool { error, .. }) => {

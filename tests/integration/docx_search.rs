@@ -53,7 +53,7 @@ deadline = "60s"
     )
 }
 
-async fn call(host: &quarry::Host, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
+async fn call(host: &quarry::Registry, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
     within(120, host.call("docx.search_docx", &args.to_string())).await.map_err(|e| e.to_string())
 }
 
@@ -270,7 +270,7 @@ async fn bad_input_gets_a_clear_error_and_the_index_keeps_what_it_had() {
     assert_eq!(std::fs::read(&index_file).unwrap(), saved);
 }
 
-async fn restart(env: &TestEnv, cfg: &str) -> Arc<quarry::Host> {
+async fn restart(env: &TestEnv, cfg: &str) -> Arc<quarry::Registry> {
     env.host(cfg).await
 }
 
@@ -337,7 +337,7 @@ async fn bad_config_is_refused_at_load() {
         (r#"{ colour = "red" }"#, "unknown field `colour`"),
     ] {
         let cfg = quarry::Config::load(&env.config(&config(tool_config))).unwrap();
-        let host = quarry::Host::new(cfg).unwrap();
+        let host = quarry::Registry::new(cfg).unwrap();
         let failures = host.load_all().await;
         let msg = failures.iter().map(|(_, e)| e.to_string()).collect::<Vec<_>>().join("; ");
         assert!(msg.contains(want), "{tool_config}: {msg}");

@@ -47,7 +47,7 @@ async fn tool_import_is_served_by_the_named_embedder() {
 async fn a_tool_importing_an_embedder_must_name_one() {
     let env = env();
     let cfg = quarry::Config::load(&env.config("[tools.probe]\ncomponent = \"plugins/probe.wasm\"\n")).unwrap();
-    let host = quarry::Host::new(cfg).unwrap();
+    let host = quarry::Registry::new(cfg).unwrap();
     let failures = host.load_all().await;
     let msg = failures[0].1.to_string();
     assert!(msg.contains("imports `quarry:retrieval/embedder@0.1.0`") && msg.contains("embedder = \"NAME\""), "{msg}");
@@ -57,7 +57,7 @@ async fn a_tool_importing_an_embedder_must_name_one() {
 async fn a_failed_embedder_fails_its_tools_with_the_reason() {
     let env = env();
     let cfg = quarry::Config::load(&env.config(&LINKED.replace("dimension = 8", "dimension = 0"))).unwrap();
-    let host = quarry::Host::new(cfg).unwrap();
+    let host = quarry::Registry::new(cfg).unwrap();
     let failures = host.load_all().await;
     let names: Vec<&str> = failures.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["embedders.toy", "probe"]);

@@ -8,7 +8,7 @@ use quarry::embedder::EmbedderBackend;
 use quarry_tests::{EMBED_PROBE, EMBEDDER_ONNX, TestEnv, models_dir, shared_data, within};
 
 /// A host with embedder `m` serving model directory `model` from the models cache.
-async fn embedder(env: &TestEnv, model: &str) -> (Arc<quarry::Host>, Arc<dyn EmbedderBackend>) {
+async fn embedder(env: &TestEnv, model: &str) -> (Arc<quarry::Registry>, Arc<dyn EmbedderBackend>) {
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");
     env.plugin(EMBED_PROBE, "probe");
     let host = env
@@ -147,7 +147,7 @@ async fn missing_or_corrupt_model_names_the_file_and_the_fix() {
             "[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model_dir = \"/models/{dir}\" }}\npool = 1\n[embedders.m.grants]\ndirs = [{{ host = \"models\", guest = \"/models\" }}]\nmemory = \"1GiB\"\ndeadline = \"60s\"\n"
         )))
         .unwrap();
-        let host = quarry::Host::new(cfg).unwrap();
+        let host = quarry::Registry::new(cfg).unwrap();
         let failures = within(120, host.load_all()).await;
         let msg = failures.first().map(|f| f.1.to_string()).unwrap_or_default();
         assert!(msg.contains(expect) && msg.contains("make models"), "{dir}: {msg}");

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 /// A hostile instance `h` with a read-only `/data`, a writable `/scratch`, 64 MiB and a 5 s
 /// deadline, plus `extra` grants.
-async fn hostile(env: &TestEnv, extra: &str) -> Arc<quarry::Host> {
+async fn hostile(env: &TestEnv, extra: &str) -> Arc<quarry::Registry> {
     env.host(&config(env, extra)).await
 }
 
@@ -21,12 +21,12 @@ fn config(env: &TestEnv, extra: &str) -> String {
     quarry_tests::hostile_config(env, "5s", extra)
 }
 
-async fn call(host: &quarry::Host, tool: &str, args: Value) -> Result<String, CallError> {
+async fn call(host: &quarry::Registry, tool: &str, args: Value) -> Result<String, CallError> {
     within(60, host.call(tool, &args.to_string())).await.map(|o| o.text)
 }
 
 /// The control call each test ends with.
-async fn still_serves(host: &quarry::Host) {
+async fn still_serves(host: &quarry::Registry) {
     assert_eq!(call(host, "h.echo", json!({"text": "after"})).await.unwrap(), "after");
     assert_eq!(call(host, "h.read_file", json!({"path": "/data/ok.txt"})).await.unwrap(), "granted content");
 }
@@ -215,7 +215,7 @@ async fn output_bounds_count_hits_errors_rejections_and_specs() {
          [tools.wordy]\ncomponent = {plugin:?}\nconfig = {{ spec_kib = 100 }}\n\n[tools.ok]\ncomponent = {plugin:?}\n"
     )))
     .unwrap();
-    let host = quarry::Host::new(cfg).unwrap();
+    let host = quarry::Registry::new(cfg).unwrap();
     let failures = within(120, host.load_all()).await;
     assert_eq!(failures.len(), 2, "{failures:?}");
     let kept = host.failures();
@@ -362,7 +362,7 @@ async fn long_calls_do_not_hold_the_runtime_workers() {
     let one =
         |name: &str| format!("[tools.{name}]\ncomponent = {plugin:?}\n[tools.{name}.grants]\ndeadline = \"5s\"\n");
     let host = env.host(&format!("{}{}{}", one("h1"), one("h2"), one("h3"))).await;
-    let spin = |h: Arc<quarry::Host>, name: &'static str| tokio::spawn(async move { h.call(name, "{}").await });
+    let spin = |h: Arc<quarry::Registry>, name: &'static str| tokio::spawn(async move { h.call(name, "{}").await });
     let (s1, s2) = (spin(host.clone(), "h1.spin"), spin(host.clone(), "h2.spin"));
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Both workers are running a spinning guest; a third instance still answers.

@@ -15,7 +15,7 @@ config = { greeting = "hi" }
 
 /// Calls `echo` in a loop on `tasks` tasks until `stop`; returns every answer (or error) per task.
 fn load(
-    host: &Arc<quarry::Host>,
+    host: &Arc<quarry::Registry>,
     tasks: usize,
     stop: &Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<Vec<Result<String, String>>>> {

@@ -7,17 +7,17 @@ use quarry::bindings::ToolError;
 use quarry_tests::{CallError, Fault, HOSTILE, TestEnv, within};
 
 /// A hostile instance with a read-only `/data`, a writable `/scratch`, tight limits and no HTTP grant.
-async fn hostile(env: &TestEnv, extra_grants: &str) -> std::sync::Arc<quarry::Host> {
+async fn hostile(env: &TestEnv, extra_grants: &str) -> std::sync::Arc<quarry::Registry> {
     std::fs::write(env.path("secret.txt"), "outside the grant").unwrap();
     env.host(&quarry_tests::hostile_config(env, "1s", extra_grants)).await
 }
 
-async fn call(host: &quarry::Host, tool: &str, args: &str) -> Result<String, CallError> {
+async fn call(host: &quarry::Registry, tool: &str, args: &str) -> Result<String, CallError> {
     within(30, host.call(tool, args)).await.map(|o| o.text)
 }
 
 /// The control call every containment test ends with.
-async fn still_serves(host: &quarry::Host) {
+async fn still_serves(host: &quarry::Registry) {
     assert_eq!(call(host, "h.echo", r#"{"text":"after"}"#).await.unwrap(), "after");
     assert_eq!(call(host, "h.read_file", r#"{"path":"/data/ok.txt"}"#).await.unwrap(), "granted content");
 }

@@ -47,7 +47,7 @@ pub trait Bedrock {
 /// A call's result: CrewAI's JSON text; one hit per result (a row's columns as `name: value`
 /// lines; metadata `{content_type, source_type, metadata, row_content, byte_content}` where
 /// present); extra `{nextToken, guardrailAction, knowledge_base_id}`.
-pub use rag_core::tool::{HitOut, Output};
+pub use rag_core::tool::{Hit, Output};
 
 /// A configured instance.
 #[derive(Debug)]
@@ -186,7 +186,7 @@ impl Tool {
     }
 }
 
-fn hit(r: &Value) -> HitOut {
+fn hit(r: &Value) -> Hit {
     let o = output::to_value(&output::result(r));
     let content = match o.get("row_content").and_then(Value::as_array) {
         Some(row) if o["content"].as_str().is_none_or(str::is_empty) => row
@@ -207,7 +207,7 @@ fn hit(r: &Value) -> HitOut {
     if let Some(d) = r.get("documentId") {
         metadata.insert("document_id".into(), d.clone());
     }
-    HitOut {
+    Hit {
         content,
         score: r.get("score").and_then(Value::as_f64).map(|s| s as f32),
         source: o["source_uri"].as_str().map(str::to_string),

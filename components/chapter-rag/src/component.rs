@@ -4,11 +4,11 @@
 wit_bindgen::generate!({
     path: "../../wit",
     world: "chapter-rag",
-    // Quarry's own interfaces are bound once, in rag-guest, for every RAG component.
+    // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
     with: {
-        "quarry:retrieval/types@0.1.0": rag_guest::types,
-        "quarry:retrieval/embedder@0.1.0": rag_guest::embedder,
-        "quarry:retrieval/progress@0.1.0": rag_guest::progress,
+        "quarry:retrieval/types@0.1.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.1.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.1.0": tool_guest::progress,
     },
     generate_all,
 });
@@ -16,8 +16,8 @@ wit_bindgen::generate!({
 use std::cell::RefCell;
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
-use rag_guest::to_wit as map_err;
-use rag_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use tool_guest::to_wit as map_err;
+use tool_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
 
 use crate::tool::{self, ChapterTool, Env, Model};
 
@@ -28,15 +28,15 @@ struct WasiEnv;
 
 impl Env for WasiEnv {
     fn model(&self) -> Model {
-        rag_guest::model()
+        tool_guest::model()
     }
 
     fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, tool::ToolError> {
-        rag_guest::embed(texts, query)
+        tool_guest::embed(texts, query)
     }
 
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, tool::ToolError> {
-        rag_guest::count_tokens(texts)
+        tool_guest::count_tokens(texts)
     }
 
     fn stamp(&self, path: &str) -> Option<(u64, u128)> {
@@ -54,7 +54,7 @@ impl Env for WasiEnv {
     }
 
     fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
-        rag_guest::progress(task, done, total, unit);
+        tool_guest::progress(task, done, total, unit);
     }
 }
 

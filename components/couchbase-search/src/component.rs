@@ -4,20 +4,20 @@
 wit_bindgen::generate!({
     path: "../../wit",
     world: "couchbase-search",
-    // Quarry's own interfaces are bound once, in rag-guest, for every RAG component.
+    // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
     with: {
-        "quarry:retrieval/types@0.1.0": rag_guest::types,
-        "quarry:retrieval/embedder@0.1.0": rag_guest::embedder,
+        "quarry:retrieval/types@0.1.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.1.0": tool_guest::embedder,
     },
     generate_all,
 });
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
 use quarry::retrieval::couchbase::{self as cb, CouchbaseError, IndexScope};
-use rag_guest::to_wit;
-use rag_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use tool_guest::to_wit;
+use tool_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
 
-use crate::tool::{self, At, Env, Failure, IndexInfo, Model, Query, Row, Tool, VectorField};
+use crate::tool::{self, Env, Failure, IndexAt, IndexInfo, Model, Query, Row, Tool, VectorField};
 
 struct Component;
 
@@ -34,20 +34,20 @@ fn failure(e: CouchbaseError) -> Failure {
     }
 }
 
-fn index_scope(at: &At) -> IndexScope {
+fn index_scope(at: &IndexAt) -> IndexScope {
     match at {
-        At::Scoped(b, s) => IndexScope::Scoped((b.clone(), s.clone())),
-        At::Cluster => IndexScope::Cluster,
+        IndexAt::Scoped(b, s) => IndexScope::Scoped((b.clone(), s.clone())),
+        IndexAt::Cluster => IndexScope::Cluster,
     }
 }
 
 impl Env for Host {
     fn model(&self) -> Model {
-        rag_guest::model()
+        tool_guest::model()
     }
 
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, tool::ToolError> {
-        let mut v = rag_guest::embed(&[text.to_string()], true)?;
+        let mut v = tool_guest::embed(&[text.to_string()], true)?;
         Ok(v.pop().unwrap_or_default())
     }
 
@@ -59,7 +59,7 @@ impl Env for Host {
         Ok(cb::scopes(bucket).map_err(failure)?.into_iter().map(|s| (s.name, s.collections)).collect())
     }
 
-    fn search_indexes(&self, at: &At) -> Result<Vec<IndexInfo>, Failure> {
+    fn search_indexes(&self, at: &IndexAt) -> Result<Vec<IndexInfo>, Failure> {
         let all = cb::search_indexes(&index_scope(at)).map_err(failure)?;
         Ok(all
             .into_iter()

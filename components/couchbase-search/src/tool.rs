@@ -48,7 +48,7 @@ impl Failure {
 
 /// Where an index lives.
 #[derive(Debug, Clone, PartialEq)]
-pub enum At {
+pub enum IndexAt {
     /// A scoped index: bucket and scope.
     Scoped(String, String),
     /// A cluster-level index.
@@ -79,7 +79,7 @@ pub struct IndexInfo {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Query {
     /// Where the index lives.
-    pub at: At,
+    pub at: IndexAt,
     /// The index.
     pub index: String,
     /// The vector field.
@@ -118,7 +118,7 @@ pub trait Env {
     /// The bucket's scopes and their collections.
     fn scopes(&self, bucket: &str) -> Result<Vec<(String, Vec<String>)>, Failure>;
     /// The search indexes at `at`.
-    fn search_indexes(&self, at: &At) -> Result<Vec<IndexInfo>, Failure>;
+    fn search_indexes(&self, at: &IndexAt) -> Result<Vec<IndexInfo>, Failure>;
     /// A vector search.
     fn search(&self, query: &Query) -> Result<Vec<Row>, Failure>;
 }
@@ -127,7 +127,7 @@ pub trait Env {
 /// (its fields as text, a normalised score for cosine and dot-product indexes,
 /// `bucket.scope.collection/id` as its source, `{id, score, fields}` with the server's own
 /// score); extra `{index, scoped_index, embedding_key, prefilter}`.
-pub use rag_core::tool::{HitOut, Output};
+pub use rag_core::tool::{Hit, Output};
 
 /// A configured, checked instance.
 #[derive(Debug)]
@@ -167,7 +167,7 @@ impl Tool {
         if !collections.iter().any(|name| name == c) {
             return Err(ToolError::NotFound(format!("Collection {c} not found in scope {s} in Couchbase bucket {b}")));
         }
-        let at = if config.scoped_index { At::Scoped(b.clone(), s.clone()) } else { At::Cluster };
+        let at = if config.scoped_index { IndexAt::Scoped(b.clone(), s.clone()) } else { IndexAt::Cluster };
         let indexes = env.search_indexes(&at).map_err(open_failure)?;
         let Some(index) = indexes.iter().find(|x| x.name == *i) else {
             return Err(ToolError::NotFound(format!(
@@ -228,7 +228,11 @@ impl Tool {
         }
         let c = &self.config;
         let q = Query {
-            at: if c.scoped_index { At::Scoped(c.bucket_name.clone(), c.scope_name.clone()) } else { At::Cluster },
+            at: if c.scoped_index {
+                IndexAt::Scoped(c.bucket_name.clone(), c.scope_name.clone())
+            } else {
+                IndexAt::Cluster
+            },
             index: c.index_name.clone(),
             field: c.embedding_key.clone(),
             vector,
@@ -260,7 +264,7 @@ impl Tool {
                 })?,
                 None => Ordered::Object(Vec::new()),
             };
-            hits.push(HitOut {
+            hits.push(Hit {
                 content: pyjson::dumps(&fields),
                 score: normalised.then(|| rag_core::score::from_cosine(row.score as f32)),
                 source: Some(format!("{}.{}.{}/{}", c.bucket_name, c.scope_name, c.collection_name, row.id)),
@@ -344,8 +348,8 @@ mod tests {
         fn scopes(&self, _bucket: &str) -> Result<Vec<(String, Vec<String>)>, Failure> {
             Ok(vec![("inventory".into(), vec!["hotels".into()])])
         }
-        fn search_indexes(&self, at: &At) -> Result<Vec<IndexInfo>, Failure> {
-            let name = if *at == At::Cluster { "global-vec" } else { "hotels-vec" };
+        fn search_indexes(&self, at: &IndexAt) -> Result<Vec<IndexInfo>, Failure> {
+            let name = if *at == IndexAt::Cluster { "global-vec" } else { "hotels-vec" };
             Ok(vec![IndexInfo {
                 name: name.into(),
                 vector_fields: vec![VectorField {
@@ -430,7 +434,7 @@ mod tests {
         let out = tool.call(r#"{"query":"quiet hotel","prefilter":"+city:paris"}"#, &env).unwrap();
         let q = env.searched.borrow()[0].clone();
         assert_eq!((q.k, q.limit, q.fields.clone()), (5, 5, vec!["*".to_string()]));
-        assert_eq!(q.at, At::Scoped("travel".into(), "inventory".into()));
+        assert_eq!(q.at, IndexAt::Scoped("travel".into(), "inventory".into()));
         assert_eq!(q.prefilter.as_deref(), Some("+city:paris"));
         assert_eq!(
             out.text,

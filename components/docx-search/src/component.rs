@@ -5,11 +5,11 @@
 wit_bindgen::generate!({
     path: "../../wit",
     world: "docx-search",
-    // Quarry's own interfaces are bound once, in rag-guest, for every RAG component.
+    // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
     with: {
-        "quarry:retrieval/types@0.1.0": rag_guest::types,
-        "quarry:retrieval/embedder@0.1.0": rag_guest::embedder,
-        "quarry:retrieval/progress@0.1.0": rag_guest::progress,
+        "quarry:retrieval/types@0.1.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.1.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.1.0": tool_guest::progress,
     },
     generate_all,
 });
@@ -18,8 +18,8 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
-use rag_guest::to_wit as map_err;
-use rag_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use tool_guest::to_wit as map_err;
+use tool_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
 use wasi::clocks::monotonic_clock;
 use wasi::http::outgoing_handler;
 use wasi::http::types::{ErrorCode, Fields, OutgoingRequest, RequestOptions, Scheme};
@@ -34,15 +34,15 @@ struct WasiEnv;
 
 impl Env for WasiEnv {
     fn model(&self) -> Model {
-        rag_guest::model()
+        tool_guest::model()
     }
 
     fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, tool::ToolError> {
-        rag_guest::embed(texts, query)
+        tool_guest::embed(texts, query)
     }
 
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, tool::ToolError> {
-        rag_guest::count_tokens(texts)
+        tool_guest::count_tokens(texts)
     }
 
     fn granted_dirs(&self) -> Vec<String> {
@@ -62,7 +62,7 @@ impl Env for WasiEnv {
     }
 
     fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
-        rag_guest::progress(task, done, total, unit);
+        tool_guest::progress(task, done, total, unit);
     }
 }
 

@@ -38,7 +38,7 @@ pub struct Model {
 
 /// One result of a call, as WIT's `hit` carries it (each component maps it onto its bindings).
 #[derive(Debug, Clone, PartialEq)]
-pub struct HitOut {
+pub struct Hit {
     /// The retrieved text.
     pub content: String,
     /// A relevance score in [0, 1], when the tool has one.
@@ -55,7 +55,7 @@ pub struct Output {
     /// The whole answer as an LLM reads it.
     pub text: String,
     /// The results, typed.
-    pub hits: Vec<HitOut>,
+    pub hits: Vec<Hit>,
     /// Extra structured data (paging tokens, the query's settings).
     pub extra: serde_json::Value,
 }

@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 use crate::instance::CallError;
-use crate::registry::Host;
+use crate::registry::Registry;
 
 /// Sandboxed WebAssembly retrieval tools for AI agents.
 #[derive(Parser, Debug)]
@@ -112,7 +112,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let host = match Host::new(config) {
+    let host = match Registry::new(config) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("error: {e}");
@@ -218,7 +218,7 @@ pub async fn run(cli: Cli) -> ExitCode {
 /// `quarry serve`: watch the components, then serve until the client leaves (stdio) or the
 /// process is interrupted (HTTP).
 async fn serve(
-    host: std::sync::Arc<Host>,
+    host: std::sync::Arc<Registry>,
     stdio: bool,
     http: Option<std::net::SocketAddr>,
     limits: crate::config::ServeConfig,

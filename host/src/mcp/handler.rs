@@ -19,13 +19,13 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use crate::bindings::ToolOutput;
 use crate::instance::CallError;
 use crate::mcp::notify::Peers;
-use crate::registry::{Host, ToolEntry};
+use crate::registry::{Registry, ToolEntry};
 
 /// Serves one host's tools. Cheap to clone: the HTTP transport makes one per session
 /// ([`QuarryMcp::for_session`]).
 #[derive(Clone)]
 pub struct QuarryMcp {
-    host: Arc<Host>,
+    host: Arc<Registry>,
     peers: Arc<Peers>,
     /// Calls of this session waiting or running, and how many it may have.
     calls: Arc<std::sync::atomic::AtomicUsize>,
@@ -43,7 +43,7 @@ impl Drop for CallSlot {
 
 impl QuarryMcp {
     /// A handler for `host`; handshake-era sessions register in `peers` to hear of swaps.
-    pub fn new(host: Arc<Host>, peers: Arc<Peers>) -> Self {
+    pub fn new(host: Arc<Registry>, peers: Arc<Peers>) -> Self {
         let max_calls = crate::config::ServeConfig::default().max_queued_calls;
         QuarryMcp { host, peers, calls: Arc::default(), max_calls }
     }

@@ -36,7 +36,7 @@ use crate::config::ServeConfig;
 use crate::mcp::ServeError;
 use crate::mcp::handler::QuarryMcp;
 use crate::mcp::notify::{Peers, fan_out};
-use crate::registry::Host;
+use crate::registry::Registry;
 
 /// The environment variable holding the bearer token clients must send.
 pub const TOKEN_ENV: &str = "QUARRY_MCP_TOKEN";
@@ -76,7 +76,7 @@ impl HttpOptions {
 pub struct HttpServer {
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
-    host: Arc<Host>,
+    host: Arc<Registry>,
     peers: Arc<Peers>,
     stop: CancellationToken,
     connections: Arc<tokio::sync::Semaphore>,
@@ -92,7 +92,7 @@ struct Shared {
 
 impl HttpServer {
     /// Binds `options.addr`; refuses a non-loopback address without a token.
-    pub async fn bind(host: Arc<Host>, options: HttpOptions) -> Result<HttpServer, ServeError> {
+    pub async fn bind(host: Arc<Registry>, options: HttpOptions) -> Result<HttpServer, ServeError> {
         let token = options.token.filter(|t| !t.is_empty());
         let loopback = options.addr.ip().is_loopback();
         if !loopback && token.is_none() {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rmcp::{Peer, RoleServer};
 
-use crate::registry::Host;
+use crate::registry::Registry;
 
 /// How long one client may take to accept a notification before it is skipped: a stuck
 /// client must not hold up the others.
@@ -54,7 +54,7 @@ impl Peers {
 }
 
 /// Forwards every swap of `host` to `peers` until the host goes away. Spawn it once per server.
-pub async fn fan_out(host: Arc<Host>, peers: Arc<Peers>) {
+pub async fn fan_out(host: Arc<Registry>, peers: Arc<Peers>) {
     let mut swaps = host.subscribe();
     drop(host);
     loop {

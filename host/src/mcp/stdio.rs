@@ -15,19 +15,19 @@ use tokio::sync::mpsc;
 use crate::mcp::ServeError;
 use crate::mcp::handler::QuarryMcp;
 use crate::mcp::notify::{Peers, fan_out};
-use crate::registry::Host;
+use crate::registry::Registry;
 
 /// The longest message accepted, in bytes (16 MiB, rmcp's own line limit).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// Serves `host` on this process's stdin/stdout until the client closes stdin; the client may
 /// have `max_calls` tool calls waiting or running.
-pub async fn serve_stdio(host: Arc<Host>, max_calls: usize) -> Result<(), ServeError> {
+pub async fn serve_stdio(host: Arc<Registry>, max_calls: usize) -> Result<(), ServeError> {
     serve(host, tokio::io::stdin(), tokio::io::stdout(), max_calls).await
 }
 
 /// Serves `host` over any pair of byte streams (stdio, or a pipe in tests).
-pub async fn serve<R, W>(host: Arc<Host>, input: R, output: W, max_calls: usize) -> Result<(), ServeError>
+pub async fn serve<R, W>(host: Arc<Registry>, input: R, output: W, max_calls: usize) -> Result<(), ServeError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,

@@ -108,14 +108,14 @@ pub(crate) async fn run_guarded<T>(
     store.set_epoch_deadline(if yields { 1 } else { QuarryEngine::ticks(deadline) });
     let res = tokio::time::timeout(deadline + WALL_GRACE, call(store)).await;
     store.data_mut().end_call().await;
-    settle(store, deadline, res)
+    into_outcome(store, deadline, res)
 }
 
 pub(crate) type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elapsed>;
 
 /// Turns the outcome of a guarded guest call into a value or a [`Fault`],
 /// logging what the guest wrote to stderr.
-fn settle<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
+fn into_outcome<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
     let stderr = store.data().stderr.take();
     for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
         tracing::info!(target: "quarry::guest", "{line}");

@@ -31,21 +31,17 @@ pub fn region(grant: Option<&str>, env: impl Fn(&str) -> Option<String>) -> Stri
 
 /// One instance's link to Bedrock: the grant, and a client built at the first call (loading
 /// credentials and profiles is slow and may not be needed).
-pub struct BedrockLink {
+pub struct Client {
     grant: BedrockGrant,
     client: OnceCell<aws_sdk_bedrockagentruntime::Client>,
     /// The largest response body read (the instance's `max_output`).
     max_bytes: usize,
 }
 
-impl BedrockLink {
+impl Client {
     /// A link for `grant`; a response body may take at most `max_bytes` in the host.
-    pub fn new(grant: BedrockGrant, max_bytes: u64) -> Arc<BedrockLink> {
-        Arc::new(BedrockLink {
-            grant,
-            client: OnceCell::new(),
-            max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
-        })
+    pub fn new(grant: BedrockGrant, max_bytes: u64) -> Arc<Client> {
+        Arc::new(Client { grant, client: OnceCell::new(), max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX) })
     }
 
     async fn client(&self) -> &aws_sdk_bedrockagentruntime::Client {

@@ -2,22 +2,22 @@
 //! back.
 
 use aws_sdk_bedrockagentruntime::operation::retrieve::RetrieveOutput;
-use aws_sdk_bedrockagentruntime::types as t;
+use aws_sdk_bedrockagentruntime::types as sdk;
 use aws_smithy_types::{Document, Number};
 use serde_json::{Map, Value, json};
 
 /// The parts of a RetrieveRequest body, as SDK types.
 pub struct Request {
     /// `retrievalQuery`.
-    pub query: t::KnowledgeBaseQuery,
+    pub query: sdk::KnowledgeBaseQuery,
     /// `retrievalConfiguration`.
-    pub configuration: Option<t::KnowledgeBaseRetrievalConfiguration>,
+    pub configuration: Option<sdk::KnowledgeBaseRetrievalConfiguration>,
     /// `guardrailConfiguration`.
-    pub guardrail: Option<t::GuardrailConfiguration>,
+    pub guardrail: Option<sdk::GuardrailConfiguration>,
     /// `nextToken`.
     pub next_token: Option<String>,
     /// `userContext`.
-    pub user: Option<t::UserContext>,
+    pub user: Option<sdk::UserContext>,
 }
 
 fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, String> {
@@ -52,9 +52,9 @@ pub fn request(body: &str) -> Result<Request, String> {
     )?;
     let q = object(o.get("retrievalQuery").ok_or("request.retrievalQuery is required")?, "retrievalQuery")?;
     only(q, "retrievalQuery", &["text", "type"])?;
-    let mut query = t::KnowledgeBaseQuery::builder().set_text(string(q, "text", "retrievalQuery")?);
+    let mut query = sdk::KnowledgeBaseQuery::builder().set_text(string(q, "text", "retrievalQuery")?);
     if let Some(ty) = string(q, "type", "retrievalQuery")? {
-        query = query.r#type(t::KnowledgeBaseQueryType::from(ty.as_str()));
+        query = query.r#type(sdk::KnowledgeBaseQueryType::from(ty.as_str()));
     }
     let configuration = match o.get("retrievalConfiguration") {
         None | Some(Value::Null) => None,
@@ -65,7 +65,7 @@ pub fn request(body: &str) -> Result<Request, String> {
                 None => None,
                 Some(vs) => Some(vector_search(object(vs, "retrievalConfiguration.vectorSearchConfiguration")?)?),
             };
-            Some(t::KnowledgeBaseRetrievalConfiguration::builder().set_vector_search_configuration(vs).build())
+            Some(sdk::KnowledgeBaseRetrievalConfiguration::builder().set_vector_search_configuration(vs).build())
         }
     };
     let guardrail = match o.get("guardrailConfiguration") {
@@ -75,7 +75,7 @@ pub fn request(body: &str) -> Result<Request, String> {
             let g = object(g, p)?;
             only(g, p, &["guardrailId", "guardrailVersion"])?;
             Some(
-                t::GuardrailConfiguration::builder()
+                sdk::GuardrailConfiguration::builder()
                     .set_guardrail_id(string(g, "guardrailId", p)?)
                     .set_guardrail_version(string(g, "guardrailVersion", p)?)
                     .build()
@@ -89,7 +89,7 @@ pub fn request(body: &str) -> Result<Request, String> {
             let u = object(u, "userContext")?;
             only(u, "userContext", &["userId"])?;
             Some(
-                t::UserContext::builder()
+                sdk::UserContext::builder()
                     .set_user_id(string(u, "userId", "userContext")?)
                     .build()
                     .map_err(|e| format!("userContext: {e}"))?,
@@ -99,17 +99,17 @@ pub fn request(body: &str) -> Result<Request, String> {
     Ok(Request { query: query.build(), configuration, guardrail, next_token: string(o, "nextToken", "request")?, user })
 }
 
-fn vector_search(o: &Map<String, Value>) -> Result<t::KnowledgeBaseVectorSearchConfiguration, String> {
+fn vector_search(o: &Map<String, Value>) -> Result<sdk::KnowledgeBaseVectorSearchConfiguration, String> {
     let p = "retrievalConfiguration.vectorSearchConfiguration";
     only(o, p, &["numberOfResults", "overrideSearchType", "filter"])?;
-    let mut b = t::KnowledgeBaseVectorSearchConfiguration::builder();
+    let mut b = sdk::KnowledgeBaseVectorSearchConfiguration::builder();
     if let Some(n) = o.get("numberOfResults") {
         let n =
             n.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or(format!("{p}.numberOfResults must be an integer"))?;
         b = b.number_of_results(n);
     }
     if let Some(s) = string(o, "overrideSearchType", p)? {
-        b = b.override_search_type(t::SearchType::from(s.as_str()));
+        b = b.override_search_type(sdk::SearchType::from(s.as_str()));
     }
     if let Some(f) = o.get("filter") {
         b = b.filter(filter(f, &format!("{p}.filter"))?);
@@ -118,7 +118,7 @@ fn vector_search(o: &Map<String, Value>) -> Result<t::KnowledgeBaseVectorSearchC
 }
 
 /// A RetrievalFilter: exactly one operator, `andAll`/`orAll` of filters or a `{key, value}`.
-fn filter(v: &Value, path: &str) -> Result<t::RetrievalFilter, String> {
+fn filter(v: &Value, path: &str) -> Result<sdk::RetrievalFilter, String> {
     let o = object(v, path)?;
     let [(op, arg)] = o.iter().collect::<Vec<_>>()[..] else {
         return Err(format!(
@@ -126,20 +126,20 @@ fn filter(v: &Value, path: &str) -> Result<t::RetrievalFilter, String> {
         ));
     };
     let here = format!("{path}.{op}");
-    let list = |arg: &Value| -> Result<Vec<t::RetrievalFilter>, String> {
+    let list = |arg: &Value| -> Result<Vec<sdk::RetrievalFilter>, String> {
         let items = arg.as_array().ok_or(format!("{here} must be a list of filters"))?;
         items.iter().enumerate().map(|(i, f)| filter(f, &format!("{here}[{i}]"))).collect()
     };
-    let attr = |arg: &Value| -> Result<t::FilterAttribute, String> {
+    let attr = |arg: &Value| -> Result<sdk::FilterAttribute, String> {
         let a = object(arg, &here)?;
         only(a, &here, &["key", "value"])?;
-        t::FilterAttribute::builder()
+        sdk::FilterAttribute::builder()
             .set_key(string(a, "key", &here)?)
             .set_value(a.get("value").map(document))
             .build()
             .map_err(|e| format!("{here}: {e}"))
     };
-    use t::RetrievalFilter as F;
+    use sdk::RetrievalFilter as F;
     Ok(match op.as_str() {
         "andAll" => F::AndAll(list(arg)?),
         "orAll" => F::OrAll(list(arg)?),
@@ -255,7 +255,7 @@ pub fn response(out: &RetrieveOutput) -> Value {
     body
 }
 
-fn location(l: &t::RetrievalResultLocation) -> Value {
+fn location(l: &sdk::RetrievalResultLocation) -> Value {
     let mut o = Map::new();
     o.insert("type".into(), json!(l.r#type().as_str()));
     let mut put = |key: &str, field: &str, value: Option<&str>| {
@@ -293,7 +293,7 @@ mod tests {
         assert_eq!(r.next_token.as_deref(), Some("t1"));
         let vs = r.configuration.unwrap().vector_search_configuration.unwrap();
         assert_eq!(vs.number_of_results, 7);
-        assert!(matches!(vs.filter, Some(t::RetrievalFilter::AndAll(ref f)) if f.len() == 2));
+        assert!(matches!(vs.filter, Some(sdk::RetrievalFilter::AndAll(ref f)) if f.len() == 2));
         assert_eq!(r.guardrail.unwrap().guardrail_version(), "DRAFT");
         let e = request(r#"{"retrievalQuery":{"text":"q"},"retrievalConfiguration":{"vectorSearchConfiguration":{"rerankingConfiguration":{}}}}"#)
             .err()

@@ -27,21 +27,21 @@ use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::quarry::retrieval::bedrock::{self as wit, BedrockError};
 
-pub use client::{BedrockLink, MAX_REQUEST_BYTES, region};
+pub use client::{Client, MAX_REQUEST_BYTES, region};
 pub use grant::{BedrockGrant, KbIdentifier, RawGrant, grant};
 pub use json::{Request, document, json_of, request, response};
 
-/// One store's Bedrock: the instance's link, when it has a grant.
+/// One store's Bedrock: the instance's client, when it has a grant.
 #[derive(Default)]
 pub struct State {
-    link: Option<Arc<BedrockLink>>,
+    client: Option<Arc<Client>>,
 }
 
 impl State {
     /// The state for an instance granted `grant` (none: every call is `denied`), whose responses
     /// may take at most `max_bytes`.
     pub fn new(grant: Option<&BedrockGrant>, max_bytes: u64) -> State {
-        State { link: grant.map(|g| BedrockLink::new(g.clone(), max_bytes)) }
+        State { client: grant.map(|g| Client::new(g.clone(), max_bytes)) }
     }
 }
 
@@ -53,12 +53,12 @@ pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State)
 impl wit::Host for State {
     async fn default_knowledge_base(&mut self) -> wasmtime::Result<Option<String>> {
         // Only an instance granted Bedrock may read this one host variable.
-        Ok(self.link.as_ref().and_then(|_| std::env::var("BEDROCK_KB_ID").ok()).filter(|v| !v.trim().is_empty()))
+        Ok(self.client.as_ref().and_then(|_| std::env::var("BEDROCK_KB_ID").ok()).filter(|v| !v.trim().is_empty()))
     }
 
     async fn retrieve(&mut self, kb: String, request: String) -> wasmtime::Result<Result<String, BedrockError>> {
-        Ok(match &self.link {
-            Some(link) => link.clone().retrieve(&kb, &request).await,
+        Ok(match &self.client {
+            Some(client) => client.clone().retrieve(&kb, &request).await,
             None => Err(BedrockError::Denied(
                 "this instance has no Bedrock grant; add [tools.NAME.grants.bedrock] with knowledge_bases = [\"...\"]"
                     .into(),

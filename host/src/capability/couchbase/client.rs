@@ -20,13 +20,13 @@ use crate::bindings::quarry::retrieval::couchbase::{
 
 /// One instance's link to Couchbase: the grant, and the SDK's cluster and core agent, each
 /// made at its first use (connecting costs a bootstrap; a tool may never need the agent).
-pub struct CouchbaseLink {
+pub struct Client {
     pub(super) grant: CouchbaseGrant,
     cluster: OnceCell<Cluster>,
     agent: OnceCell<couchbase_core::agent::Agent>,
     /// Buckets seen to exist, so that opening an instance (bucket, scopes, indexes) and each
     /// search do not look them up again.
-    known: std::sync::Mutex<std::collections::HashSet<String>>,
+    known_buckets: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Cluster-level indexes seen listed on a bucket the grant covers whole (at open, or by an
     /// earlier search), by the full name the cluster lists them under (`idx` for a bucket-level
     /// index, `bucket.scope.idx` for a scoped one): a cluster-level search names the index by
@@ -37,14 +37,14 @@ pub struct CouchbaseLink {
     pub(super) max_bytes: usize,
 }
 
-impl CouchbaseLink {
+impl Client {
     /// A link for `grant`; a search's rows may take at most `max_bytes` in the host.
-    pub fn new(grant: CouchbaseGrant, max_bytes: u64) -> Arc<CouchbaseLink> {
-        Arc::new(CouchbaseLink {
+    pub fn new(grant: CouchbaseGrant, max_bytes: u64) -> Arc<Client> {
+        Arc::new(Client {
             grant,
             cluster: OnceCell::new(),
             agent: OnceCell::new(),
-            known: Default::default(),
+            known_buckets: Default::default(),
             allowed_indexes: Default::default(),
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
         })
@@ -143,14 +143,14 @@ impl CouchbaseLink {
             })
             .await?;
         if exists {
-            self.known.lock().unwrap_or_else(|p| p.into_inner()).insert(bucket.to_string());
+            self.known_buckets.lock().unwrap_or_else(|p| p.into_inner()).insert(bucket.to_string());
         }
         Ok(exists)
     }
 
     /// Fails with `not-found` unless `bucket` exists; asks the cluster only the first time.
     pub(super) async fn ensure_bucket(&self, bucket: &str) -> Result<()> {
-        if self.known.lock().unwrap_or_else(|p| p.into_inner()).contains(bucket) {
+        if self.known_buckets.lock().unwrap_or_else(|p| p.into_inner()).contains(bucket) {
             return Ok(());
         }
         match self.bucket_exists(bucket).await? {

@@ -135,14 +135,14 @@ pub fn grant(
     deadline: Duration,
 ) -> Result<CouchbaseGrant, KeyError> {
     let connection = connections.get(&raw.connection).cloned().ok_or_else(|| {
-        let known: Vec<_> = connections.keys().map(String::as_str).collect();
+        let known_buckets: Vec<_> = connections.keys().map(String::as_str).collect();
         KeyError::new(
             "connection",
             format!(
                 "no connection named {:?}; define [couchbase.{}] or use one of: {}",
                 raw.connection,
                 raw.connection,
-                if known.is_empty() { "(none defined)".to_string() } else { known.join(", ") }
+                if known_buckets.is_empty() { "(none defined)".to_string() } else { known_buckets.join(", ") }
             ),
         )
     })?;

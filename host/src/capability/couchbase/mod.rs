@@ -30,7 +30,7 @@ use crate::bindings::quarry::retrieval::couchbase::{
     self as wit, CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch,
 };
 
-pub use client::CouchbaseLink;
+pub use client::Client;
 pub use connection::{Connection, RawConnection, Secret, connection};
 pub use grant::{
     CouchbaseGrant, DEFAULT_TIMEOUT, MAX_ROWS, RawGrant, check_bucket_name, check_index_name, check_scope_name, grant,
@@ -39,28 +39,28 @@ pub use search::vector_fields;
 
 use errors::{Result, to_wit};
 
-/// One store's Couchbase: the instance's link, when it has a grant.
+/// One store's Couchbase: the instance's client, when it has a grant.
 #[derive(Default)]
 pub struct State {
-    link: Option<Arc<CouchbaseLink>>,
+    client: Option<Arc<Client>>,
 }
 
 impl State {
     /// The state for an instance granted `grant` (none: every call is `denied`), whose searches
     /// may bring at most `max_bytes` of rows into the host.
     pub fn new(grant: Option<&CouchbaseGrant>, max_bytes: u64) -> State {
-        State { link: grant.map(|g| CouchbaseLink::new(g.clone(), max_bytes)) }
+        State { client: grant.map(|g| Client::new(g.clone(), max_bytes)) }
     }
 
-    /// The instance's Couchbase link, or `denied` when its config grants none.
-    fn couchbase_link(&self) -> Result<Arc<CouchbaseLink>> {
+    /// The instance's Couchbase client, or `denied` when its config grants none.
+    fn client(&self) -> Result<Arc<Client>> {
         let denied = || {
             CouchbaseError::Denied(
                 "this instance has no Couchbase grant; add [tools.NAME.grants.couchbase] with a connection and scopes"
                     .into(),
             )
         };
-        Ok(self.link.clone().ok_or_else(denied)?)
+        Ok(self.client.clone().ok_or_else(denied)?)
     }
 }
 
@@ -74,22 +74,22 @@ pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State)
 
 impl wit::Host for State {
     async fn bucket_exists(&mut self, bucket: String) -> wasmtime::Result<Wit<bool>> {
-        let link = self.couchbase_link();
-        to_wit(async { link?.bucket_exists(&bucket).await }.await)
+        let client = self.client();
+        to_wit(async { client?.bucket_exists(&bucket).await }.await)
     }
 
     async fn scopes(&mut self, bucket: String) -> wasmtime::Result<Wit<Vec<ScopeInfo>>> {
-        let link = self.couchbase_link();
-        to_wit(async { link?.scopes(&bucket).await }.await)
+        let client = self.client();
+        to_wit(async { client?.scopes(&bucket).await }.await)
     }
 
     async fn search_indexes(&mut self, at: IndexScope) -> wasmtime::Result<Wit<Vec<SearchIndex>>> {
-        let link = self.couchbase_link();
-        to_wit(async { link?.search_indexes(&at).await }.await)
+        let client = self.client();
+        to_wit(async { client?.search_indexes(&at).await }.await)
     }
 
     async fn search(&mut self, query: VectorSearch) -> wasmtime::Result<Wit<Vec<SearchRow>>> {
-        let link = self.couchbase_link();
-        to_wit(async { link?.search(&query).await }.await)
+        let client = self.client();
+        to_wit(async { client?.search(&query).await }.await)
     }
 }

@@ -5,13 +5,13 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::client::CouchbaseLink;
+use super::client::Client;
 use super::errors::{Result, core_error, sdk_error};
 use crate::bindings::quarry::retrieval::couchbase::{
     CouchbaseError, SearchIndex, SearchRow, VectorField, VectorSearch,
 };
 
-impl CouchbaseLink {
+impl Client {
     pub(super) async fn scoped_search(&self, bucket: &str, scope: &str, q: &VectorSearch) -> Result<Vec<SearchRow>> {
         use couchbase::search::queries::{Query, QueryStringQuery};
         use couchbase::search::request::SearchRequest;
