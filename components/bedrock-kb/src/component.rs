@@ -3,12 +3,17 @@
 wit_bindgen::generate!({
     path: "../../wit",
     world: "bedrock-kb",
+    // Quarry's own types are bound once, in tool-guest, for every tool component.
+    with: {
+        "quarry:retrieval/types@0.1.0": tool_guest::types,
+    },
     generate_all,
 });
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
 use quarry::retrieval::bedrock::{self, BedrockError};
-use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
+use tool_guest::{check_tool, output, specs, to_wit};
 
 use crate::tool::{self, Bedrock, Failure, Tool};
 
@@ -32,15 +37,6 @@ impl Bedrock for Host {
     }
 }
 
-fn to_wit(e: tool::ToolError) -> ToolError {
-    match e {
-        tool::ToolError::InvalidArgs(m) => ToolError::InvalidArgs(m),
-        tool::ToolError::InvalidConfig(m) => ToolError::InvalidConfig(m),
-        tool::ToolError::Upstream(m) => ToolError::Upstream(m),
-        tool::ToolError::Denied(m) => ToolError::Denied(m),
-    }
-}
-
 impl Guest for Component {
     type Instance = Tool;
 }
@@ -51,24 +47,12 @@ impl GuestInstance for Tool {
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
-        let (name, description, args_schema) = self.spec();
-        vec![ToolSpec { name, description, args_schema }]
+        specs([self.spec()])
     }
 
     fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
-        if tool != tool::NAME {
-            return Err(ToolError::NotFound(format!("no tool `{tool}`; this component offers `{}`", tool::NAME)));
-        }
-        let out = Tool::call(self, &args, &Host).map_err(to_wit)?;
-        Ok(ToolOutput {
-            text: out.text,
-            hits: out
-                .hits
-                .into_iter()
-                .map(|h| Hit { content: h.content, score: h.score, source: h.source, metadata: h.metadata.to_string() })
-                .collect(),
-            extra: Some(out.extra.to_string()),
-        })
+        check_tool(&tool, tool::NAME)?;
+        Tool::call(self, &args, &Host).map(output).map_err(to_wit)
     }
 }
 

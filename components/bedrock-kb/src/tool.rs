@@ -5,18 +5,8 @@ use serde_json::{Map, Value, json};
 use crate::config::{self, Config};
 use crate::output;
 
-/// Why a call or an open failed; the glue maps these to WIT's `tool-error`.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ToolError {
-    /// Bad call arguments.
-    InvalidArgs(String),
-    /// Bad instance config.
-    InvalidConfig(String),
-    /// Bedrock failed or could not be reached.
-    Upstream(String),
-    /// The host's grant refused the knowledge base.
-    Denied(String),
-}
+/// Why a call or an open failed: rag-core's, which tool-guest maps to WIT's `tool-error`.
+pub use rag_core::tool::ToolError;
 
 /// How the host's `bedrock` capability failed (see the WIT `bedrock-error`).
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,7 @@
 wit_bindgen::generate!({
     path: "../../wit",
     world: "chapter-rag",
-    // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
+    // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
         "quarry:retrieval/types@0.1.0": tool_guest::types,
         "quarry:retrieval/embedder@0.1.0": tool_guest::embedder,
@@ -16,45 +16,20 @@ wit_bindgen::generate!({
 use std::cell::RefCell;
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
-use tool_guest::to_wit as map_err;
-use tool_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
+use tool_guest::{GuestEnv, output, specs, to_wit};
 
-use crate::tool::{self, ChapterTool, Env, Model};
+use crate::tool::{ChapterTool, Env};
 
 struct Component;
 
-/// The component's view of the world.
-struct WasiEnv;
+const ENV: GuestEnv = GuestEnv { file_kind: "a Markdown file" };
 
-impl Env for WasiEnv {
-    fn model(&self) -> Model {
-        tool_guest::model()
-    }
-
-    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, tool::ToolError> {
-        tool_guest::embed(texts, query)
-    }
-
-    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, tool::ToolError> {
-        tool_guest::count_tokens(texts)
-    }
-
+impl Env for GuestEnv {
     fn stamp(&self, path: &str) -> Option<(u64, u128)> {
         let m = std::fs::metadata(path).ok()?;
         let modified = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos();
         Some((m.len(), modified))
-    }
-
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {
-        rag_core::tool::read_file(path, max_bytes, "a Markdown file")
-    }
-
-    fn log(&self, line: &str) {
-        eprintln!("{line}");
-    }
-
-    fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
-        tool_guest::progress(task, done, total, unit);
     }
 }
 
@@ -66,35 +41,16 @@ impl Guest for Component {
 
 impl GuestInstance for Chapters {
     fn open(config: String) -> Result<Instance, ToolError> {
-        let tool = ChapterTool::open(&config, &WasiEnv).map_err(map_err)?;
+        let tool = ChapterTool::open(&config, &ENV).map_err(to_wit)?;
         Ok(Instance::new(Chapters(RefCell::new(tool))))
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
-        self.0
-            .borrow()
-            .specs()
-            .into_iter()
-            .map(|(name, description, args_schema)| ToolSpec { name, description, args_schema })
-            .collect()
+        specs(self.0.borrow().specs())
     }
 
     fn call(&self, name: String, args: String) -> Result<ToolOutput, ToolError> {
-        let out = self.0.borrow_mut().call(&WasiEnv, &name, &args).map_err(map_err)?;
-        Ok(ToolOutput {
-            text: out.text,
-            hits: out
-                .hits
-                .into_iter()
-                .map(|h| Hit {
-                    content: h.content,
-                    score: Some(h.score),
-                    source: Some(h.source),
-                    metadata: h.metadata.to_string(),
-                })
-                .collect(),
-            extra: Some(out.extra.to_string()),
-        })
+        self.0.borrow_mut().call(&ENV, &name, &args).map(output).map_err(to_wit)
     }
 }
 

@@ -12,7 +12,7 @@ use rag_core::store::Index;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use rag_core::tool::{Model, ToolError};
+pub use rag_core::tool::{BaseEnv, Hit, Model, Output, ToolError};
 
 use crate::index::{self, Built, Report};
 use crate::manual::Manual;
@@ -37,22 +37,10 @@ const MAX_TREE_LINES: usize = 400;
 /// The longest question or query accepted, in bytes.
 const MAX_QUERY_BYTES: usize = 4096;
 
-/// What the tool needs from outside.
-pub trait Env {
-    /// The embedder's model.
-    fn model(&self) -> Model;
-    /// Embeds texts (documents or a query); vectors are L2-normalised.
-    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
-    /// Tokens per text, as the embedder counts them.
-    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
+/// What the tool needs from outside beyond rag-core's [`BaseEnv`].
+pub trait Env: BaseEnv {
     /// Size and modification time of a file, to notice edits; `None` when it cannot be read.
     fn stamp(&self, path: &str) -> Option<(u64, u128)>;
-    /// Reads a file the grants allow, refusing more than `max_bytes`.
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
-    /// A line for the host's log.
-    fn log(&self, line: &str);
-    /// Reports progress of long work to the host.
-    fn progress(&self, task: &str, done: u64, total: u64, unit: &str);
 }
 
 /// `config` as the host passes it to `open`.
@@ -462,8 +450,8 @@ impl ChapterTool {
         let n = &tree.nodes[c.chapter];
         Hit {
             content: c.text.clone(),
-            score: s.score,
-            source: format!("{} > {}", self.manual, tree.path(c.chapter).join(" > ")),
+            score: Some(s.score),
+            source: Some(format!("{} > {}", self.manual, tree.path(c.chapter).join(" > "))),
             metadata: json!({
                 "chapter_id": n.id,
                 "chapter_title": n.title,
@@ -600,7 +588,7 @@ impl ChapterTool {
                     .unwrap_or_default(),
                 m["lines"][0],
                 m["lines"][1],
-                h.score,
+                h.score.unwrap_or_default(),
                 h.content
             ));
         }
@@ -721,28 +709,4 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
-}
-
-/// One result, as WIT's `hit`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Hit {
-    /// The chunk's text.
-    pub content: String,
-    /// Normalised vector score.
-    pub score: f32,
-    /// Manual and chapter path.
-    pub source: String,
-    /// Chapter ids, path, chunk index, lines.
-    pub metadata: Value,
-}
-
-/// The result of one call, as WIT's `tool-output`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Output {
-    /// What an LLM reads.
-    pub text: String,
-    /// The results, typed.
-    pub hits: Vec<Hit>,
-    /// Routing, reports, paths.
-    pub extra: Value,
 }

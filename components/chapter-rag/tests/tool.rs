@@ -4,7 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-use chapter_rag::tool::{ChapterTool, Env, Model, ToolError};
+use chapter_rag::tool::{BaseEnv, ChapterTool, Env, Model, ToolError};
 use serde_json::{Value, json};
 
 #[derive(Default)]
@@ -27,7 +27,7 @@ fn words(s: &str) -> Vec<String> {
     s.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).map(str::to_lowercase).collect()
 }
 
-impl Env for Fake {
+impl BaseEnv for Fake {
     fn model(&self) -> Model {
         Model { id: "fake/bow".into(), dimension: 64, max_tokens: 512 }
     }
@@ -55,9 +55,6 @@ impl Env for Fake {
         self.counted.set(self.counted.get() + texts.len());
         Ok(texts.iter().map(|t| words(t).len() as u32).collect())
     }
-    fn stamp(&self, path: &str) -> Option<(u64, u128)> {
-        self.files.borrow().get(path).map(|b| (b.len() as u64, self.stamps.get()))
-    }
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
         let files = self.files.borrow();
         let b = files.get(path).ok_or_else(|| ToolError::NotFound(format!("File does not exist: {path}")))?;
@@ -68,6 +65,12 @@ impl Env for Fake {
     }
     fn log(&self, _: &str) {}
     fn progress(&self, _: &str, _: u64, _: u64, _: &str) {}
+}
+
+impl Env for Fake {
+    fn stamp(&self, path: &str) -> Option<(u64, u128)> {
+        self.files.borrow().get(path).map(|b| (b.len() as u64, self.stamps.get()))
+    }
 }
 
 fn filler(topic: &str, n: usize) -> String {

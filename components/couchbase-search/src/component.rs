@@ -4,7 +4,7 @@
 wit_bindgen::generate!({
     path: "../../wit",
     world: "couchbase-search",
-    // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
+    // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
         "quarry:retrieval/types@0.1.0": tool_guest::types,
         "quarry:retrieval/embedder@0.1.0": tool_guest::embedder,
@@ -14,8 +14,9 @@ wit_bindgen::generate!({
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
 use quarry::retrieval::couchbase::{self as cb, CouchbaseError, IndexScope};
-use tool_guest::to_wit;
-use tool_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use rag_core::tool::BaseEnv;
+use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
+use tool_guest::{GuestEnv, check_tool, output, specs, to_wit};
 
 use crate::tool::{self, Env, Failure, IndexAt, IndexInfo, Model, Query, Row, Tool, VectorField};
 
@@ -23,6 +24,9 @@ struct Component;
 
 /// The host's embedder and Couchbase.
 struct Host;
+
+/// tool-guest's embedder binding (this component reads no files).
+const EMBEDDER: GuestEnv = GuestEnv { file_kind: "a file" };
 
 fn failure(e: CouchbaseError) -> Failure {
     match e {
@@ -43,11 +47,11 @@ fn index_scope(at: &IndexAt) -> IndexScope {
 
 impl Env for Host {
     fn model(&self) -> Model {
-        tool_guest::model()
+        EMBEDDER.model()
     }
 
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, tool::ToolError> {
-        let mut v = tool_guest::embed(&[text.to_string()], true)?;
+        let mut v = EMBEDDER.embed(&[text.to_string()], true)?;
         Ok(v.pop().unwrap_or_default())
     }
 
@@ -100,24 +104,12 @@ impl GuestInstance for Tool {
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
-        let (name, description, args_schema) = self.spec();
-        vec![ToolSpec { name, description, args_schema }]
+        specs([self.spec()])
     }
 
     fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
-        if tool != tool::NAME {
-            return Err(ToolError::NotFound(format!("no tool `{tool}`; this component offers `{}`", tool::NAME)));
-        }
-        let out = Tool::call(self, &args, &Host).map_err(to_wit)?;
-        Ok(ToolOutput {
-            text: out.text,
-            hits: out
-                .hits
-                .into_iter()
-                .map(|h| Hit { content: h.content, score: h.score, source: h.source, metadata: h.metadata.to_string() })
-                .collect(),
-            extra: Some(out.extra.to_string()),
-        })
+        check_tool(&tool, tool::NAME)?;
+        Tool::call(self, &args, &Host).map(output).map_err(to_wit)
     }
 }
 

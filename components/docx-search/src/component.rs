@@ -18,51 +18,29 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
-use tool_guest::to_wit as map_err;
-use tool_guest::types::{Hit, ToolError, ToolOutput, ToolSpec};
+use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
+use tool_guest::{GuestEnv, check_tool, output, specs, to_wit};
 use wasi::clocks::monotonic_clock;
 use wasi::http::outgoing_handler;
 use wasi::http::types::{ErrorCode, Fields, OutgoingRequest, RequestOptions, Scheme};
 use wasi::io::streams::StreamError;
 
-use crate::tool::{self, DocxTool, Env, Model};
+use crate::tool::{self, DocxTool, Env};
 
 struct Component;
 
-/// The component's view of the world.
-struct WasiEnv;
+/// The component's view of the world: tool-guest's, plus the preopens and wasi:http.
+fn env() -> GuestEnv {
+    GuestEnv { file_kind: "a DOCX file" }
+}
 
-impl Env for WasiEnv {
-    fn model(&self) -> Model {
-        tool_guest::model()
-    }
-
-    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, tool::ToolError> {
-        tool_guest::embed(texts, query)
-    }
-
-    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, tool::ToolError> {
-        tool_guest::count_tokens(texts)
-    }
-
+impl Env for GuestEnv {
     fn granted_dirs(&self) -> Vec<String> {
         wasi::filesystem::preopens::get_directories().into_iter().map(|(_, path)| path).collect()
     }
 
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {
-        rag_core::tool::read_file(path, max_bytes, "a DOCX file")
-    }
-
     fn fetch(&self, url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, tool::ToolError> {
         fetch(url, timeout, max_bytes)
-    }
-
-    fn log(&self, line: &str) {
-        eprintln!("{line}");
-    }
-
-    fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
-        tool_guest::progress(task, done, total, unit);
     }
 }
 
@@ -154,7 +132,7 @@ fn refused(url: &str, e: ErrorCode) -> tool::ToolError {
 }
 
 /// One instance; calls come one at a time, the RefCell only satisfies `&self`.
-struct Docx(RefCell<DocxTool<WasiEnv>>);
+struct Docx(RefCell<DocxTool<GuestEnv>>);
 
 impl Guest for Component {
     type Instance = Docx;
@@ -162,37 +140,18 @@ impl Guest for Component {
 
 impl GuestInstance for Docx {
     fn open(config: String) -> Result<Instance, ToolError> {
-        let tool = DocxTool::open(&config, WasiEnv).map_err(map_err)?;
+        let tool = DocxTool::open(&config, env()).map_err(to_wit)?;
         Ok(Instance::new(Docx(RefCell::new(tool))))
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
         let t = self.0.borrow();
-        vec![ToolSpec { name: tool::TOOL_NAME.into(), description: t.description(), args_schema: t.schema() }]
+        specs([(tool::TOOL_NAME.into(), t.description(), t.schema())])
     }
 
     fn call(&self, name: String, args: String) -> Result<ToolOutput, ToolError> {
-        if name != tool::TOOL_NAME {
-            return Err(ToolError::NotFound(format!(
-                "no tool named {name:?}; this component offers {}",
-                tool::TOOL_NAME
-            )));
-        }
-        let out = self.0.borrow_mut().call(&args).map_err(map_err)?;
-        Ok(ToolOutput {
-            text: out.text,
-            hits: out
-                .hits
-                .into_iter()
-                .map(|(content, score, source, metadata)| Hit {
-                    content,
-                    score: Some(score),
-                    source: Some(source),
-                    metadata,
-                })
-                .collect(),
-            extra: Some(out.extra),
-        })
+        check_tool(&name, tool::TOOL_NAME)?;
+        self.0.borrow_mut().call(&args).map(output).map_err(to_wit)
     }
 }
 

@@ -41,26 +41,14 @@ pub const INDEX_FILE: &str = "docx-search.qix";
 /// Texts per embedder call while ingesting.
 const EMBED_BATCH: usize = 32;
 
-pub use rag_core::tool::{Model, ToolError};
+pub use rag_core::tool::{BaseEnv, Hit, Model, Output, ToolError};
 
-/// What the tool needs from outside.
-pub trait Env {
-    /// The embedder's model.
-    fn model(&self) -> Model;
-    /// Embeds texts (documents or a query); vectors are L2-normalised.
-    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
-    /// Tokens per text, as the embedder counts them.
-    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
+/// What the tool needs from outside beyond rag-core's [`BaseEnv`].
+pub trait Env: BaseEnv {
     /// Directories the host granted (guest paths).
     fn granted_dirs(&self) -> Vec<String>;
-    /// Reads a file the grants allow, refusing more than `max_bytes`.
-    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
     /// Downloads an http(s) URL within `timeout`, refusing more than `max_bytes`.
     fn fetch(&self, url: &str, timeout: Duration, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
-    /// A line for the host's log.
-    fn log(&self, line: &str);
-    /// Reports progress of long work to the host (its CLI shows a progress bar).
-    fn progress(&self, task: &str, done: u64, total: u64, unit: &str);
 }
 
 /// `config` as the host passes it to `open`.
@@ -137,17 +125,6 @@ impl Added {
 
 fn ms_since(t: std::time::Instant) -> u64 {
     u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The result of a search.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Output {
-    /// What the LLM reads.
-    pub text: String,
-    /// (content, score, source, metadata JSON).
-    pub hits: Vec<(String, f32, String, String)>,
-    /// Extra JSON.
-    pub extra: String,
 }
 
 fn invalid_config(m: impl Into<String>) -> ToolError {
@@ -465,7 +442,7 @@ impl<E: Env> DocxTool<E> {
             .index
             .search(&qv, limit, threshold, filter.as_ref().map(|f| f as &dyn Fn(&rag_core::store::StoredChunk) -> bool))
             .map_err(|e| ToolError::Internal(e.to_string()))?;
-        let hits: Vec<(String, f32, String, String)> = found
+        let hits: Vec<Hit> = found
             .iter()
             .map(|f| {
                 let mut meta = f.chunk.meta.clone();
@@ -478,13 +455,18 @@ impl<E: Env> DocxTool<E> {
                     m.insert("heading".into(), Value::String(path.join(" > ")));
                     m.insert("document".into(), Value::String(f.chunk.source.clone()));
                 }
-                (f.chunk.text.clone(), f.score, f.chunk.source.clone(), meta.to_string())
+                Hit {
+                    content: f.chunk.text.clone(),
+                    score: Some(f.score),
+                    source: Some(f.chunk.source.clone()),
+                    metadata: meta,
+                }
             })
             .collect();
         let text = if hits.is_empty() {
             "No relevant content found.".to_string()
         } else {
-            let joined: Vec<&str> = hits.iter().map(|h| h.0.as_str()).collect();
+            let joined: Vec<&str> = hits.iter().map(|h| h.content.as_str()).collect();
             format!("Relevant Content:\n{}", joined.join("\n\n"))
         };
         let mut extra = json!({
@@ -503,7 +485,7 @@ impl<E: Env> DocxTool<E> {
             extra["added"] = a.json();
             extra["added"]["docx"] = json!(d);
         }
-        Ok(Output { text, hits, extra: extra.to_string() })
+        Ok(Output { text, hits, extra })
     }
 }
 

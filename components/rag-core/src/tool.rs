@@ -1,6 +1,8 @@
-//! What every RAG tool component has in common with its host: the error kinds of WIT's
-//! `tool-error`, the shape of a call's output, and the embedding model's identity. Plain Rust, so a tool's logic is tested
-//! natively; each component maps these onto its own WIT bindings.
+//! What every tool component has in common with its host: the error kinds of WIT's
+//! `tool-error`, the shape of a call's output, the embedding model's
+//! identity, and what a RAG tool asks of its environment ([`BaseEnv`]). Plain Rust, so a tool's
+//! logic is tested natively; `tool-guest` maps these onto the WIT bindings, once for every
+//! component.
 
 /// Why a call or an open failed; maps one-to-one onto WIT's `tool-error`.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -58,6 +60,24 @@ pub struct Output {
     pub hits: Vec<Hit>,
     /// Extra structured data (paging tokens, the query's settings).
     pub extra: serde_json::Value,
+}
+
+/// What every RAG tool asks of its environment: the host-linked embedder, granted files, the
+/// log and the progress bar. A tool's own `Env` extends it with what only that tool needs;
+/// `tool-guest` implements it once over the WIT imports.
+pub trait BaseEnv {
+    /// The embedder's model.
+    fn model(&self) -> Model;
+    /// Embeds texts as queries or documents, one vector each.
+    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
+    /// Tokens each text takes in the embedder's window.
+    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
+    /// Reads a granted file, refusing more than `max_bytes` (see [`read_file`]).
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
+    /// A line for the host's log.
+    fn log(&self, line: &str);
+    /// Reports progress of long work.
+    fn progress(&self, task: &str, done: u64, total: u64, unit: &str);
 }
 
 /// Reads `path` (a file the host granted), refusing more than `max_bytes` before reading it.

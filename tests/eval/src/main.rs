@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use chapter_rag::search::{self, Scored};
-use chapter_rag::tool::{ChapterTool, Env, Model, ToolError};
+use chapter_rag::tool::{BaseEnv, ChapterTool, Env, Model, ToolError};
 use embedder_onnx::model::{Kind, Model as Onnx};
 use serde_json::{Value, json};
 
@@ -29,7 +29,7 @@ fn err(e: embedder_onnx::model::EmbedError) -> ToolError {
     ToolError::Upstream(format!("{e:?}"))
 }
 
-impl Env for Native {
+impl BaseEnv for Native {
     fn model(&self) -> Model {
         let i = self.model.info();
         Model { id: i.id, dimension: i.dimension as usize, max_tokens: i.max_tokens as usize }
@@ -58,10 +58,6 @@ impl Env for Native {
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError> {
         texts.iter().map(|t| self.model.count_tokens(t).map_err(err)).collect()
     }
-    fn stamp(&self, path: &str) -> Option<(u64, u128)> {
-        let m = std::fs::metadata(path).ok()?;
-        Some((m.len(), m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos()))
-    }
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
         let b = std::fs::read(path).map_err(|e| ToolError::NotFound(format!("{path}: {e}")))?;
         if b.len() as u64 > max_bytes {
@@ -76,6 +72,13 @@ impl Env for Native {
         if done.is_multiple_of(640) || done == total {
             eprintln!("{task}: {done}/{total} {unit}");
         }
+    }
+}
+
+impl Env for Native {
+    fn stamp(&self, path: &str) -> Option<(u64, u128)> {
+        let m = std::fs::metadata(path).ok()?;
+        Some((m.len(), m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos()))
     }
 }
 

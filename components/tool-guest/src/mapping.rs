@@ -1,0 +1,104 @@
+//! rag-core's types to and from the WIT bindings, and the imports as a [`BaseEnv`].
+
+use rag_core::tool::{BaseEnv, Model, Output, ToolError};
+
+use crate::embedder::{self, EmbedError, InputKind};
+use crate::types;
+
+/// rag-core's error as WIT's `tool-error`.
+pub fn to_wit(e: ToolError) -> types::ToolError {
+    match e {
+        ToolError::InvalidArgs(m) => types::ToolError::InvalidArgs(m),
+        ToolError::InvalidConfig(m) => types::ToolError::InvalidConfig(m),
+        ToolError::NotFound(m) => types::ToolError::NotFound(m),
+        ToolError::Upstream(m) => types::ToolError::Upstream(m),
+        ToolError::Denied(m) => types::ToolError::Denied(m),
+        ToolError::Internal(m) => types::ToolError::Internal(m),
+    }
+}
+
+/// A call's result as WIT's `tool-output`.
+pub fn output(out: Output) -> types::ToolOutput {
+    types::ToolOutput {
+        text: out.text,
+        hits: out
+            .hits
+            .into_iter()
+            .map(|h| types::Hit {
+                content: h.content,
+                score: h.score,
+                source: h.source,
+                metadata: h.metadata.to_string(),
+            })
+            .collect(),
+        extra: Some(out.extra.to_string()),
+    }
+}
+
+/// `(name, description, args schema)` triples as WIT's `tool-spec`s.
+pub fn specs(list: impl IntoIterator<Item = (String, String, String)>) -> Vec<types::ToolSpec> {
+    list.into_iter()
+        .map(|(name, description, args_schema)| types::ToolSpec { name, description, args_schema })
+        .collect()
+}
+
+/// Refuses a call to a tool other than `offered`, the one tool of a single-tool component.
+/// The host checks names against the specs first, so this guards direct callers.
+pub fn check_tool(tool: &str, offered: &str) -> Result<(), types::ToolError> {
+    if tool == offered {
+        Ok(())
+    } else {
+        Err(types::ToolError::NotFound(format!("no tool `{tool}`; this component offers `{offered}`")))
+    }
+}
+
+fn embed_err(e: EmbedError) -> ToolError {
+    ToolError::Upstream(match e {
+        EmbedError::InvalidInput(m) => format!("the embedder refused the input: {m}"),
+        EmbedError::Unavailable(m) => format!("the embedder is unavailable: {m}"),
+        EmbedError::Internal(m) => format!("the embedder failed: {m}"),
+    })
+}
+
+/// The WIT imports as rag-core's [`BaseEnv`]: the host-linked embedder, the preopens, stderr
+/// (the host's log) and the host's progress bar. A component implements its own `Env` on top.
+pub struct GuestEnv {
+    /// What files this component reads, for messages ("a DOCX file").
+    pub file_kind: &'static str,
+}
+
+impl BaseEnv for GuestEnv {
+    fn model(&self) -> Model {
+        let i = embedder::info();
+        Model { id: i.id, dimension: i.dimension as usize, max_tokens: i.max_tokens as usize }
+    }
+
+    fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError> {
+        let kind = if query { InputKind::Query } else { InputKind::Document };
+        let out = embedder::embed(texts, kind).map_err(embed_err)?;
+        if out.len() != texts.len() {
+            return Err(ToolError::Upstream(format!(
+                "the embedder returned {} vectors for {} texts",
+                out.len(),
+                texts.len()
+            )));
+        }
+        Ok(out.into_iter().map(|e| e.vector).collect())
+    }
+
+    fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError> {
+        embedder::count_tokens(texts).map_err(embed_err)
+    }
+
+    fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
+        rag_core::tool::read_file(path, max_bytes, self.file_kind)
+    }
+
+    fn log(&self, line: &str) {
+        eprintln!("{line}");
+    }
+
+    fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
+        crate::progress::report(task, done, total, unit);
+    }
+}
