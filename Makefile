@@ -5,8 +5,11 @@ SHELL := /bin/bash
 CARGO ?= cargo
 # Guests build in their own target dir (shared with tests/build.rs).
 GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
-NOT_GUESTS := --exclude hostile --exclude echo-v1 --exclude echo-v2 --exclude toy-embedder --exclude embed-probe --exclude embedder-onnx --exclude chapter-eval
-GUESTS := -p hostile -p echo-v1 -p echo-v2 -p toy-embedder -p embed-probe -p embedder-onnx -p docx-search -p chapter-rag -p tool-guest -p bedrock-kb -p couchbase-search
+# The guest crates come from components/guests.txt (crate and kind per line), as tests/build.rs
+# reads them. chapter-eval builds tract natively, for `make eval` only.
+guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' components/guests.txt)
+GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
+NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
 .PHONY: setup models components host demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval profile-embedder
 

@@ -7,18 +7,20 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-const FIXTURES: &[&str] = &[
-    "hostile",
-    "echo-v1",
-    "echo-v2",
-    "toy-embedder",
-    "embed-probe",
-    "embedder-onnx",
-    "docx-search",
-    "chapter-rag",
-    "bedrock-kb",
-    "couchbase-search",
-];
+/// The guests that build to a `.wasm` (kinds `wasm` and `both`) from components/guests.txt, the
+/// one list the Makefile reads too.
+fn fixtures(root: &std::path::Path) -> Vec<String> {
+    let list = root.join("components/guests.txt");
+    let text = std::fs::read_to_string(&list).unwrap_or_else(|e| panic!("cannot read {}: {e}", list.display()));
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (name, kind) = (words.next()?, words.next()?);
+            let is_crate = name.starts_with(|c: char| c.is_ascii_lowercase());
+            (is_crate && matches!(kind, "wasm" | "both")).then(|| name.to_string())
+        })
+        .collect()
+}
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -29,6 +31,7 @@ fn main() {
         .unwrap_or_else(|| root.join("target"))
         .join("guest");
     println!("cargo:rerun-if-changed={}", manifest.join("components").display());
+    let fixtures = fixtures(&root);
     println!("cargo:rerun-if-changed={}", root.join("wit").display());
     println!("cargo:rerun-if-changed={}", root.join("components").display());
     // The guests' rustflags (simd128, relaxed-simd) live here.
@@ -36,7 +39,7 @@ fn main() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root).args(["build", "--release", "--target", "wasm32-wasip2", "--target-dir"]).arg(&target_dir);
-    for f in FIXTURES {
+    for f in &fixtures {
         cmd.args(["-p", f]);
     }
     // The outer build's flags and profile settings are for the host, not the guests.
@@ -51,7 +54,7 @@ fn main() {
             "building the test components for wasm32-wasip2 failed; if the target is missing, run `rustup target add wasm32-wasip2` (`make setup` does)"
         );
     }
-    for f in FIXTURES {
+    for f in &fixtures {
         let wasm = target_dir.join("wasm32-wasip2").join("release").join(format!("{}.wasm", f.replace('-', "_")));
         assert!(wasm.is_file(), "{} was not built", wasm.display());
         println!("cargo:rustc-env=QUARRY_FIXTURE_{}={}", f.replace('-', "_").to_uppercase(), wasm.display());
