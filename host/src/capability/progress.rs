@@ -73,3 +73,25 @@ impl wit::Host for State {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wit::Host;
+
+    /// Reports carry the instance's name, and a guest's strings are cut on a char boundary.
+    #[tokio::test]
+    async fn reports_are_tagged_and_bounded() {
+        let mut rx = subscribe();
+        let mut s = State::new("docs");
+        s.report("é".repeat(300), 1, 2, "chunks".into()).await.unwrap();
+        let p = loop {
+            let p = rx.recv().await.unwrap();
+            if p.instance == "docs" {
+                break p;
+            }
+        };
+        assert_eq!((p.done, p.total, p.unit.as_str()), (1, 2, "chunks"));
+        assert_eq!(p.task, "é".repeat(100));
+    }
+}

@@ -197,6 +197,44 @@ pub fn grant(raw: RawGrant, deadline: Duration) -> Result<BedrockGrant, KeyError
 mod tests {
     use super::*;
 
+    fn parse(text: &str, deadline_secs: u64) -> Result<BedrockGrant, KeyError> {
+        grant(toml::from_str(text).unwrap(), Duration::from_secs(deadline_secs))
+    }
+
+    #[test]
+    fn grant_keys_are_checked_and_timeouts_fit_the_deadline() {
+        let g = parse(r#"knowledge_bases = ["ABCDEFGHIJ"]"#, 10).unwrap();
+        // The whole-call timeout defaults to 30 s, cut to the deadline less a second.
+        assert_eq!(g.timeout, Duration::from_secs(9));
+        assert!(g.attempt_timeout <= g.timeout);
+        let g = parse(
+            r#"knowledge_bases = ["*"]
+region = "eu-west-1"
+endpoint = "http://127.0.0.1:9"
+max_attempts = 2
+timeout = "5s""#,
+            60,
+        )
+        .unwrap();
+        assert_eq!(
+            (g.region.as_deref(), g.endpoint.as_deref(), g.max_attempts),
+            (Some("eu-west-1"), Some("http://127.0.0.1:9"), 2)
+        );
+        assert_eq!(g.timeout, Duration::from_secs(5));
+        for (text, key, says) in [
+            ("knowledge_bases = []", "knowledge_bases", "list the knowledge-base ids"),
+            (r#"knowledge_bases = ["kb 1"]"#, "knowledge_bases", "ARN pattern"),
+            ("knowledge_bases = [\"*\"]\nendpoint = \"ftp://x\"", "endpoint", "not an http(s) URL"),
+            ("knowledge_bases = [\"*\"]\nmax_attempts = 0", "max_attempts", "between 1 and 10"),
+            ("knowledge_bases = [\"*\"]\ntimeout = \"2m\"", "timeout", "deadline"),
+            ("knowledge_bases = [\"*\"]\nconnect_timeout = \"2m\"", "connect_timeout", "deadline"),
+        ] {
+            let e = parse(text, 60).unwrap_err();
+            assert!(e.key == key && e.message.contains(says), "{text}: {e:?}");
+        }
+        assert!(toml::from_str::<RawGrant>("knowledge_bases = []\nregoin = \"x\"").is_err());
+    }
+
     #[test]
     fn grant_matches_ids_and_arns() {
         let g = BedrockGrant { knowledge_bases: vec!["ABCDEFGHIJ".into()], ..Default::default() };

@@ -175,6 +175,43 @@ mod tests {
     use super::*;
     use crate::capability::couchbase::connection::Secret;
 
+    fn connections() -> BTreeMap<String, Arc<Connection>> {
+        let c = Connection {
+            connection_string: "couchbase://h".into(),
+            username: "u".into(),
+            password: Secret("p".into()),
+            ca_certs: None,
+            accept_invalid_certs: false,
+        };
+        BTreeMap::from([("main".to_string(), Arc::new(c))])
+    }
+
+    #[test]
+    fn grant_keys_are_checked_and_the_timeout_fits_the_deadline() {
+        let parse = |text: &str| grant(toml::from_str(text).unwrap(), &connections(), Duration::from_secs(10));
+        let g = parse(
+            r#"connection = "main"
+scopes = ["travel.inventory", "my.bucket.*"]"#,
+        )
+        .unwrap();
+        assert_eq!(g.scopes, [("travel".into(), "inventory".into()), ("my.bucket".into(), "*".into())]);
+        assert_eq!(g.timeout, DEFAULT_TIMEOUT.min(Duration::from_secs(9)));
+        for (text, key, says) in [
+            (
+                "connection = \"other\"\nscopes = [\"a.b\"]",
+                "connection",
+                "define [couchbase.other] or use one of: main",
+            ),
+            ("connection = \"main\"\nscopes = []", "scopes", "bucket.scope"),
+            ("connection = \"main\"\nscopes = [\"travel\"]", "scopes", "is not \"bucket.scope\""),
+            ("connection = \"main\"\nscopes = [\"../x.y\"]", "scopes", ""),
+            ("connection = \"main\"\nscopes = [\"a.b\"]\ntimeout = \"1m\"", "timeout", "deadline"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.key == key && e.message.contains(says), "{text}: {e:?}");
+        }
+    }
+
     /// Names reach request paths as they are: only names by Couchbase's rules pass, and no name
     /// that a URL parser would turn into another path (dot segments, `/`, `?`, `#`, `%`).
     #[test]

@@ -77,3 +77,20 @@ fn no_embedder() -> EmbedError {
         "no embedder is linked to this tool instance; set `embedder = \"NAME\"` in its config".into(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wit::Host;
+
+    /// A tool with no embedder linked (load refuses one that imports the interface) gets a
+    /// service error saying what to set, and `info` is a host fault, not a made-up model.
+    #[tokio::test]
+    async fn without_a_backend_calls_say_what_to_configure() {
+        let mut s = State::new(None, "t");
+        let e = s.embed(vec!["x".into()], InputKind::Query).await.unwrap().unwrap_err();
+        assert!(matches!(&e, EmbedError::Unavailable(m) if m.contains("embedder = \"NAME\"")), "{e:?}");
+        assert!(s.count_tokens(vec![]).await.unwrap().is_err());
+        assert!(s.info().await.is_err());
+    }
+}
