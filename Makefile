@@ -43,6 +43,7 @@ test: setup models
 	$(CARGO) test --workspace $(NOT_GUESTS)
 
 lint: setup
+	python3 .ci/module-cycles.py
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets $(NOT_GUESTS) -- -D warnings
 	$(CARGO) clippy --target wasm32-wasip2 $(GUESTS) -- -D warnings

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Fails if the host's modules import each other in a cycle.
+"""Fails if modules of the host import each other in a cycle, at any depth.
 
-Reads every file under host/src, drops comments and `#[cfg(test)]` modules, and collects the
-`crate::X` paths each one names (in `use` lines and in code, `use crate::{a, b}` groups
-included). Each file belongs to the top-level module X of its path (host/src/X.rs or
-host/src/X/...). An edge A -> B means a file of A names crate::B. Any strongly connected
-component of more than one module is a cycle: it is printed with the edges that make it, and the
-script exits 1.
+Reads every file under host/src, drops comments and everything from the first `#[cfg(test)]`
+on (the crate's test modules sit at the end of their files), and collects the module paths each
+file names: `crate::a::b`, `super::x`, `self::x`, and the items of `{...}` groups after them.
+Each file is a module (host/src/a/b.rs and host/src/a/b/mod.rs are `a::b`). For every module
+P, its children are the nodes of one graph: a file inside child A that names something inside
+child B gives an edge A -> B. A strongly connected component of more than one node in any of
+these graphs is a cycle: it is printed with the files that make each edge, and the script
+exits 1. So `config` <-> `capability` is caught at the top, `capability::http` <->
+`capability::couchbase` one level down.
+
+A module brought into scope by `use` and then named bare (`capability::files::View` after
+`use crate::capability;`) counts as an edge to the imported module only.
 
 Usage: module-cycles.py [host/src]
 """
@@ -18,78 +24,117 @@ root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file
 root = os.path.normpath(root)
 
 
-def module_of(path):
-    rel = os.path.relpath(path, root)
-    first = rel.split(os.sep)[0]
-    return first[:-3] if first.endswith(".rs") else first
+def module_path(path):
+    parts = os.path.relpath(path, root)[:-3].split(os.sep)
+    if parts[-1] == "mod":
+        parts = parts[:-1]
+    if parts in (["lib"], ["main"]):
+        return []
+    return parts
 
 
 def code_of(text):
-    # Everything from the first #[cfg(test)] on is test code in this crate's style.
     cut = text.find("#[cfg(test)]")
     if cut >= 0:
         text = text[:cut]
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    # Strings may hold `crate::` (messages, docs in attributes): drop them.
+    text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
     return "\n".join(line.split("//")[0] for line in text.splitlines())
 
 
-edges = {}
-for dirpath, _, files in os.walk(root):
-    for f in files:
-        if not f.endswith(".rs"):
-            continue
-        path = os.path.join(dirpath, f)
-        src = module_of(path)
-        if src in ("lib", "main"):
-            continue
-        code = code_of(open(path, encoding="utf-8").read())
-        names = set(re.findall(r"crate::([a-z_][a-z0-9_]*)", code))
-        for group in re.findall(r"crate::\{([^}]*)\}", code):
-            names.update(re.findall(r"(?:^|,)\s*([a-z_][a-z0-9_]*)", group))
-        for dst in names:
-            if dst != src:
-                edges.setdefault(src, {}).setdefault(dst, set()).add(os.path.relpath(path, root))
-
-# Tarjan's strongly connected components.
-index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
-nodes = set(edges) | {d for ds in edges.values() for d in ds}
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+PATH = re.compile(r"\b((?:crate|self|super)(?:::(?:super|" + IDENT + r"))*)(?:::\{([^{}]*)\})?")
 
 
-def visit(v):
-    index[v] = low[v] = counter[0]
-    counter[0] += 1
-    stack.append(v)
-    on.add(v)
-    for w in edges.get(v, {}):
-        if w not in index:
-            visit(w)
-            low[v] = min(low[v], low[w])
-        elif w in on:
-            low[v] = min(low[v], index[w])
-    if low[v] == index[v]:
-        scc = []
-        while True:
-            w = stack.pop()
-            on.discard(w)
-            scc.append(w)
-            if w == v:
-                break
-        sccs.append(scc)
+def absolute(segments, here):
+    """`segments` (starting with crate/self/super) as a path from the crate root."""
+    if segments[0] == "crate":
+        out, rest = [], segments[1:]
+    else:
+        out, rest = list(here), segments
+        while rest and rest[0] in ("self", "super"):
+            if rest[0] == "super":
+                out = out[:-1]
+            rest = rest[1:]
+    return out + rest
+
+
+files = []
+for dirpath, _, names in os.walk(root):
+    for f in names:
+        if f.endswith(".rs"):
+            files.append(os.path.join(dirpath, f))
+modules = {tuple(module_path(f)) for f in files}
+
+edges = {}  # parent -> {child: {child: {files}}}
+for path in files:
+    here = module_path(path)
+    code = code_of(open(path, encoding="utf-8").read())
+    named = []
+    for m in PATH.finditer(code):
+        base = absolute(m.group(1).split("::"), here)
+        named.append(base)
+        if m.group(2) is not None:
+            for item in m.group(2).split(","):
+                segs = [s for s in item.strip().split(" as ")[0].split("::") if s]
+                if segs and segs != ["self"]:
+                    named.append(base + segs)
+    for target in named:
+        # The longest prefix of the target that is a module.
+        while target and tuple(target) not in modules:
+            target = target[:-1]
+        depth = 0
+        while depth < min(len(here), len(target)) and here[depth] == target[depth]:
+            depth += 1
+        if depth < len(here) and depth < len(target):
+            parent = tuple(here[:depth])
+            a, b = here[depth], target[depth]
+            edges.setdefault(parent, {}).setdefault(a, {}).setdefault(b, set()).add(os.path.relpath(path, root))
+
+
+def sccs(graph):
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+    nodes = set(graph) | {d for ds in graph.values() for d in ds}
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            out.append(scc)
+
+    for v in sorted(nodes):
+        if v not in index:
+            visit(v)
+    return [sorted(s) for s in out if len(s) > 1]
 
 
 sys.setrecursionlimit(10000)
-for v in sorted(nodes):
-    if v not in index:
-        visit(v)
-
-cycles = [sorted(s) for s in sccs if len(s) > 1]
-if not cycles:
-    print(f"no module cycles among {len(nodes)} host modules")
-    sys.exit(0)
-for c in cycles:
-    print("cycle: " + " <-> ".join(c))
-    for a in c:
-        for b, files in sorted(edges.get(a, {}).items()):
-            if b in c:
-                print(f"  {a} -> {b}: {', '.join(sorted(files))}")
-sys.exit(1)
+failed = False
+for parent in sorted(edges):
+    for cycle in sccs(edges[parent]):
+        failed = True
+        where = "::".join(parent) or "crate"
+        print(f"cycle under {where}: " + " <-> ".join(cycle))
+        for a in cycle:
+            for b, used in sorted(edges[parent].get(a, {}).items()):
+                if b in cycle:
+                    print(f"  {a} -> {b}: {', '.join(sorted(used))}")
+if failed:
+    sys.exit(1)
+print(f"no module cycles among {len(modules) - 1} host modules, at any depth")

@@ -374,32 +374,33 @@ async fn start(
     }
 }
 
-/// Appends the sandbox's refusals to a tool error so the user sees which grant would help.
+/// Appends the sandbox's refusals to a tool error so the user sees which grant would help; an
+/// upstream failure the sandbox caused becomes `denied`.
 fn with_denials(error: ToolError, denials: &[String]) -> ToolError {
     if denials.is_empty() {
         return error;
     }
     let note = format!(" [host: {}]", denials.join("; "));
-    match error {
-        ToolError::InvalidArgs(m) => ToolError::InvalidArgs(m + &note),
-        ToolError::InvalidConfig(m) => ToolError::InvalidConfig(m + &note),
-        ToolError::NotFound(m) => ToolError::NotFound(m + &note),
-        ToolError::Upstream(m) => ToolError::Denied(m + &note),
-        ToolError::Denied(m) => ToolError::Denied(m + &note),
-        ToolError::Internal(m) => ToolError::Internal(m + &note),
+    match map_message(error, |m| m + &note) {
+        ToolError::Upstream(m) => ToolError::Denied(m),
+        other => other,
     }
 }
 
 /// A tool error with its message cut to `max` bytes: the guest chooses its length.
 fn bounded(error: ToolError, max: usize) -> ToolError {
-    let cut = |m: String| if m.len() > max { crate::text::cut(&m, max) } else { m };
+    map_message(error, |m| if m.len() > max { crate::text::cut(&m, max) } else { m })
+}
+
+/// `error` of the same kind with its message mapped by `f`.
+fn map_message(error: ToolError, f: impl FnOnce(String) -> String) -> ToolError {
     match error {
-        ToolError::InvalidArgs(m) => ToolError::InvalidArgs(cut(m)),
-        ToolError::InvalidConfig(m) => ToolError::InvalidConfig(cut(m)),
-        ToolError::NotFound(m) => ToolError::NotFound(cut(m)),
-        ToolError::Upstream(m) => ToolError::Upstream(cut(m)),
-        ToolError::Denied(m) => ToolError::Denied(cut(m)),
-        ToolError::Internal(m) => ToolError::Internal(cut(m)),
+        ToolError::InvalidArgs(m) => ToolError::InvalidArgs(f(m)),
+        ToolError::InvalidConfig(m) => ToolError::InvalidConfig(f(m)),
+        ToolError::NotFound(m) => ToolError::NotFound(f(m)),
+        ToolError::Upstream(m) => ToolError::Upstream(f(m)),
+        ToolError::Denied(m) => ToolError::Denied(f(m)),
+        ToolError::Internal(m) => ToolError::Internal(f(m)),
     }
 }
 

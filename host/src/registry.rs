@@ -1,7 +1,7 @@
 //! The registry: every configured tool instance, name resolution, calls, and
 //! the atomic swap that hot reload performs.
 //!
-//! Swapping: [`Host::reload`] compiles the new component and opens every
+//! Swapping: [`Registry::reload`] compiles the new component and opens every
 //! instance that uses it *beside* the running ones; only when all of them open
 //! does it replace them, under a write lock held for a few pointer stores.
 //! Calls already running hold an `Arc` of the old instance and finish on it.
@@ -290,7 +290,7 @@ impl Registry {
         self.call_unless(name, args, std::future::pending()).await
     }
 
-    /// [`Host::call`], given up if `cancelled` completes before the call starts to run
+    /// [`Registry::call`], given up if `cancelled` completes before the call starts to run
     /// (see [`ToolInstance::call_unless`]).
     pub async fn call_unless(
         &self,

@@ -6,17 +6,13 @@ use std::sync::Arc;
 
 use couchbase::cluster::Cluster;
 use couchbase::error::ErrorKind;
-use serde_json::Value;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 use super::connection::rustls_config;
-use super::errors::{Result, core_error, internal, sdk_error};
-use super::grant::{CouchbaseGrant, MAX_ROWS, check_bucket_name, check_index_name, check_scope_name};
-use super::search::search_index;
-use crate::bindings::quarry::retrieval::couchbase::{
-    CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch,
-};
+use super::errors::{Result, sdk_error};
+use super::grant::{CouchbaseGrant, check_bucket_name};
+use crate::bindings::quarry::retrieval::couchbase::{CouchbaseError, ScopeInfo};
 
 /// One instance's link to Couchbase: the grant, and the SDK's cluster and core agent, each
 /// made at its first use (connecting costs a bootstrap; a tool may never need the agent).
@@ -31,7 +27,7 @@ pub struct Client {
     /// earlier search), by the full name the cluster lists them under (`idx` for a bucket-level
     /// index, `bucket.scope.idx` for a scoped one): a cluster-level search names the index by
     /// that name, so only that name may authorise it.
-    allowed_indexes: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub(super) allowed_indexes: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The most bytes of rows one search may bring into the host (the instance's `max_output`):
     /// the rows are collected before the guest sees them.
     pub(super) max_bytes: usize,
@@ -174,110 +170,5 @@ impl Client {
                 .collect())
         })
         .await
-    }
-
-    /// The search indexes at `at`.
-    pub(super) async fn search_indexes(&self, at: &IndexScope) -> Result<Vec<SearchIndex>> {
-        match at {
-            IndexScope::Scoped((bucket, scope)) => {
-                self.check_scope(bucket, scope)?;
-                self.ensure_bucket(bucket).await?;
-                let defs = self
-                    .bounded("listing search indexes", |c| async move {
-                        let all = c
-                            .bucket(bucket.as_str())
-                            .scope(scope.as_str())
-                            .search_indexes()
-                            .get_all_indexes(None)
-                            .await
-                            .map_err(|e| sdk_error(&e))?;
-                        all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<Vec<_>>>()
-                    })
-                    .await?;
-                Ok(defs.iter().map(|d| search_index(d, true)).collect())
-            }
-            IndexScope::Cluster => {
-                if !self.grant.scopes.iter().any(|(_, s)| s == "*") {
-                    return Err(CouchbaseError::Denied(format!(
-                        "cluster-level search indexes may cover a whole bucket, so they need one granted whole: add \"BUCKET.*\" to grants.couchbase.scopes ({})",
-                        self.grant.granted()
-                    )).into());
-                }
-                let deadline = Instant::now() + self.grant.timeout;
-                let agent = self.agent_by(deadline).await?;
-                let all = tokio::time::timeout_at(deadline, async {
-                    let opts = couchbase_core::options::search_management::GetAllIndexesOptions::new();
-                    agent.get_all_search_indexes(&opts).await.map_err(|e| core_error(&e))
-                })
-                .await
-                .map_err(|_| self.no_answer("listing cluster-level search indexes"))??;
-                let defs: Vec<Value> =
-                    all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<_>>()?;
-                // Listed by their full names: a cluster-level search must name a scoped index
-                // `bucket.scope.index`, and only the name listed for a granted bucket may pass.
-                let granted: Vec<SearchIndex> = defs
-                    .iter()
-                    .map(|d| search_index(d, false))
-                    .filter(|i| self.grant.allows_whole_bucket(&i.source_bucket))
-                    .collect();
-                self.allowed_indexes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(granted.iter().map(|i| i.name.clone()));
-                Ok(granted)
-            }
-        }
-    }
-
-    /// Checks the names (they go into request paths) and then the grant.
-    fn check_scope(&self, bucket: &str, scope: &str) -> Result<()> {
-        check_bucket_name(bucket).map_err(CouchbaseError::InvalidRequest)?;
-        check_scope_name(scope).map_err(CouchbaseError::InvalidRequest)?;
-        if self.grant.allows_scope(bucket, scope) {
-            return Ok(());
-        }
-        Err(CouchbaseError::Denied(format!(
-            "scope {bucket}.{scope} is not in this instance's grants.couchbase.scopes ({}); add \"{bucket}.{scope}\" to use it",
-            self.grant.granted()
-        )).into())
-    }
-
-    /// Runs a vector search.
-    pub(super) async fn search(&self, q: &VectorSearch) -> Result<Vec<SearchRow>> {
-        if q.vector.is_empty() {
-            return Err(CouchbaseError::InvalidRequest("the query vector is empty".into()).into());
-        }
-        if q.limit == 0 || q.k == 0 {
-            return Err(CouchbaseError::InvalidRequest("limit and k must be at least 1".into()).into());
-        }
-        if q.limit > MAX_ROWS || q.k > MAX_ROWS {
-            return Err(CouchbaseError::InvalidRequest(format!(
-                "limit and k may be at most {MAX_ROWS} (the Search service's result window); ask for fewer rows"
-            ))
-            .into());
-        }
-        check_index_name(&q.index, matches!(q.at, IndexScope::Cluster)).map_err(CouchbaseError::InvalidRequest)?;
-        match &q.at {
-            IndexScope::Scoped((bucket, scope)) => {
-                self.check_scope(bucket, scope)?;
-                self.scoped_search(bucket, scope, q).await
-            }
-            IndexScope::Cluster => {
-                // The index's bucket decides what the search can reach: look it up, and check
-                // that the grant covers the whole bucket.
-                let seen = self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).contains(&q.index);
-                if !seen {
-                    let indexes = self.search_indexes(&IndexScope::Cluster).await?;
-                    if !indexes.iter().any(|i| i.name == q.index) {
-                        return Err(CouchbaseError::NotFound(format!(
-                            "no cluster-level search index {:?} on a bucket granted whole (\"bucket.*\") to this instance",
-                            q.index
-                        )).into());
-                    }
-                    self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).insert(q.index.clone());
-                }
-                self.cluster_search(q).await
-            }
-        }
     }
 }

@@ -1,17 +1,124 @@
-//! Vector searches (scoped through the SDK, cluster-level through the core agent), the rows they
-//! bring into the host (bounded), and what an index definition says.
+//! Search indexes and vector searches (scoped through the SDK, cluster-level through the core
+//! agent), checked against the grant; the rows they bring into the host (bounded), and what an
+//! index definition says.
 
 use futures::StreamExt;
 use serde_json::Value;
 use tokio::time::Instant;
 
 use super::client::Client;
-use super::errors::{Result, core_error, sdk_error};
+use super::errors::{Result, core_error, internal, sdk_error};
+use super::grant::{MAX_ROWS, check_bucket_name, check_index_name, check_scope_name};
 use crate::bindings::quarry::retrieval::couchbase::{
-    CouchbaseError, SearchIndex, SearchRow, VectorField, VectorSearch,
+    CouchbaseError, IndexScope, SearchIndex, SearchRow, VectorField, VectorSearch,
 };
 
 impl Client {
+    /// The search indexes at `at`.
+    pub(super) async fn search_indexes(&self, at: &IndexScope) -> Result<Vec<SearchIndex>> {
+        match at {
+            IndexScope::Scoped((bucket, scope)) => {
+                self.check_scope(bucket, scope)?;
+                self.ensure_bucket(bucket).await?;
+                let defs = self
+                    .bounded("listing search indexes", |c| async move {
+                        let all = c
+                            .bucket(bucket.as_str())
+                            .scope(scope.as_str())
+                            .search_indexes()
+                            .get_all_indexes(None)
+                            .await
+                            .map_err(|e| sdk_error(&e))?;
+                        all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<Vec<_>>>()
+                    })
+                    .await?;
+                Ok(defs.iter().map(|d| search_index(d, true)).collect())
+            }
+            IndexScope::Cluster => {
+                if !self.grant.scopes.iter().any(|(_, s)| s == "*") {
+                    return Err(CouchbaseError::Denied(format!(
+                        "cluster-level search indexes may cover a whole bucket, so they need one granted whole: add \"BUCKET.*\" to grants.couchbase.scopes ({})",
+                        self.grant.granted()
+                    )).into());
+                }
+                let deadline = Instant::now() + self.grant.timeout;
+                let agent = self.agent_by(deadline).await?;
+                let all = tokio::time::timeout_at(deadline, async {
+                    let opts = couchbase_core::options::search_management::GetAllIndexesOptions::new();
+                    agent.get_all_search_indexes(&opts).await.map_err(|e| core_error(&e))
+                })
+                .await
+                .map_err(|_| self.no_answer("listing cluster-level search indexes"))??;
+                let defs: Vec<Value> =
+                    all.iter().map(|i| serde_json::to_value(i).map_err(internal)).collect::<Result<_>>()?;
+                // Listed by their full names: a cluster-level search must name a scoped index
+                // `bucket.scope.index`, and only the name listed for a granted bucket may pass.
+                let granted: Vec<SearchIndex> = defs
+                    .iter()
+                    .map(|d| search_index(d, false))
+                    .filter(|i| self.grant.allows_whole_bucket(&i.source_bucket))
+                    .collect();
+                self.allowed_indexes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(granted.iter().map(|i| i.name.clone()));
+                Ok(granted)
+            }
+        }
+    }
+
+    /// Checks the names (they go into request paths) and then the grant.
+    fn check_scope(&self, bucket: &str, scope: &str) -> Result<()> {
+        check_bucket_name(bucket).map_err(CouchbaseError::InvalidRequest)?;
+        check_scope_name(scope).map_err(CouchbaseError::InvalidRequest)?;
+        if self.grant.allows_scope(bucket, scope) {
+            return Ok(());
+        }
+        Err(CouchbaseError::Denied(format!(
+            "scope {bucket}.{scope} is not in this instance's grants.couchbase.scopes ({}); add \"{bucket}.{scope}\" to use it",
+            self.grant.granted()
+        )).into())
+    }
+
+    /// Runs a vector search.
+    pub(super) async fn search(&self, q: &VectorSearch) -> Result<Vec<SearchRow>> {
+        if q.vector.is_empty() {
+            return Err(CouchbaseError::InvalidRequest("the query vector is empty".into()).into());
+        }
+        if q.limit == 0 || q.k == 0 {
+            return Err(CouchbaseError::InvalidRequest("limit and k must be at least 1".into()).into());
+        }
+        if q.limit > MAX_ROWS || q.k > MAX_ROWS {
+            return Err(CouchbaseError::InvalidRequest(format!(
+                "limit and k may be at most {MAX_ROWS} (the Search service's result window); ask for fewer rows"
+            ))
+            .into());
+        }
+        check_index_name(&q.index, matches!(q.at, IndexScope::Cluster)).map_err(CouchbaseError::InvalidRequest)?;
+        match &q.at {
+            IndexScope::Scoped((bucket, scope)) => {
+                self.check_scope(bucket, scope)?;
+                self.scoped_search(bucket, scope, q).await
+            }
+            IndexScope::Cluster => {
+                // The index's bucket decides what the search can reach: look it up, and check
+                // that the grant covers the whole bucket.
+                let seen = self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).contains(&q.index);
+                if !seen {
+                    let indexes = self.search_indexes(&IndexScope::Cluster).await?;
+                    if !indexes.iter().any(|i| i.name == q.index) {
+                        return Err(CouchbaseError::NotFound(format!(
+                            "no cluster-level search index {:?} on a bucket granted whole (\"bucket.*\") to this instance",
+                            q.index
+                        )).into());
+                    }
+                    self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).insert(q.index.clone());
+                }
+                self.cluster_search(q).await
+            }
+        }
+    }
+
     pub(super) async fn scoped_search(&self, bucket: &str, scope: &str, q: &VectorSearch) -> Result<Vec<SearchRow>> {
         use couchbase::search::queries::{Query, QueryStringQuery};
         use couchbase::search::request::SearchRequest;
