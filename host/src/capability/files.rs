@@ -332,6 +332,15 @@ pub struct View<'a> {
     pub instance: &'a str,
 }
 
+/// The [`View`] of a store.
+pub fn view(parts: super::StoreParts<'_>) -> View<'_> {
+    View {
+        fs: WasiFilesystemCtxView { ctx: parts.wasi.filesystem(), table: parts.table },
+        guard: &mut parts.states.files,
+        instance: parts.instance,
+    }
+}
+
 /// A wasmtime-wasi result as the guest's `result<T, error-code>`, traps kept as traps.
 fn guest<T>(r: FsResult<T>) -> wasmtime::Result<Result<T, ErrorCode>> {
     match r {

@@ -37,9 +37,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
+use wasmtime::component::ResourceTable;
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime_wasi::WasiCtxBuilder;
-use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 use crate::bindings::quarry::retrieval::types as wit_types;
 use crate::values::{ByteSize, HumanDuration, KeyError};
@@ -177,24 +177,39 @@ impl States {
     }
 }
 
-/// What a store gives the capabilities: their states, and the WASI filesystem beside the
-/// directory guard. The store implements it; no capability names the store.
-pub trait CapabilityStore: WasiHttpView + Send + 'static {
+/// What a store lends the capabilities, borrowed together: their states, and the parts of the
+/// store some of them build on (the resource table, WASI's context, the instance's name).
+pub struct StoreParts<'a> {
     /// Every capability's state.
-    fn states(&mut self) -> &mut States;
-    /// The filesystem view the directory capability needs.
-    fn files(&mut self) -> files::View<'_>;
+    pub states: &'a mut States,
+    /// The store's resource table.
+    pub table: &'a mut ResourceTable,
+    /// WASI's context (its filesystem, for the directory capability).
+    pub wasi: &'a mut WasiCtx,
+    /// The instance's name.
+    pub instance: &'a str,
+}
+
+/// A store the capabilities can be linked into. The store implements it; no capability names
+/// the store, and the store names no capability.
+pub trait CapabilityStore: Send + 'static {
+    /// The store's parts, for the capabilities' projections.
+    fn parts(&mut self) -> StoreParts<'_>;
+}
+
+fn states<T: CapabilityStore>(t: &mut T) -> &mut States {
+    t.parts().states
 }
 
 /// Adds every capability to `l`, after WASI.
 pub fn link_all<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
-    files::link(l, T::files)?;
-    http::link(l)?;
-    embedder::link(l, |t| &mut t.states().embedder)?;
-    progress::link(l, |t| &mut t.states().progress)?;
-    bedrock::link(l, |t| &mut t.states().bedrock)?;
-    couchbase::link(l, |t| &mut t.states().couchbase)?;
-    wit_types::add_to_linker::<T, HasSelf<States>>(l, |t| t.states())
+    files::link(l, |t| files::view(t.parts()))?;
+    http::link(l, |t| http::view(t.parts()))?;
+    embedder::link(l, |t| &mut states(t).embedder)?;
+    progress::link(l, |t| &mut states(t).progress)?;
+    bedrock::link(l, |t| &mut states(t).bedrock)?;
+    couchbase::link(l, |t| &mut states(t).couchbase)?;
+    wit_types::add_to_linker::<T, HasSelf<States>>(l, states)
 }
 
 /// The `types` interface has no functions: its linking needs a `Host`, with nothing in it.

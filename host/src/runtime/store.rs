@@ -24,14 +24,13 @@ use std::time::Instant;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtxView, WasiHttpView};
 
 use super::guest_log::GuestLog;
 use super::limiter::MemoryLimiter;
 pub use super::limiter::{FREE_HANDLES, HOST_BYTES_PER_HANDLE};
 use crate::capability::embedder::EmbedderBackend;
 use crate::capability::files::SandboxError;
-use crate::capability::{CapabilityStore, StateCx, States};
+use crate::capability::{CapabilityStore, StateCx, States, StoreParts};
 use crate::config::InstanceConfig;
 
 /// The data of one instance's `Store`.
@@ -132,26 +131,9 @@ impl WasiView for StoreState {
     }
 }
 
-impl WasiHttpView for StoreState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        self.caps.http.view(&mut self.table)
-    }
-}
-
 impl CapabilityStore for StoreState {
-    fn states(&mut self) -> &mut States {
-        &mut self.caps
-    }
-
-    fn files(&mut self) -> crate::capability::files::View<'_> {
-        crate::capability::files::View {
-            fs: wasmtime_wasi::filesystem::WasiFilesystemCtxView {
-                ctx: self.wasi.filesystem(),
-                table: &mut self.table,
-            },
-            guard: &mut self.caps.files,
-            instance: &self.instance,
-        }
+    fn parts(&mut self) -> StoreParts<'_> {
+        StoreParts { states: &mut self.caps, table: &mut self.table, wasi: &mut self.wasi, instance: &self.instance }
     }
 }
 

@@ -34,8 +34,10 @@ mod send;
 
 use std::sync::Arc;
 
-use wasmtime::component::{Linker, ResourceTable};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime::component::Linker;
+use wasmtime_wasi_http::{WasiHttp, WasiHttpCtx, WasiHttpCtxView};
+
+use super::StoreParts;
 
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
 pub use grant::{DEFAULT_HTTP_TIMEOUT, grant};
@@ -62,11 +64,6 @@ impl State {
         State { ctx, hooks: PolicyHooks::new(Arc::new(policy.clone())) }
     }
 
-    /// wasi-http's view of this state and the store's resource table (for `WasiHttpView`).
-    pub fn view<'a>(&'a mut self, table: &'a mut ResourceTable) -> WasiHttpCtxView<'a> {
-        WasiHttpCtxView { ctx: &mut self.ctx, table, hooks: &mut self.hooks }
-    }
-
     /// The hooks: refusal records, requests in flight.
     pub fn hooks(&self) -> &PolicyHooks {
         &self.hooks
@@ -83,8 +80,15 @@ impl State {
     }
 }
 
-/// Adds `wasi:http/outgoing-handler` and its types, served through the store's
-/// [`WasiHttpView`] (which borrows a [`State`] with [`State::view`]).
-pub fn link<T: WasiHttpView + 'static>(l: &mut Linker<T>) -> wasmtime::Result<()> {
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(l)
+/// wasi-http's view of a store: this capability's [`State`] and the store's resource table.
+pub fn view(parts: StoreParts<'_>) -> WasiHttpCtxView<'_> {
+    let State { ctx, hooks } = &mut parts.states.http;
+    WasiHttpCtxView { ctx, table: parts.table, hooks }
+}
+
+/// Adds `wasi:http/outgoing-handler` and its types, served by the view `get` makes of the store.
+pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> WasiHttpCtxView<'_>) -> wasmtime::Result<()> {
+    use wasmtime_wasi_http::p2::bindings::{LinkOptions, http};
+    http::outgoing_handler::add_to_linker::<_, WasiHttp>(l, get)?;
+    http::types::add_to_linker::<_, WasiHttp>(l, &LinkOptions::default().into(), get)
 }
