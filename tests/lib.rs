@@ -1,8 +1,7 @@
 //! Shared test harness: fixture components, a temp-dir environment that writes
 //! a config the way a user would, and helpers to drive the host and the CLI.
 
-pub mod fake_bedrock;
-pub mod fake_couchbase;
+pub mod fakes;
 pub mod mcp_client;
 
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Couchbase vector search benchmark, against the local fake cluster (`fake_couchbase.rs`), side
+//! Couchbase vector search benchmark, against the local fake cluster (`fakes/couchbase/`), side
 //! by side in one run:
 //!
 //! - the SDK alone: `scope.search` with a fixed vector, rows read (what a native tool costs);
@@ -18,7 +18,7 @@ use couchbase::options::search_options::SearchOptions;
 use couchbase::search::request::SearchRequest;
 use couchbase::search::vector::{VectorQuery, VectorSearch};
 use futures::StreamExt;
-use quarry_tests::fake_couchbase::{self as fc, FakeCluster};
+use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
 use quarry_tests::{COUCHBASE_SEARCH, TOY_EMBEDDER, TestEnv};
 
 const RUNS: usize = 400;

@@ -1,5 +1,5 @@
 //! The Bedrock knowledge-base component in the real host, through the host's `bedrock`
-//! capability (the real AWS SDK), against the local fake Bedrock (`fake_bedrock.rs`), which
+//! capability (the real AWS SDK), against the local fake Bedrock (`fakes/bedrock.rs`), which
 //! checks every SigV4 signature and records every request.
 //!
 //! Each case runs `quarry call` as a process, as a user would: credentials and region come
@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use quarry_tests::fake_bedrock::{self as fb, Fake};
+use quarry_tests::fakes::bedrock::{self as fb, Fake};
 use quarry_tests::{BEDROCK_KB, HOSTILE, TestEnv, quarry_bin};
 use serde_json::{Value, json};
 

@@ -1,6 +1,6 @@
 //! The Couchbase vector search component in the real host, through the host's `couchbase`
 //! capability (the official SDK and its core agent), against the local fake cluster
-//! (`fake_couchbase.rs`): KV bootstrap with a SCRAM-SHA512 exchange that checks the password,
+//! (`fakes/couchbase/`): KV bootstrap with a SCRAM-SHA512 exchange that checks the password,
 //! the management and Search HTTP services, every request recorded.
 //!
 //! The toy embedder (4 dimensions here, like the fake's indexes) embeds the queries; the fake
@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use quarry_tests::fake_couchbase::{self as fc, FakeCluster, QueryBehaviour, Seen};
+use quarry_tests::fakes::couchbase::{self as fc, FakeCluster, QueryBehaviour, Seen};
 use quarry_tests::{COUCHBASE_SEARCH, TOY_EMBEDDER, TestEnv, within};
 use serde_json::{Value, json};
 

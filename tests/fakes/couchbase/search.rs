@@ -1,0 +1,368 @@
+//! The Search (FTS) REST API: index listings and definitions shaped like Couchbase 7.6 ones,
+//! document counts, and queries: kNN with prefilters (dot product against every stored
+//! vector) plus the bleve `query`, with the failure modes of [`QueryBehaviour`].
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use hyper::Response;
+use serde_json::{Map, Value, json};
+
+use super::mgmt::{ReplyBody, reply_json, reply_text};
+use super::query_string::{Query, matches, parse_query};
+use super::{Doc, IndexSpec, QueryBehaviour, State, uuid_for};
+
+/// The index's name as 7.6 lists it.
+fn listed_name(state: &State, idx: &IndexSpec) -> String {
+    match &idx.scope {
+        Some(scope) if state.spec.qualified_scoped_names => format!("{}.{}.{}", idx.bucket, scope, idx.name),
+        _ => idx.name.clone(),
+    }
+}
+
+/// The scoped index a name in a scoped path means (bare or `bucket.scope.name`).
+fn find_scoped<'a>(state: &'a State, bucket: &str, scope: &str, name: &str) -> Option<&'a IndexSpec> {
+    state.spec.indexes.iter().find(|i| {
+        i.bucket == bucket
+            && i.scope.as_deref() == Some(scope)
+            && (i.name == name || format!("{}.{}.{}", i.bucket, scope, i.name) == name)
+    })
+}
+
+/// The index a cluster-level path means: a bucket-level index by name, or a scoped one by its
+/// full `bucket.scope.name` (as a real server allows).
+fn find_cluster<'a>(state: &'a State, name: &str) -> Option<&'a IndexSpec> {
+    state.spec.indexes.iter().find(|i| match &i.scope {
+        None => i.name == name,
+        Some(scope) => format!("{}.{}.{}", i.bucket, scope, i.name) == name,
+    })
+}
+
+fn index_not_found() -> Response<ReplyBody> {
+    reply_json(400, &json!({"error": "rest_auth: preparePerms, err: index not found", "status": "fail"}))
+}
+
+pub(super) async fn fts(state: &State, method: &str, segs: &[&str], body: &Value) -> Response<ReplyBody> {
+    match (method, segs) {
+        ("GET", ["api", "index"]) => {
+            let defs: Map<String, Value> = state
+                .spec
+                .indexes
+                .iter()
+                .filter(|i| i.scope.is_none() || state.spec.cluster_lists_scoped)
+                .map(|i| (listed_name(state, i), index_def(state, i)))
+                .collect();
+            reply_json(200, &json!({"status": "ok", "indexDefs": {"implVersion": "5.5.0", "indexDefs": defs}}))
+        }
+        ("GET", ["api", "bucket", b, "scope", s, "index"]) => {
+            if state.bucket(b).is_none_or(|bk| !bk.scopes.iter().any(|(n, _)| n == s)) {
+                return reply_json(
+                    400,
+                    &json!({"error": format!("rest_auth: preparePerms, err: bucket: {b}, scope: {s}, requested resource not found"), "status": "fail"}),
+                );
+            }
+            let defs: Map<String, Value> = state
+                .spec
+                .indexes
+                .iter()
+                .filter(|i| i.bucket == *b && i.scope.as_deref() == Some(*s))
+                .map(|i| (listed_name(state, i), index_def(state, i)))
+                .collect();
+            reply_json(200, &json!({"status": "ok", "indexDefs": {"implVersion": "5.5.0", "indexDefs": defs}}))
+        }
+        ("GET", ["api", "index", i]) => match find_cluster(state, i) {
+            Some(idx) => reply_json(200, &json!({"status": "ok", "indexDef": index_def(state, idx)})),
+            None => index_not_found(),
+        },
+        ("GET", ["api", "bucket", b, "scope", s, "index", i]) => match find_scoped(state, b, s, i) {
+            Some(idx) => reply_json(200, &json!({"status": "ok", "indexDef": index_def(state, idx)})),
+            None => index_not_found(),
+        },
+        ("GET", ["api", "index", i, "count"]) => match find_cluster(state, i) {
+            Some(idx) => reply_json(200, &json!({"status": "ok", "count": idx.docs.len()})),
+            None => index_not_found(),
+        },
+        ("GET", ["api", "bucket", b, "scope", s, "index", i, "count"]) => match find_scoped(state, b, s, i) {
+            Some(idx) => reply_json(200, &json!({"status": "ok", "count": idx.docs.len()})),
+            None => index_not_found(),
+        },
+        ("POST", ["api", "index", i, "query"]) => {
+            let idx = find_cluster(state, i);
+            query_endpoint(state, idx, body).await
+        }
+        ("POST", ["api", "bucket", b, "scope", s, "index", i, "query"]) => {
+            let idx = find_scoped(state, b, s, i);
+            query_endpoint(state, idx, body).await
+        }
+        ("GET", ["api", "ping"]) => reply_json(200, &json!({"status": "ok"})),
+        _ => reply_text(404, "404 page not found\n"),
+    }
+}
+
+async fn query_endpoint(state: &State, idx: Option<&IndexSpec>, body: &Value) -> Response<ReplyBody> {
+    let behaviour = *state.behaviour.lock().unwrap_or_else(|p| p.into_inner());
+    match behaviour {
+        QueryBehaviour::Normal => {}
+        QueryBehaviour::Slow(d) => tokio::time::sleep(d).await,
+        QueryBehaviour::Status500 => {
+            return reply_json(
+                500,
+                &json!({"error": "rest_index: Query, err: pindex not available, fake search node failure", "status": "fail"}),
+            );
+        }
+        QueryBehaviour::DropMidResponse => {
+            let partial = Bytes::from_static(
+                b"{\"status\":{\"total\":1,\"failed\":0,\"successful\":1},\"hits\":[{\"index\":\"x\",\"id\":\"hotel_1\",\"sco",
+            );
+            return Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .header("content-length", "4096")
+                .body(ReplyBody::Truncated(Some(partial), None))
+                .expect("valid response");
+        }
+    }
+    let Some(idx) = idx else { return index_not_found() };
+    let started = Instant::now();
+    match run_query(state, idx, body) {
+        Ok(mut result) => {
+            result["took"] = json!(started.elapsed().as_nanos() as u64);
+            reply_json(200, &result)
+        }
+        Err(message) => reply_json(
+            400,
+            &json!({"error": format!("rest_index: Query, indexName: {}, err: {message}", listed_name(state, idx)), "status": "fail"}),
+        ),
+    }
+}
+
+/// A 7.6 vector index definition: the vector field, plus a stored mapping for every field the
+/// documents carry (so `fields: ["*"]` has something to return on a real server too).
+fn index_def(state: &State, idx: &IndexSpec) -> Value {
+    let mut properties = Map::new();
+    properties.insert(
+        idx.field.clone(),
+        json!({"dynamic": false, "enabled": true, "fields": [{
+            "dims": idx.dims, "index": true, "name": idx.field, "similarity": "dot_product",
+            "type": "vector", "vector_index_optimized_for": "recall"
+        }]}),
+    );
+    let mut field_types: BTreeMap<String, &'static str> = BTreeMap::new();
+    for d in &idx.docs {
+        for (k, v) in &d.fields {
+            let t = match v {
+                Value::Number(_) => "number",
+                Value::Bool(_) => "boolean",
+                _ => "text",
+            };
+            field_types.entry(k.clone()).or_insert(t);
+        }
+    }
+    for (k, t) in field_types {
+        let mut f = json!({"index": true, "name": k, "store": true, "type": t});
+        if t == "text" {
+            f["analyzer"] = json!("standard");
+            f["include_in_all"] = json!(true);
+        }
+        properties.insert(k, json!({"dynamic": false, "enabled": true, "fields": [f]}));
+    }
+    let type_mapping = json!({"dynamic": false, "enabled": true, "properties": properties});
+    let (doc_config, default_mapping, types) = match &idx.scope {
+        Some(scope) => {
+            let collection = idx.collection.clone().unwrap_or_else(|| {
+                state
+                    .bucket(&idx.bucket)
+                    .and_then(|b| b.scopes.iter().find(|(n, _)| n == scope))
+                    .and_then(|(_, cols)| cols.first().cloned())
+                    .unwrap_or_else(|| "_default".into())
+            });
+            let mut types = Map::new();
+            types.insert(format!("{scope}.{collection}"), type_mapping);
+            (
+                json!({"docid_prefix_delim": "", "docid_regexp": "", "mode": "scope.collection.type_field", "type_field": "type"}),
+                json!({"dynamic": true, "enabled": false}),
+                Value::Object(types),
+            )
+        }
+        None => (
+            json!({"docid_prefix_delim": "", "docid_regexp": "", "mode": "type_field", "type_field": "type"}),
+            type_mapping,
+            json!({}),
+        ),
+    };
+    json!({
+        "type": "fulltext-index",
+        "name": listed_name(state, idx),
+        "uuid": &uuid_for(&format!("index/{}/{:?}/{}", idx.bucket, idx.scope, idx.name))[..16],
+        "sourceType": "gocbcore",
+        "sourceName": idx.bucket,
+        "sourceUUID": uuid_for(&idx.bucket),
+        "planParams": {"maxPartitionsPerPIndex": 1024, "indexPartitions": 1, "numReplicas": 0},
+        "params": {
+            "doc_config": doc_config,
+            "mapping": {
+                "analysis": {},
+                "default_analyzer": "standard",
+                "default_datetime_parser": "dateTimeOptional",
+                "default_field": "_all",
+                "default_mapping": default_mapping,
+                "default_type": "_default",
+                "docvalues_dynamic": false,
+                "index_dynamic": true,
+                "store_dynamic": false,
+                "type_field": "_type",
+                "types": types,
+            },
+            "store": {"indexType": "scorch", "segmentVersion": 16},
+        },
+        "sourceParams": {},
+    })
+}
+
+/// The query vector of a kNN request: `vector`, or `vector_base64` (little-endian f32s).
+fn knn_vector(k: &Value) -> Result<Vec<f32>, String> {
+    if let Some(v) = k.get("vector").and_then(Value::as_array).filter(|v| !v.is_empty()) {
+        return v.iter().map(|x| x.as_f64().map(|f| f as f32).ok_or("vector must hold numbers".to_string())).collect();
+    }
+    if let Some(b) = k.get("vector_base64").and_then(Value::as_str).filter(|b| !b.is_empty()) {
+        let bytes = B64.decode(b).map_err(|e| format!("error decoding vector_base64: {e}"))?;
+        if bytes.len() % 4 != 0 {
+            return Err("decoded byte array not divisible by 4".into());
+        }
+        return Ok(bytes.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
+    }
+    Ok(vec![])
+}
+
+fn run_query(state: &State, idx: &IndexSpec, body: &Value) -> Result<Value, String> {
+    let size = body.get("size").and_then(Value::as_i64).filter(|s| *s >= 0).unwrap_or(10) as usize;
+    let from = body.get("from").and_then(Value::as_i64).filter(|f| *f >= 0).unwrap_or(0) as usize;
+    let query = match body.get("query") {
+        Some(q) if !q.is_null() => {
+            parse_query(q).map_err(|e| format!("bleve: QueryBleve parsing searchRequest, err: {e}"))?
+        }
+        _ => Query::None,
+    };
+    let knns = body.get("knn").and_then(Value::as_array).cloned().unwrap_or_default();
+    let operator_and = match body.get("knn_operator").and_then(Value::as_str) {
+        None | Some("") | Some("or") => false,
+        Some("and") => true,
+        Some(_) => {
+            return Err("bleve: QueryBleve validating request, err: knn_operator must be either 'and' / 'or'".into());
+        }
+    };
+
+    // Score per doc: the query's hits score 1, each kNN adds its (boosted) similarity.
+    let mut scores: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for d in &idx.docs {
+        if matches(&query, d) {
+            scores.insert(&d.id, (1.0, 0));
+        }
+    }
+    let mut effective_knns = 0;
+    for k in &knns {
+        let vector = knn_vector(k).map_err(|e| format!("bleve: QueryBleve validating request, err: {e}"))?;
+        let kk = k.get("k").and_then(Value::as_i64).unwrap_or(0);
+        if kk <= 0 || vector.is_empty() {
+            return Err(
+                "bleve: QueryBleve validating request, err: k must be greater than 0 and vector must be non-empty"
+                    .into(),
+            );
+        }
+        let field = k.get("field").and_then(Value::as_str).unwrap_or_default();
+        if field.is_empty() {
+            return Err("bleve: QueryBleve validating request, err: knn query field must be non-empty".into());
+        }
+        let filter = match k.get("filter") {
+            Some(f) if !f.is_null() => {
+                Some(parse_query(f).map_err(|e| format!("bleve: QueryBleve parsing searchRequest, err: {e}"))?)
+            }
+            _ => None,
+        };
+        if field != idx.field {
+            // bleve: a kNN on a field with no vector mapping finds nothing.
+            continue;
+        }
+        effective_knns += 1;
+        if vector.len() != idx.dims {
+            return Err(format!(
+                "bleve: QueryBleve validating request, err: vector dimension mismatch for field `{field}`: query vector has {} dims, field has {}",
+                vector.len(),
+                idx.dims
+            ));
+        }
+        let boost = k.get("boost").and_then(Value::as_f64).unwrap_or(1.0);
+        let mut candidates: Vec<(&Doc, f64)> = idx
+            .docs
+            .iter()
+            .filter(|d| filter.as_ref().is_none_or(|f| matches(f, d)))
+            .filter(|d| d.vector.len() == vector.len())
+            .map(|d| (d, d.vector.iter().zip(&vector).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum::<f64>()))
+            .collect();
+        candidates.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+        for (d, score) in candidates.into_iter().take(kk as usize) {
+            let e = scores.entry(&d.id).or_insert((0.0, 0));
+            e.0 += score * boost;
+            e.1 += 1;
+        }
+    }
+    if operator_and && effective_knns > 0 {
+        // "and": a kNN hit must be among every kNN's top k (query-only hits stay).
+        scores.retain(|_, (_, n)| *n == 0 || *n == effective_knns);
+    }
+    let mut hits: Vec<(&str, f64)> = scores.into_iter().map(|(id, (s, _))| (id, s)).collect();
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let total_hits = hits.len();
+    let max_score = hits.first().map_or(0.0, |h| h.1);
+
+    let wanted: Vec<String> = body
+        .get("fields")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let pindex = format!(
+        "{}_{}_{}",
+        listed_name(state, idx),
+        &uuid_for(&format!("index/{}/{:?}/{}", idx.bucket, idx.scope, idx.name))[..16],
+        &uuid_for(&idx.name)[..8]
+    );
+    let rows: Vec<Value> = hits
+        .into_iter()
+        .skip(from)
+        .take(size)
+        .map(|(id, score)| {
+            let mut hit = json!({"index": pindex, "id": id, "score": score, "sort": ["_score"]});
+            let doc = idx.docs.iter().find(|d| d.id == id);
+            if let Some(doc) = doc
+                && !wanted.is_empty()
+            {
+                let fields: Map<String, Value> = doc
+                    .fields
+                    .iter()
+                    .filter(|(k, _)| wanted.iter().any(|w| w == "*" || w == *k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                if !fields.is_empty() {
+                    hit["fields"] = Value::Object(fields);
+                }
+            }
+            hit
+        })
+        .collect();
+    let mut result = json!({
+        "status": {"total": 1, "failed": 0, "successful": 1},
+        "hits": rows,
+        "total_hits": total_hits,
+        "cost": 0,
+        "max_score": max_score,
+        "took": 0,
+        "facets": null,
+    });
+    if body.get("showrequest").and_then(Value::as_bool) == Some(true) {
+        result["request"] = body.clone();
+    }
+    Ok(result)
+}
