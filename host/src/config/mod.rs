@@ -36,7 +36,7 @@
 //! address even for an allowlisted host. Unknown keys are errors.
 //!
 //! This module reads what every instance has (`[host]`, `[tools.*]`, `[embedders.*]`, the
-//! limits of [`crate::limits`]) and `[serve]` ([`serve`]); each capability parses its own keys
+//! limits of [`crate::limits`]) and `[serve]` ([`ServeConfig`]); each capability parses its own keys
 //! of the grants and its own sections ([`crate::capability`]), and its errors come back here to
 //! be given the file and the full key.
 

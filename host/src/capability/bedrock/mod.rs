@@ -10,11 +10,11 @@
 //!   retries throttling and 5xx.
 //! - The grant lists the knowledge bases an instance may query; anything else is `denied`.
 //!
-//! Requests and responses cross the WIT boundary as the service's JSON shapes; [`json`]
+//! Requests and responses cross the WIT boundary as the service's JSON shapes; `json`
 //! converts them to and from the SDK's types.
 //!
-//! Files: [`grant`] (`grants.bedrock` and its checks), [`client`] (the SDK client, the call),
-//! [`json`] (service JSON to SDK types and back); here, the per-store [`State`] and the WIT
+//! Files: `grant` (`grants.bedrock` and its checks), `client` (the SDK client, the call),
+//! `json` (service JSON to SDK types and back); here, the per-store [`State`] and the WIT
 //! `Host` impl.
 
 mod client;

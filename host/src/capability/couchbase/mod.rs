@@ -9,12 +9,11 @@
 //! - Every call is bounded by the grant's timeout, connecting included: the SDK's `connect`
 //!   never fails (it retries a wrong password or a closed port forever), and
 //!   `cluster.bucket("missing")` hangs, so a bucket is always looked up first.
-
 //!
-//! Files: [`connection`] (`[couchbase.NAME]`), [`grant`] (`grants.couchbase`, name rules),
-//! [`client`] (the SDK cluster and core agent of one instance, bounded calls), [`search`] (vector
-//! search and index definitions), [`errors`] (SDK errors to the WIT's); here, the per-store
-//! [`State`] and the WIT `Host` impl.
+//! Files: `connection` (`[couchbase.NAME]`), `grant` (`grants.couchbase`, name rules), `client`
+//! (the SDK cluster and core agent of one instance, bucket and scope lookups, bounded calls),
+//! `search` (search indexes, vector searches, index definitions), `errors` (SDK errors to the
+//! WIT's); here, the per-store [`State`] and the WIT `Host` impl.
 
 mod client;
 mod connection;

@@ -21,10 +21,9 @@
 //! private answers, connects to a public one with TLS for `docs.example.com`;
 //! a GET of `http://169.254.169.254/` is refused before any packet is sent, and
 //! the call's error says which grant would allow it.
-
 //!
-//! Files: [`grant`] (`http`, `private_networks`, `http_timeout`), [`allowlist`], [`policy`],
-//! [`send`] (the hooks), [`refusals`]; here, the per-store [`State`] and the linker call.
+//! Files: `grant` (`http`, `private_networks`, `http_timeout`), `allowlist`, `policy`, `send`
+//! (the hooks), `refusals`; here, the per-store [`State`], its view and the linker call.
 
 mod allowlist;
 mod grant;
