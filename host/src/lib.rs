@@ -5,7 +5,7 @@
 //!   their grants, in the value types of [`values`];
 //! - [`capability`]: what a component may ask the host for, one folder each ([`capability::files`],
 //!   [`capability::http`], [`capability::embedder`], [`capability::progress`],
-//!   [`capability::bedrock`], [`capability::couchbase`]), and the one list of them;
+//!   [`capability::bedrock`], [`capability::couchbase`], [`capability::nn`]), and the one list of them;
 //! - [`runtime`]: what runs guests — the engine and cache, the store's data, the guarded call;
 //! - [`instance`]: one component version and one running tool instance; [`embedders`]: embedder
 //!   components as a pool, the embedder capability's backend; [`fair`]: the fair queue that
@@ -38,7 +38,7 @@ pub mod text;
 pub mod values;
 pub mod watch;
 
-pub use capability::{bedrock, couchbase, embedder, files, http, progress};
+pub use capability::{bedrock, couchbase, embedder, files, http, nn, progress};
 pub use config::Config;
 pub use instance::{CallError, OpenError};
 pub use registry::{Registry, ReloadError, SwapReport, ToolEntry};

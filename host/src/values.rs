@@ -39,6 +39,14 @@ impl KeyError {
     }
 }
 
+/// Whether `name` may name an instance or a section: lowercase letters, digits, `_` and `-`,
+/// at most 64 (it becomes part of tool names and guest paths).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
 /// A byte size written as `"64MiB"`, `"1GiB"`, `"512KiB"`, `"100MB"` or a plain integer of bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ByteSize(pub u64);

@@ -168,6 +168,17 @@ pub fn preopen(dirs: &[DirGrant], wasi: &mut WasiCtxBuilder) -> Result<FileGuard
     Ok(files)
 }
 
+/// Preopens host directory `host` read-only as `guest` (a capability's own files, such as a
+/// granted model's directory).
+pub fn preopen_read_only(host: &Path, guest: &str, wasi: &mut WasiCtxBuilder) -> Result<(), SandboxError> {
+    wasi.preopened_dir(host, guest, FsPerms::ReadOnly).map_err(|e| SandboxError {
+        host: host.display().to_string(),
+        guest: guest.to_string(),
+        message: format!("{e:#}"),
+    })?;
+    Ok(())
+}
+
 /// A read-write grant's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quota {

@@ -23,18 +23,20 @@
 //! | [`progress`] | | | `quarry:retrieval/progress` |
 //! | [`bedrock`] | `bedrock` | | `quarry:retrieval/bedrock` |
 //! | [`couchbase`] | `couchbase` | `[couchbase.NAME]` | `quarry:retrieval/couchbase` |
+//! | [`nn`] | `models` | `[models.NAME]` | `wasi:nn` |
 
 pub mod bedrock;
 pub mod couchbase;
 pub mod embedder;
 pub mod files;
 pub mod http;
+pub mod nn;
 pub mod progress;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use wasmtime::component::ResourceTable;
@@ -64,6 +66,8 @@ pub struct RawGrants {
     pub max_output: Option<ByteSize>,
     bedrock: Option<bedrock::RawGrant>,
     couchbase: Option<couchbase::RawGrant>,
+    #[serde(default)]
+    models: Vec<String>,
 }
 
 /// What a capability's grant may depend on beside its own keys.
@@ -89,6 +93,8 @@ pub struct Grants {
     pub bedrock: Option<bedrock::BedrockGrant>,
     /// Couchbase; none: no Couchbase at all.
     pub couchbase: Option<couchbase::CouchbaseGrant>,
+    /// Models for `wasi:nn`.
+    pub models: nn::ModelGrant,
 }
 
 impl Grants {
@@ -103,8 +109,17 @@ impl Grants {
                 .couchbase
                 .map(|c| couchbase::grant(c, &cx.sections.couchbase, cx.deadline).map_err(|e| e.under("couchbase")))
                 .transpose()?,
+            models: nn::grant(&raw.models, &cx.sections.models)?,
         })
     }
+}
+
+/// The capabilities' operator-level sections as written (top-level tables of the config file).
+pub struct RawSections {
+    /// `[couchbase.NAME]`.
+    pub couchbase: BTreeMap<String, couchbase::RawConnection>,
+    /// `[models.NAME]`.
+    pub models: BTreeMap<String, nn::RawModel>,
 }
 
 /// The capabilities' operator-level sections.
@@ -112,15 +127,21 @@ impl Grants {
 pub struct Sections {
     /// `[couchbase.NAME]`: named connections.
     pub couchbase: BTreeMap<String, Arc<couchbase::Connection>>,
+    /// `[models.NAME]`: model directories.
+    pub models: BTreeMap<String, Arc<nn::ModelSection>>,
 }
 
 impl Sections {
     /// Validates the sections; an error's key is the section's (`couchbase.NAME.key`).
-    pub fn parse(couchbase: BTreeMap<String, couchbase::RawConnection>, base: &Path) -> Result<Sections, KeyError> {
+    pub fn parse(raw: RawSections, base: &Path) -> Result<Sections, KeyError> {
         let mut sections = Sections::default();
-        for (name, raw) in couchbase {
+        for (name, raw) in raw.couchbase {
             let c = couchbase::connection(base, raw).map_err(|e| e.under(&format!("couchbase.{name}")))?;
             sections.couchbase.insert(name, Arc::new(c));
+        }
+        for (name, raw) in raw.models {
+            let m = nn::section(&name, raw, base).map_err(|e| e.under(&format!("models.{name}")))?;
+            sections.models.insert(name, Arc::new(m));
         }
         Ok(sections)
     }
@@ -150,6 +171,8 @@ pub struct States {
     pub bedrock: bedrock::State,
     /// Couchbase.
     pub couchbase: couchbase::State,
+    /// wasi-nn.
+    pub nn: nn::State,
 }
 
 impl States {
@@ -163,6 +186,7 @@ impl States {
             progress: progress::State::new(cx.instance),
             bedrock: bedrock::State::new(grants.bedrock.as_ref(), cx.max_output),
             couchbase: couchbase::State::new(grants.couchbase.as_ref(), cx.max_output),
+            nn: nn::State::new(&grants.models, cx.instance, wasi)?,
         })
     }
 
@@ -188,6 +212,8 @@ pub struct StoreParts<'a> {
     pub wasi: &'a mut WasiCtx,
     /// The instance's name.
     pub instance: &'a str,
+    /// When the running call must end.
+    pub deadline: Instant,
 }
 
 /// A store the capabilities can be linked into. The store implements it; no capability names
@@ -209,6 +235,7 @@ pub fn link_all<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
     progress::link(l, |t| &mut states(t).progress)?;
     bedrock::link(l, |t| &mut states(t).bedrock)?;
     couchbase::link(l, |t| &mut states(t).couchbase)?;
+    nn::link(l, |t| nn::view(t.parts()))?;
     wit_types::add_to_linker::<T, HasSelf<States>>(l, states)
 }
 

@@ -50,7 +50,7 @@ use serde::Deserialize;
 
 use crate::capability::{self, Sections};
 use crate::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY};
-use crate::values::{KeyError, expand_path};
+use crate::values::{KeyError, expand_path, valid_name};
 
 pub use serve::ServeConfig;
 
@@ -97,7 +97,7 @@ pub struct Config {
     pub tools: BTreeMap<String, InstanceConfig>,
     /// Embedder instances by name.
     pub embedders: BTreeMap<String, InstanceConfig>,
-    /// The capabilities' operator-level sections (`[couchbase.NAME]`).
+    /// The capabilities' operator-level sections (`[couchbase.NAME]`, `[models.NAME]`).
     pub sections: Sections,
     /// Limits of `quarry serve` (`[serve]`); flags override them.
     pub serve: ServeConfig,
@@ -159,6 +159,8 @@ struct RawConfig {
     embedders: BTreeMap<String, RawInstance>,
     #[serde(default)]
     couchbase: BTreeMap<String, capability::couchbase::RawConnection>,
+    #[serde(default)]
+    models: BTreeMap<String, capability::nn::RawModel>,
     serve: Option<serve::RawServe>,
 }
 
@@ -206,7 +208,8 @@ impl Config {
             Some(dir) => Some(base.join(expand_path(&dir).map_err(|m| invalid(KeyError::new("host.cache_dir", m)))?)),
             None => default_cache_dir(),
         };
-        let sections = Sections::parse(raw.couchbase, &base).map_err(invalid)?;
+        let sections = Sections::parse(capability::RawSections { couchbase: raw.couchbase, models: raw.models }, &base)
+            .map_err(invalid)?;
         let mut embedders = BTreeMap::new();
         for (name, inst) in raw.embedders {
             if inst.embedder.is_some() {
@@ -302,12 +305,6 @@ impl Config {
         }
         Ok(())
     }
-}
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 fn validate_instance(

@@ -133,7 +133,13 @@ impl WasiView for StoreState {
 
 impl CapabilityStore for StoreState {
     fn parts(&mut self) -> StoreParts<'_> {
-        StoreParts { states: &mut self.caps, table: &mut self.table, wasi: &mut self.wasi, instance: &self.instance }
+        StoreParts {
+            states: &mut self.caps,
+            table: &mut self.table,
+            wasi: &mut self.wasi,
+            instance: &self.instance,
+            deadline: self.call_deadline,
+        }
     }
 }
 
@@ -190,6 +196,7 @@ mod tests {
                     http: crate::capability::http::HttpPolicy::deny_all("t"),
                     bedrock: None,
                     couchbase: None,
+                    models: Default::default(),
                 },
             },
         }

@@ -1,0 +1,149 @@
+//! `[models.NAME]` (a model directory the operator names, optionally pinned) and the `models`
+//! grant (which of them an instance may load), parsed once at load; a bad entry names its key
+//! and says what to do.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::values::{KeyError, expand_path, valid_name};
+
+/// The file of a model directory that holds the graph the host runs.
+pub const MODEL_FILE: &str = "model.onnx";
+/// The file of a model directory that describes it (written by `make models`).
+pub const MANIFEST_FILE: &str = "quarry-model.json";
+/// Where a granted model's directory appears to the guest: `/models/NAME`, read-only.
+pub const GUEST_ROOT: &str = "/models";
+
+/// `[models.NAME]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawModel {
+    dir: PathBuf,
+    sha256: Option<String>,
+}
+
+/// A model directory the operator named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSection {
+    /// The section's name: what `load-by-name` and the `models` grant say.
+    pub name: String,
+    /// The directory (absolute, links resolved): `model.onnx`, the tokenizer, the manifest.
+    pub dir: PathBuf,
+    /// The SHA-256 `model.onnx` must have; a changed file that does not match is refused
+    /// (the loaded one keeps serving). Without it, a changed file is loaded again.
+    pub pin: Option<[u8; 32]>,
+}
+
+impl ModelSection {
+    /// The graph file.
+    pub fn model_file(&self) -> PathBuf {
+        self.dir.join(MODEL_FILE)
+    }
+}
+
+/// Validates `[models.NAME]`: a directory holding `model.onnx` and its manifest, and a pin of
+/// 64 hex digits. The model itself is read when an instance first loads it.
+pub fn section(name: &str, raw: RawModel, base: &Path) -> Result<ModelSection, KeyError> {
+    if !valid_name(name) {
+        return Err(KeyError::new("", "model names use lowercase letters, digits, `_` and `-` (at most 64)"));
+    }
+    let dir = base.join(expand_path(&raw.dir).map_err(|m| KeyError::new("dir", m))?);
+    for file in [MODEL_FILE, MANIFEST_FILE] {
+        if !dir.join(file).is_file() {
+            return Err(KeyError::new(
+                "dir",
+                format!(
+                    "{} does not exist; fetch the models with `make models` (components/embedder-onnx/models/fetch.sh) or fix the path",
+                    dir.join(file).display()
+                ),
+            ));
+        }
+    }
+    let pin = match raw.sha256 {
+        None => None,
+        Some(hex) => {
+            let mut pin = [0u8; 32];
+            hex::decode_to_slice(hex.trim(), &mut pin).map_err(|_| {
+                KeyError::new(
+                    "sha256",
+                    format!("{hex:?} is not a SHA-256: write the 64 hex digits of `sha256sum model.onnx`"),
+                )
+            })?;
+            Some(pin)
+        }
+    };
+    Ok(ModelSection { name: name.to_string(), dir: std::fs::canonicalize(&dir).unwrap_or(dir), pin })
+}
+
+/// What an instance may load: the sections of the models it is granted.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelGrant {
+    /// By name.
+    pub models: BTreeMap<String, Arc<ModelSection>>,
+}
+
+/// The `models` key: names of `[models.NAME]` sections; each must exist.
+pub fn grant(names: &[String], sections: &BTreeMap<String, Arc<ModelSection>>) -> Result<ModelGrant, KeyError> {
+    let mut models = BTreeMap::new();
+    for (i, name) in names.iter().enumerate() {
+        let Some(section) = sections.get(name) else {
+            let known: Vec<_> = sections.keys().map(String::as_str).collect();
+            return Err(KeyError::new(
+                format!("models[{i}]"),
+                format!(
+                    "no model named {name:?}; define [models.{name}] with its `dir`, or use one of: {}",
+                    if known.is_empty() { "(none defined)".to_string() } else { known.join(", ") }
+                ),
+            ));
+        };
+        models.insert(name.clone(), section.clone());
+    }
+    Ok(ModelGrant { models })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_dir() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(MODEL_FILE), b"onnx").unwrap();
+        std::fs::write(d.path().join(MANIFEST_FILE), b"{}").unwrap();
+        d
+    }
+
+    #[test]
+    fn a_section_needs_the_model_files_and_a_real_pin() {
+        let d = model_dir();
+        let raw = |sha256: Option<&str>| RawModel { dir: d.path().into(), sha256: sha256.map(str::to_string) };
+        let s = section("minilm", raw(None), Path::new("/")).unwrap();
+        assert_eq!(s.pin, None);
+        assert_eq!(s.model_file(), std::fs::canonicalize(d.path()).unwrap().join(MODEL_FILE));
+        let s = section("minilm", raw(Some(&"ab".repeat(32))), Path::new("/")).unwrap();
+        assert_eq!(s.pin, Some([0xab; 32]));
+        let e = section("minilm", raw(Some("abc")), Path::new("/")).unwrap_err();
+        assert_eq!(e.key, "sha256");
+        assert!(e.message.contains("sha256sum"), "{}", e.message);
+        let e = section("Bad Name", raw(None), Path::new("/")).unwrap_err();
+        assert!(e.message.contains("lowercase"), "{}", e.message);
+        std::fs::remove_file(d.path().join(MANIFEST_FILE)).unwrap();
+        let e = section("minilm", raw(None), Path::new("/")).unwrap_err();
+        assert_eq!(e.key, "dir");
+        assert!(e.message.contains(MANIFEST_FILE) && e.message.contains("make models"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_grant_names_defined_models() {
+        let d = model_dir();
+        let s = section("minilm", RawModel { dir: d.path().into(), sha256: None }, Path::new("/")).unwrap();
+        let sections = BTreeMap::from([("minilm".to_string(), Arc::new(s))]);
+        let g = grant(&["minilm".into()], &sections).unwrap();
+        assert_eq!(g.models.keys().collect::<Vec<_>>(), ["minilm"]);
+        let e = grant(&["minilm".into(), "e5".into()], &sections).unwrap_err();
+        assert_eq!(e.key, "models[1]");
+        assert!(e.message.contains("[models.e5]") && e.message.contains("minilm"), "{}", e.message);
+    }
+}

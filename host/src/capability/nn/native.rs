@@ -1,0 +1,406 @@
+//! The backend: ONNX graphs run natively by tract (its AVX2/FMA kernels, no sandbox), loaded,
+//! checked and optimised once per host and shared by every store that is granted them.
+//!
+//! A model is loaded the first time an instance asks for it, off the async runtime. Later
+//! requests get the same [`NativeModel`] while `model.onnx` is unchanged on disk. A changed
+//! file is loaded again if its section is unpinned; a pinned one must match its pin, and
+//! until it does the loaded model keeps serving (and the host says why in its log).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+use tract_onnx::prelude::*;
+use tract_onnx::tract_core::dims;
+use tract_onnx::tract_core::internal::DimLike;
+
+use super::grant::{MANIFEST_FILE, MODEL_FILE, ModelSection};
+
+/// The most elements one tensor may have (inputs are checked before anything is allocated).
+pub const MAX_ELEMENTS: u64 = 1 << 24;
+
+/// Why a model could not be loaded or run, with the wasi-nn error code the guest gets.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct NnError {
+    /// The code.
+    pub code: Code,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+/// The wasi-nn error codes the host uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The guest passed something the graph cannot take.
+    InvalidArgument,
+    /// The model, or this use of it, is not supported.
+    Unsupported,
+    /// No such model is granted, or its file is missing.
+    NotFound,
+    /// A size past the host's caps.
+    TooLarge,
+    /// Refused by policy (for example loading guest-supplied bytes).
+    Security,
+    /// The deadline passed before the work could start.
+    Timeout,
+    /// The model failed to load or to run.
+    Runtime,
+}
+
+impl NnError {
+    /// An error with `code`.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        NnError { code, message: message.into() }
+    }
+}
+
+/// The element types a tensor may have, as wasi-nn names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElementType {
+    /// 16-bit float.
+    F16,
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// bfloat16 (not supported by the backend).
+    Bf16,
+    /// Byte.
+    U8,
+    /// 32-bit integer.
+    I32,
+    /// 64-bit integer.
+    I64,
+}
+
+impl ElementType {
+    /// Bytes per element.
+    pub fn size(self) -> u64 {
+        match self {
+            ElementType::U8 => 1,
+            ElementType::F16 | ElementType::Bf16 => 2,
+            ElementType::F32 | ElementType::I32 => 4,
+            ElementType::F64 | ElementType::I64 => 8,
+        }
+    }
+
+    fn datum(self) -> Option<DatumType> {
+        Some(match self {
+            ElementType::F16 => DatumType::F16,
+            ElementType::F32 => DatumType::F32,
+            ElementType::F64 => DatumType::F64,
+            ElementType::U8 => DatumType::U8,
+            ElementType::I32 => DatumType::I32,
+            ElementType::I64 => DatumType::I64,
+            ElementType::Bf16 => return None,
+        })
+    }
+
+    fn of(dt: DatumType) -> Option<ElementType> {
+        Some(match dt {
+            DatumType::F16 => ElementType::F16,
+            DatumType::F32 => ElementType::F32,
+            DatumType::F64 => ElementType::F64,
+            DatumType::U8 => ElementType::U8,
+            DatumType::I32 => ElementType::I32,
+            DatumType::I64 => ElementType::I64,
+            _ => return None,
+        })
+    }
+}
+
+/// A tensor as wasi-nn carries it: dimensions, element type, little-endian bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawTensor {
+    /// Dimensions, outermost first.
+    pub dims: Vec<u32>,
+    /// Element type.
+    pub ty: ElementType,
+    /// Row-major, little-endian.
+    pub data: Vec<u8>,
+}
+
+impl RawTensor {
+    /// Checks that the dimensions stay under [`MAX_ELEMENTS`] and that `data` holds exactly
+    /// them; says what is wrong otherwise. Nothing is allocated.
+    pub fn check(dims: &[u32], ty: ElementType, data_len: usize) -> Result<(), NnError> {
+        let elements = dims
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)).filter(|&n| n <= MAX_ELEMENTS))
+            .ok_or_else(|| {
+            NnError::new(Code::TooLarge, format!("a tensor of dimensions {dims:?} has over {MAX_ELEMENTS} elements"))
+        })?;
+        if elements * ty.size() != data_len as u64 {
+            return Err(NnError::new(
+                Code::InvalidArgument,
+                format!(
+                    "a {ty:?} tensor of dimensions {dims:?} holds {} bytes, but its data has {data_len}",
+                    elements * ty.size()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One input the graph takes.
+#[derive(Debug, Clone)]
+struct InputSpec {
+    name: String,
+    ty: ElementType,
+    /// Fixed dimensions, `None` where any size is accepted.
+    dims: Vec<Option<usize>>,
+}
+
+/// A graph loaded, checked and optimised, ready to run from any thread.
+pub struct NativeModel {
+    plan: Arc<TypedRunnableModel>,
+    inputs: Vec<InputSpec>,
+    outputs: Vec<String>,
+    /// SHA-256 of the `model.onnx` it was loaded from.
+    pub sha256: [u8; 32],
+}
+
+impl std::fmt::Debug for NativeModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeModel").field("inputs", &self.inputs).field("outputs", &self.outputs).finish()
+    }
+}
+
+const FETCH: &str = "fetch the models again with `make models` (components/embedder-onnx/models/fetch.sh)";
+
+impl NativeModel {
+    /// Parses and optimises ONNX `bytes` (read from `path`, for messages). Every input gets a
+    /// batch of 1 and any length (a constant batch lets tract specialise its kernels).
+    fn build(path: &Path, bytes: &[u8], sha256: [u8; 32]) -> Result<NativeModel, NnError> {
+        let bad = |e: TractError| NnError::new(Code::Runtime, format!("{}: {e:#}; {FETCH}", path.display()));
+        // The shapes an exporter recorded would pin the facts; tract infers them from the inputs.
+        let mut model = tract_onnx::onnx()
+            .with_ignore_output_shapes(true)
+            .with_ignore_value_info(true)
+            .model_for_read(&mut &bytes[..])
+            .map_err(bad)?;
+        let seq = model.sym("S");
+        for i in 0..model.input_outlets().map_err(bad)?.len() {
+            let dt = model.input_fact(i).map_err(bad)?.datum_type().unwrap_or(DatumType::I64);
+            model
+                .set_input_fact(i, InferenceFact::from(TypedFact::dt_shape(dt, dims!(1, seq.clone()))))
+                .map_err(bad)?;
+        }
+        let plan = model.into_optimized().and_then(|m| m.into_runnable()).map_err(bad)?;
+        let typed = plan.model();
+        let mut inputs = Vec::new();
+        for (i, outlet) in typed.input_outlets().map_err(bad)?.iter().enumerate() {
+            let fact = typed.input_fact(i).map_err(bad)?;
+            let ty = ElementType::of(fact.datum_type).ok_or_else(|| {
+                NnError::new(Code::Unsupported, format!("{}: input {i} has type {:?}", path.display(), fact.datum_type))
+            })?;
+            let dims = fact.shape.iter().map(|d| d.to_usize().ok()).collect();
+            inputs.push(InputSpec { name: typed.node(outlet.node).name.clone(), ty, dims });
+        }
+        let outputs = typed
+            .output_outlets()
+            .map_err(bad)?
+            .iter()
+            .map(|o| typed.outlet_label(*o).map_or_else(|| typed.node(o.node).name.clone(), str::to_string))
+            .collect();
+        Ok(NativeModel { plan, inputs, outputs, sha256 })
+    }
+
+    /// Names of the inputs, in the graph's order.
+    pub fn input_names(&self) -> Vec<&str> {
+        self.inputs.iter().map(|i| i.name.as_str()).collect()
+    }
+
+    /// Checks `inputs` against the graph (names, types, ranks, fixed dimensions) without
+    /// running it, and puts them in the graph's order.
+    pub fn check_inputs(&self, mut inputs: Vec<(String, RawTensor)>) -> Result<Vec<RawTensor>, NnError> {
+        let mut ordered = Vec::with_capacity(self.inputs.len());
+        for spec in &self.inputs {
+            let at = inputs.iter().position(|(n, _)| *n == spec.name).ok_or_else(|| {
+                NnError::new(
+                    Code::InvalidArgument,
+                    format!("the graph's input {:?} was not given; it takes {:?}", spec.name, self.input_names()),
+                )
+            })?;
+            let (_, t) = inputs.swap_remove(at);
+            let fits = t.dims.len() == spec.dims.len()
+                && t.dims.iter().zip(&spec.dims).all(|(&d, want)| want.is_none_or(|w| w == d as usize));
+            if t.ty != spec.ty || !fits {
+                return Err(NnError::new(
+                    Code::InvalidArgument,
+                    format!(
+                        "input {:?} must be {:?} of dimensions {:?} (_ = any), not {:?} of {:?}",
+                        spec.name,
+                        spec.ty,
+                        spec.dims.iter().map(|d| d.map_or("_".to_string(), |d| d.to_string())).collect::<Vec<_>>(),
+                        t.ty,
+                        t.dims
+                    ),
+                ));
+            }
+            RawTensor::check(&t.dims, t.ty, t.data.len())?;
+            ordered.push(t);
+        }
+        if let Some((name, _)) = inputs.first() {
+            return Err(NnError::new(
+                Code::InvalidArgument,
+                format!("the graph has no input {:?}; it takes {:?}", crate::text::cut(name, 200), self.input_names()),
+            ));
+        }
+        Ok(ordered)
+    }
+
+    /// Runs the graph on inputs that passed [`NativeModel::check_inputs`]; the outputs, named.
+    /// Blocks: call it from the inference pool, never from an async worker.
+    pub fn run(&self, inputs: Vec<RawTensor>) -> Result<Vec<(String, RawTensor)>, NnError> {
+        let failed = |e: TractError| NnError::new(Code::Runtime, format!("inference failed: {e:#}"));
+        let mut values = TVec::new();
+        for t in inputs {
+            let dt = t.ty.datum().ok_or_else(|| NnError::new(Code::Unsupported, "bf16 tensors are not supported"))?;
+            let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+            values.push(tensor_from_le(dt, &shape, &t.data).map_err(failed)?.into());
+        }
+        let outputs = self.plan.run(values).map_err(failed)?;
+        outputs
+            .into_iter()
+            .zip(&self.outputs)
+            .map(|(v, name)| {
+                let ty = ElementType::of(v.datum_type()).ok_or_else(|| {
+                    NnError::new(Code::Unsupported, format!("output {name:?} has type {:?}", v.datum_type()))
+                })?;
+                let dims = v.shape().iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect();
+                Ok((name.clone(), RawTensor { dims, ty, data: v.as_bytes().to_vec() }))
+            })
+            .collect()
+    }
+}
+
+/// A tract tensor of `dt` from little-endian `bytes` (their length already checked).
+fn tensor_from_le(dt: DatumType, shape: &[usize], bytes: &[u8]) -> TractResult<Tensor> {
+    fn typed<T: Datum + Copy, const N: usize>(shape: &[usize], b: &[u8], f: fn([u8; N]) -> T) -> TractResult<Tensor> {
+        let v: Vec<T> = b.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect();
+        Tensor::from_shape(shape, &v)
+    }
+    match dt {
+        DatumType::I64 => typed(shape, bytes, i64::from_le_bytes),
+        DatumType::I32 => typed(shape, bytes, i32::from_le_bytes),
+        DatumType::F32 => typed(shape, bytes, f32::from_le_bytes),
+        DatumType::F64 => typed(shape, bytes, f64::from_le_bytes),
+        DatumType::U8 => typed(shape, bytes, u8::from_le_bytes),
+        DatumType::F16 => typed(shape, bytes, |b| tract_onnx::prelude::f16::from_bits(u16::from_le_bytes(b))),
+        other => anyhow::bail!("tensors of type {other:?} are not supported"),
+    }
+}
+
+/// What identifies a file's version cheaply: its length and modification time.
+type Stamp = (u64, Option<SystemTime>);
+
+fn stamp(path: &Path) -> Result<Stamp, NnError> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        NnError::new(Code::NotFound, format!("cannot read model file {}: {e}; {FETCH}", path.display()))
+    })?;
+    Ok((meta.len(), meta.modified().ok()))
+}
+
+#[derive(Default)]
+struct Slot {
+    loaded: Option<(Stamp, Arc<NativeModel>)>,
+    /// How many times a model was built from this file (tests check that it is once).
+    loads: u64,
+}
+
+/// Every model the host has loaded, by file; each behind its own lock, so one slow load
+/// holds up only the instances waiting for the same model.
+static MODELS: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<Slot>>>>> = LazyLock::new(Mutex::default);
+
+fn slot(path: &Path) -> Arc<Mutex<Slot>> {
+    MODELS.lock().unwrap_or_else(|p| p.into_inner()).entry(path.to_path_buf()).or_default().clone()
+}
+
+/// How many times the host has built a model from `section`'s file.
+pub fn load_count(section: &ModelSection) -> u64 {
+    slot(&section.model_file()).lock().unwrap_or_else(|p| p.into_inner()).loads
+}
+
+/// The model of `section`, loaded now unless the host holds it and the file is unchanged (see
+/// the module docs). Blocks: call it off the async runtime.
+pub fn model(section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
+    let path = section.model_file();
+    let slot = slot(&path);
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    let now = stamp(&path)?;
+    if let Some((was, model)) = &slot.loaded
+        && *was == now
+    {
+        return Ok(model.clone());
+    }
+    match read_checked(section, &path) {
+        Ok((bytes, sha256)) => {
+            if let Some((_, model)) = &slot.loaded
+                && model.sha256 == sha256
+            {
+                let model = model.clone();
+                slot.loaded = Some((now, model.clone()));
+                return Ok(model);
+            }
+            let model = Arc::new(NativeModel::build(&path, &bytes, sha256)?);
+            slot.loads += 1;
+            slot.loaded = Some((now, model.clone()));
+            tracing::info!(target: "quarry::nn", model = %section.name, file = %path.display(), "model loaded");
+            Ok(model)
+        }
+        Err(e) => match &slot.loaded {
+            Some((_, model)) => {
+                tracing::warn!(target: "quarry::nn", model = %section.name, "{e}; the model loaded before keeps serving");
+                Ok(model.clone())
+            }
+            None => Err(e),
+        },
+    }
+}
+
+/// Reads `model.onnx` and checks it against its manifest and the section's pin.
+fn read_checked(section: &ModelSection, path: &Path) -> Result<(Vec<u8>, [u8; 32]), NnError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        NnError::new(Code::NotFound, format!("cannot read model file {}: {e}; {FETCH}", path.display()))
+    })?;
+    let sha256: [u8; 32] = Sha256::digest(&bytes).into();
+    let got = hex::encode(sha256);
+    if let Some(pin) = section.pin
+        && pin != sha256
+    {
+        return Err(NnError::new(
+            Code::Security,
+            format!(
+                "model file {} has sha256 {got}, but [models.{}] pins {}; restore the pinned file, or change or remove `sha256`",
+                path.display(),
+                section.name,
+                hex::encode(pin)
+            ),
+        ));
+    }
+    let manifest_path = section.dir.join(MANIFEST_FILE);
+    let manifest: serde_json::Value =
+        std::fs::read(&manifest_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).ok_or_else(|| {
+            NnError::new(Code::NotFound, format!("{} is not a model manifest; {FETCH}", manifest_path.display()))
+        })?;
+    match manifest.pointer(&format!("/sha256/{MODEL_FILE}")).and_then(|v| v.as_str()) {
+        Some(want) if want == got => Ok((bytes, sha256)),
+        Some(want) => Err(NnError::new(
+            Code::Runtime,
+            format!(
+                "model file {} is corrupt (sha256 {got}, expected {want}); delete {} and {FETCH}",
+                path.display(),
+                section.dir.display()
+            ),
+        )),
+        None => Err(NnError::new(
+            Code::NotFound,
+            format!("{} lists no checksum for {MODEL_FILE}; {FETCH}", manifest_path.display()),
+        )),
+    }
+}

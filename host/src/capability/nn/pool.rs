@@ -1,0 +1,42 @@
+//! Where inference runs: a bounded set of threads off the async runtime (one per core by
+//! default), shared by every instance through a [`FairQueue`], so a tool ingesting a manual
+//! takes its turn with a tool answering a query, and the MCP server's workers stay free.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use super::native::{Code, NnError};
+use crate::fair::FairQueue;
+
+/// The host's inference slots.
+fn queue() -> &'static Arc<FairQueue> {
+    static QUEUE: OnceLock<Arc<FairQueue>> = OnceLock::new();
+    QUEUE.get_or_init(|| FairQueue::new(std::thread::available_parallelism().map_or(1, |n| n.get())))
+}
+
+/// Slots free now, and clients waiting (for tests and benches).
+pub fn load() -> (usize, usize) {
+    queue().load()
+}
+
+/// Runs `job` on an inference thread when `client`'s turn comes, unless `deadline` passes
+/// first: a job never waits past it, and one that would start after it is refused. A caller
+/// that gives up does not stop a job that has started; the job keeps its slot until it ends,
+/// so the pool never runs more jobs than it has slots.
+pub async fn run<T: Send + 'static>(
+    client: &str,
+    deadline: Instant,
+    job: impl FnOnce() -> Result<T, NnError> + Send + 'static,
+) -> Result<T, NnError> {
+    let late = || NnError::new(Code::Timeout, "the call's deadline passed before the inference could start");
+    let permit = tokio::time::timeout_at(deadline.into(), queue().acquire(client)).await.map_err(|_| late())?;
+    if Instant::now() >= deadline {
+        return Err(late());
+    }
+    tokio::task::spawn_blocking(move || {
+        let _slot = permit;
+        job()
+    })
+    .await
+    .map_err(|e| NnError::new(Code::Runtime, format!("the inference thread failed: {e}")))?
+}
