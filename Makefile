@@ -6,12 +6,12 @@ CARGO ?= cargo
 # Guests build in their own target dir (shared with tests/build.rs).
 GUEST_DIR := $(or $(CARGO_TARGET_DIR),target)/guest
 # The guest crates come from components/guests.txt (crate and kind per line), as tests/build.rs
-# reads them. chapter-eval builds tract natively, for `make eval` only.
+# reads them. chapter-eval is for `make eval` only.
 guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' components/guests.txt)
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval profile-embedder
+.PHONY: setup models components host demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval
 
 setup:
 	rustup target add wasm32-wasip2
@@ -58,7 +58,6 @@ bench-hostile: setup
 	$(CARGO) bench -p quarry-tests --bench hostile
 
 bench-embedder: setup models
-	$(CARGO) build --release -p embedder-onnx --example native
 	$(CARGO) bench -p quarry-tests --bench embedder
 
 # DOCX ingest and search, side by side with the CrewAI-equivalent Python pipeline (python-docx,
@@ -85,19 +84,7 @@ bench-mcp: setup models
 bench-couchbase: setup
 	$(CARGO) bench -p quarry-tests --bench couchbase
 
-# Where embedding time goes: per-operator profile natively, in wasm under Quarry's engine, and in
-# wasm without epoch checks (the cost of deadlines), one after the other.
 MODELS ?= $(or $(QUARRY_MODELS),$(HOME)/.cache/quarry/models)
-profile-embedder: setup models
-	$(CARGO) build --release -p embedder-onnx --example profile
-	$(CARGO) build --release --target wasm32-wasip2 --target-dir $(GUEST_DIR) -p embedder-onnx --example profile
-	$(CARGO) build --release -p quarry --example wasi-run
-	$(MODELS)/.venv/bin/python components/embedder-onnx/models/bench_ort.py texts $(MODELS)/all-minilm-l6-v2 $(MODELS)/bench-texts.json
-	$(or $(CARGO_TARGET_DIR),target)/release/examples/profile $(MODELS)/all-minilm-l6-v2 $(MODELS)/bench-texts.json
-	@echo "== wasm, Quarry's engine (epoch checks on)"
-	$(or $(CARGO_TARGET_DIR),target)/release/examples/wasi-run $(GUEST_DIR)/wasm32-wasip2/release/examples/profile.wasm $(MODELS) /m /m/all-minilm-l6-v2 /m/bench-texts.json
-	@echo "== wasm, no epoch checks"
-	$(or $(CARGO_TARGET_DIR),target)/release/examples/wasi-run --no-epochs $(GUEST_DIR)/wasm32-wasip2/release/examples/profile.wasm $(MODELS) /m /m/all-minilm-l6-v2 /m/bench-texts.json
 
 # Retrieval quality of the chapter RAG on both development manuals (../shared/data): global
 # vector, global hybrid and routed hybrid side by side. Indexes are cached in

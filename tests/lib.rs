@@ -142,21 +142,24 @@ pub fn models_dir() -> PathBuf {
     dir
 }
 
-/// Config for `[embedders.minilm]`: the real all-MiniLM-L6-v2 from the models cache, `pool`
-/// instances, with the embedder component copied to `plugins/embedder-onnx.wasm`.
+/// Config for `[embedders.minilm]`: the real all-MiniLM-L6-v2 from the models cache as
+/// `[models.minilm]`, `pool` instances, with the embedder component copied to
+/// `plugins/embedder-onnx.wasm`.
 pub fn minilm_embedder(pool: usize) -> String {
     format!(
         r#"
+[models.minilm]
+dir = {dir:?}
 [embedders.minilm]
 component = "plugins/embedder-onnx.wasm"
-config = {{ model_dir = "/models/all-minilm-l6-v2" }}
+config = {{ model = "minilm" }}
 pool = {pool}
 [embedders.minilm.grants]
-dirs = [{{ host = {models:?}, guest = "/models" }}]
-memory = "2GiB"
+models = ["minilm"]
+memory = "1GiB"
 deadline = "600s"
 "#,
-        models = models_dir().display()
+        dir = models_dir().join("all-minilm-l6-v2").display()
     )
 }
 

@@ -101,14 +101,14 @@ async fn main() {
         let t = Instant::now();
         let host = env
             .host(&format!(
-                "[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model_dir = \"/models/{model}\" }}\npool = {pool}\n[embedders.m.grants]\ndirs = [{{ host = {:?}, guest = \"/models\" }}]\nmemory = \"2GiB\"\ndeadline = \"600s\"\n",
-                models.display()
+                "[models.m]\ndir = {:?}\n[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model = \"m\" }}\npool = {pool}\n[embedders.m.grants]\nmodels = [\"m\"]\nmemory = \"1GiB\"\ndeadline = \"600s\"\n",
+                model_dir.display()
             ))
             .await;
         let load = t.elapsed();
         let per_instance = rss_bytes().saturating_sub(rss0) / pool as u64;
         println!(
-            "host, {pool} instance(s): ready in {:.2} s (cached component; model read, verified, optimised; instances in parallel), RSS {:.0} MiB per instance",
+            "host, {pool} instance(s): ready in {:.2} s (cached component; the model read, verified and optimised once by the host), RSS {:.0} MiB per instance",
             load.as_secs_f64(),
             per_instance as f64 / (1 << 20) as f64
         );
@@ -118,7 +118,7 @@ async fn main() {
             let streams = if batch == 1 { pool } else { 1 };
             row.push(throughput(&e, &texts[&tokens.to_string()], batch, streams).await);
         }
-        rows.push((format!("quarry wasm, {pool} instance(s)"), row));
+        rows.push((format!("quarry (wasi-nn), {pool} instance(s)"), row));
     }
     for threads in [1, cores] {
         let out = Command::new(&python)
@@ -136,25 +136,6 @@ async fn main() {
         rows.push((format!("onnxruntime (Python), {threads} thread(s)"), row));
     }
 
-    // tract natively on the host, same model and texts, one thread: splits the gap.
-    let native = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.parent()?.join("examples/native")));
-    let native_row = match native.filter(|n| n.is_file()) {
-        Some(bin) => {
-            let out = Command::new(bin).arg(&model_dir).arg(&texts_json).output().unwrap();
-            assert!(out.status.success(), "native example failed: {}", String::from_utf8_lossy(&out.stderr));
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-            let (a, b) = (v["per_s"]["128"].as_f64().unwrap(), v["per_s"]["256"].as_f64().unwrap());
-            println!("tract native (no sandbox), 1 thread: model load {:.2} s", v["load_s"].as_f64().unwrap());
-            Some(vec![a, a, b, b])
-        }
-        None => {
-            println!(
-                "(tract native row skipped: build it with `cargo build --release -p embedder-onnx --example native`)"
-            );
-            None
-        }
-    };
-
     println!("\nsentences/s                              128 tok b1  128 tok b32  256 tok b1  256 tok b32");
     for (name, r) in &rows {
         println!("{name:<40} {:>10.1} {:>12.1} {:>11.1} {:>12.1}", r[0], r[1], r[2], r[3]);
@@ -164,19 +145,4 @@ async fn main() {
     };
     println!("\nquarry 1 instance / onnxruntime 1 thread    {}", ratio(0, 2));
     println!("quarry {cores} instances / onnxruntime {cores} threads  {}", ratio(1, 3));
-    if let Some(n) = native_row {
-        println!(
-            "{:<40} {:>10.1} {:>12.1} {:>11.1} {:>12.1}  (one text at a time)",
-            "tract native, 1 thread", n[0], n[1], n[2], n[3]
-        );
-        let r = |i: usize, row: &[f64]| format!("{:>10.2}x", row[i] / n[i]);
-        println!(
-            "quarry wasm 1 instance / tract native      {}",
-            (0..4).map(|i| r(i, &rows[0].1)).collect::<Vec<_>>().join(" ")
-        );
-        println!(
-            "tract native / onnxruntime 1 thread        {}",
-            (0..4).map(|i| format!("{:>10.2}x", n[i] / rows[2].1[i])).collect::<Vec<_>>().join(" ")
-        );
-    }
 }

@@ -1,5 +1,5 @@
-//! The real embedder component (tract + tokenizers in the sandbox) against the
-//! reference embeddings, and its behaviour on hostile input.
+//! The real embedder component (tokenizers in the sandbox, the graph run by the host through
+//! wasi-nn) against the reference embeddings, and its behaviour on hostile input.
 
 use std::sync::Arc;
 
@@ -7,27 +7,30 @@ use quarry::bindings::InputKind;
 use quarry::embedder::EmbedderBackend;
 use quarry_tests::{EMBED_PROBE, EMBEDDER_ONNX, TestEnv, models_dir, shared_data, within};
 
-/// A host with embedder `m` serving model directory `model` from the models cache.
+/// A host with embedder `m` serving model directory `model` from the models cache (as
+/// `[models.m]`).
 async fn embedder(env: &TestEnv, model: &str) -> (Arc<quarry::Registry>, Arc<dyn EmbedderBackend>) {
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");
     env.plugin(EMBED_PROBE, "probe");
     let host = env
         .host(&format!(
             r#"
+[models.m]
+dir = {:?}
 [embedders.m]
 component = "plugins/embedder-onnx.wasm"
-config = {{ model_dir = "/models/{model}" }}
+config = {{ model = "m" }}
 pool = 1
 [embedders.m.grants]
-dirs = [{{ host = {:?}, guest = "/models" }}]
-memory = "2GiB"
+models = ["m"]
+memory = "1GiB"
 deadline = "300s"
 
 [tools.probe]
 component = "plugins/probe.wasm"
 embedder = "m"
 "#,
-            models_dir().display()
+            models_dir().join(model).display()
         ))
         .await;
     let e = host.embedder("m").expect("embedder loaded");
@@ -140,16 +143,17 @@ async fn missing_or_corrupt_model_names_the_file_and_the_fix() {
     std::fs::copy(src.join("quarry-model.json"), models.join("broken/quarry-model.json")).unwrap();
     std::fs::copy(src.join("tokenizer.json"), models.join("broken/tokenizer.json")).unwrap();
     std::fs::write(models.join("broken/model.onnx"), b"not the model").unwrap();
-    for (dir, expect) in
-        [("absent", "/models/absent/quarry-model.json"), ("broken", "/models/broken/model.onnx is corrupt")]
-    {
-        let cfg = quarry::Config::load(&env.config(&format!(
-            "[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model_dir = \"/models/{dir}\" }}\npool = 1\n[embedders.m.grants]\ndirs = [{{ host = \"models\", guest = \"/models\" }}]\nmemory = \"1GiB\"\ndeadline = \"60s\"\n"
-        )))
-        .unwrap();
-        let host = quarry::Registry::new(cfg).unwrap();
-        let failures = within(120, host.load_all()).await;
-        let msg = failures.first().map(|f| f.1.to_string()).unwrap_or_default();
-        assert!(msg.contains(expect) && msg.contains("make models"), "{dir}: {msg}");
-    }
+    let config = |dir: &str| {
+        env.config(&format!(
+            "[models.m]\ndir = \"models/{dir}\"\n[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model = \"m\" }}\npool = 1\n[embedders.m.grants]\nmodels = [\"m\"]\nmemory = \"1GiB\"\ndeadline = \"60s\"\n"
+        ))
+    };
+    // A directory without the model is an operator mistake, reported when the config loads.
+    let msg = quarry::Config::load(&config("absent")).unwrap_err().to_string();
+    assert!(msg.contains("models/absent/model.onnx") && msg.contains("make models"), "absent: {msg}");
+    // A corrupt model is found when the host reads it, and the embedder does not start.
+    let host = quarry::Registry::new(quarry::Config::load(&config("broken")).unwrap()).unwrap();
+    let failures = within(120, host.load_all()).await;
+    let msg = failures.first().map(|f| f.1.to_string()).unwrap_or_default();
+    assert!(msg.contains("/models/broken/model.onnx is corrupt") && msg.contains("make models"), "broken: {msg}");
 }

@@ -1,23 +1,22 @@
-//! Local sentence embeddings inside the sandbox: `tokenizers` (pure Rust,
-//! fancy-regex) and `tract-onnx`, exporting `quarry:retrieval/embedder`.
+//! Local sentence embeddings in a sandbox: `tokenizers` (pure Rust, fancy-regex) in the
+//! component, the model's graph run by the host through `wasi:nn`; exports
+//! `quarry:retrieval/embedder`.
 //!
-//! The model directory comes from a read-only preopen granted in the host
-//! config; this component carries no weights. A model directory holds
-//! `model.onnx` (inputs `input_ids`, `attention_mask`, `token_type_ids`;
-//! output `last_hidden_state`), `tokenizer.json`, and `quarry-model.json`, the
-//! manifest written by `components/embedder-onnx/models/fetch.sh`: model id,
-//! dimension, window, prefixes, and the sha256 of each file.
+//! The component carries no weights and parses no model: the host loads the ONNX graph of a
+//! model the operator named (`[models.NAME]`) and granted (`models = ["NAME"]`), and shows the
+//! model's directory read-only at `/models/NAME`, where this component reads the tokenizer and
+//! the manifest (`quarry-model.json`, written by `components/embedder-onnx/models/fetch.sh`:
+//! model id, dimension, window, prefixes, and the sha256 of each file).
 //!
-//! Each text is tokenised with the model's own prefix (e5: `query: ` /
-//! `passage: `), truncated at the model's window (the output says so), run
-//! without padding, mean-pooled over its tokens and L2-normalised, which is
-//! how MiniLM and e5 were trained.
+//! Each text is tokenised with the model's own prefix (e5: `query: ` / `passage: `), truncated
+//! at the model's window (the output says so), run without padding (inputs `input_ids`,
+//! `attention_mask`, `token_type_ids`; output `last_hidden_state`), mean-pooled over its tokens
+//! and L2-normalised, which is how MiniLM and e5 were trained.
 //!
-//! Config: `{"model_dir": "/models/all-minilm-l6-v2", "verify": true}`.
+//! Config: `{"model": "NAME", "verify": true}` (`verify` checks the tokenizer's sha256).
 //!
-//! [`model`] is plain Rust, also built natively so that tract in wasm can be
-//! compared with tract on the host (`cargo run --release -p embedder-onnx
-//! --example native`); the component glue is wasm-only.
+//! [`model`] is plain Rust, also built natively (`make eval` runs it over the host's native
+//! inference); the component glue is wasm-only.
 
 pub mod model;
 
@@ -34,13 +33,84 @@ mod component {
     use exports::quarry::retrieval::embedder::{EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo};
     use exports::quarry::retrieval::model::Guest as ModelGuest;
 
+    use wasi::nn::graph::{GraphExecutionContext, load_by_name};
+    use wasi::nn::tensor::{Tensor, TensorType};
+
     use crate::model::{self, Kind, Model};
 
     struct Component;
 
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Config {
+        model: String,
+        #[serde(default = "yes")]
+        verify: bool,
+    }
+
+    fn yes() -> bool {
+        true
+    }
+
+    /// The graph of a granted model, run by the host.
+    struct HostGraph {
+        /// Holds the graph it was made from: wasi-nn ties a context to its graph's life.
+        _graph: wasi::nn::graph::Graph,
+        context: GraphExecutionContext,
+    }
+
+    fn nn_error(what: &str, e: wasi::nn::errors::Error) -> model::EmbedError {
+        use wasi::nn::errors::ErrorCode;
+        let message = format!("{what}: {}", e.data());
+        match e.code() {
+            ErrorCode::InvalidArgument => model::EmbedError::InvalidInput(message),
+            ErrorCode::NotFound | ErrorCode::Security | ErrorCode::Timeout | ErrorCode::TooLarge => {
+                model::EmbedError::Unavailable(message)
+            }
+            _ => model::EmbedError::Internal(message),
+        }
+    }
+
+    impl model::Inference for HostGraph {
+        fn hidden_state(&self, ids: &[i64]) -> Result<Vec<f32>, model::EmbedError> {
+            let dims = [1, ids.len() as u32];
+            let inputs = model::graph_inputs(ids)
+                .into_iter()
+                .map(|(name, data)| (name.to_string(), Tensor::new(&dims, TensorType::I64, &data)))
+                .collect();
+            let outputs = self.context.compute(inputs).map_err(|e| nn_error("inference failed", e))?;
+            let (_, hidden) = outputs
+                .iter()
+                .find(|(name, _)| name == model::HIDDEN_STATE)
+                .or(outputs.first())
+                .ok_or_else(|| model::EmbedError::Internal("the model returned no output".into()))?;
+            if hidden.ty() != TensorType::Fp32 {
+                return Err(model::EmbedError::Internal("the model's hidden state is not f32".into()));
+            }
+            Ok(model::f32s(&hidden.data()))
+        }
+    }
+
+    /// The model `config` names: its graph from the host, its tokenizer and manifest from
+    /// `/models/NAME`.
+    fn open(config: &str) -> Result<Model<HostGraph>, model::EmbedError> {
+        let cfg: Config = serde_json::from_str(config).map_err(|e| {
+            let hint = if config.contains("model_dir") {
+                "; the host runs the model now: declare [models.NAME] with its `dir`, grant it with `models = [\"NAME\"]`, and set config = { model = \"NAME\" }"
+            } else {
+                ""
+            };
+            model::EmbedError::InvalidInput(format!("embedder config: {e}; expected {{\"model\": \"NAME\", \"verify\": true}}{hint}"))
+        })?;
+        let graph = load_by_name(&cfg.model).map_err(|e| nn_error(&format!("model {:?}", cfg.model), e))?;
+        let context = graph.init_execution_context().map_err(|e| nn_error("execution context", e))?;
+        let dir = std::path::PathBuf::from(format!("/models/{}", cfg.model));
+        Model::open(&dir, cfg.verify, HostGraph { _graph: graph, context })
+    }
+
     thread_local! {
         // Components are single-threaded; the model is loaded once by `load`.
-        static MODEL: RefCell<Option<Model>> = const { RefCell::new(None) };
+        static MODEL: RefCell<Option<Model<HostGraph>>> = const { RefCell::new(None) };
     }
 
     fn error(e: model::EmbedError) -> EmbedError {
@@ -57,7 +127,7 @@ mod component {
 
     impl ModelGuest for Component {
         fn load(config: String) -> Result<ModelInfo, EmbedError> {
-            let model = Model::load(&config).map_err(error)?;
+            let model = open(&config).map_err(error)?;
             let i = model.info();
             MODEL.with(|m| *m.borrow_mut() = Some(model));
             Ok(info(i))

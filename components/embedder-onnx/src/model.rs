@@ -1,13 +1,13 @@
-//! Loading a model directory and embedding one text.
+//! A model directory's tokenizer and manifest, and what an embedding is made of around the
+//! graph: prefix, tokenise (truncating at the window), run the graph ([`Inference`]), mean-pool,
+//! L2-normalise. The graph itself runs wherever the [`Inference`] runs it: in the host through
+//! `wasi:nn` for the component, or natively for `make eval`.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
-use tract_onnx::prelude::*;
-use tract_onnx::tract_core::dims;
 
 /// Why loading or embedding failed (mirrors WIT `embed-error`).
 #[derive(Debug)]
@@ -39,7 +39,7 @@ pub struct Embedding {
 }
 
 /// The command that fetches and converts models; named in every missing-file error.
-const FETCH: &str = "make models (components/embedder-onnx/models/fetch.sh)";
+pub const FETCH: &str = "make models (components/embedder-onnx/models/fetch.sh)";
 
 /// Whether a text is a query or a document.
 #[derive(Clone, Copy)]
@@ -50,16 +50,12 @@ pub enum Kind {
     Document,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    model_dir: PathBuf,
-    #[serde(default = "yes")]
-    verify: bool,
-}
-
-fn yes() -> bool {
-    true
+/// Runs the model's graph: what the host does through `wasi:nn`, or a native runner.
+pub trait Inference {
+    /// The graph's last hidden state for one text's token ids: `ids.len()` rows of
+    /// `dimension` floats, row after row. The graph takes `input_ids`, `attention_mask` (all
+    /// ones: no padding) and `token_type_ids` (all zeros), each of shape `[1, ids.len()]`.
+    fn hidden_state(&self, ids: &[i64]) -> Result<Vec<f32>, EmbedError>;
 }
 
 /// `quarry-model.json`.
@@ -77,17 +73,32 @@ struct Manifest {
     sha256: std::collections::BTreeMap<String, String>,
 }
 
-/// A loaded model.
-pub struct Model {
+/// A loaded model, over the runner `G` of its graph.
+pub struct Model<G> {
     manifest: Manifest,
     tokenizer: Tokenizer,
     /// The same tokenizer without truncation, for counting.
     counter: Tokenizer,
-    plan: Arc<TypedRunnableModel>,
+    graph: G,
 }
 
-fn internal(e: TractError) -> EmbedError {
-    EmbedError::Internal(format!("inference failed: {e:#}"))
+/// The output the hidden state is read from (else the graph's first output).
+pub const HIDDEN_STATE: &str = "last_hidden_state";
+
+/// The graph's inputs for one text's token ids, by name, as little-endian `i64` data of shape
+/// `[1, ids.len()]` (see [`Inference::hidden_state`]).
+pub fn graph_inputs(ids: &[i64]) -> [(&'static str, Vec<u8>); 3] {
+    let le = |it: &mut dyn Iterator<Item = i64>| it.flat_map(i64::to_le_bytes).collect::<Vec<u8>>();
+    [
+        ("input_ids", le(&mut ids.iter().copied())),
+        ("attention_mask", le(&mut std::iter::repeat_n(1, ids.len()))),
+        ("token_type_ids", le(&mut std::iter::repeat_n(0, ids.len()))),
+    ]
+}
+
+/// Little-endian `f32` data as floats.
+pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 fn unavailable(msg: String) -> EmbedError {
@@ -96,20 +107,17 @@ fn unavailable(msg: String) -> EmbedError {
 
 fn read(path: &Path) -> Result<Vec<u8>, EmbedError> {
     std::fs::read(path).map_err(|e| {
-        unavailable(format!("cannot read model file {}: {e}; fetch the models with `{FETCH}` and grant their directory to this embedder", path.display()))
+        unavailable(format!(
+            "cannot read model file {}: {e}; fetch the models with `{FETCH}` and grant the model to this embedder (`models = [\"NAME\"]`)",
+            path.display()
+        ))
     })
 }
 
-impl Model {
-    /// Reads, verifies and prepares the model named by `config` (JSON).
-    pub fn load(config: &str) -> Result<Model, EmbedError> {
-        // (The component and the native bench share this code.)
-        let cfg: Config = serde_json::from_str(config).map_err(|e| {
-            EmbedError::InvalidInput(format!(
-                "embedder config: {e}; expected {{\"model_dir\": \"/models/NAME\", \"verify\": true}}"
-            ))
-        })?;
-        let dir = &cfg.model_dir;
+impl<G: Inference> Model<G> {
+    /// Reads the manifest and the tokenizer of model directory `dir` (checking the tokenizer's
+    /// sha256 when `verify`), over `graph`, which runs the directory's `model.onnx`.
+    pub fn open(dir: &Path, verify: bool, graph: G) -> Result<Model<G>, EmbedError> {
         let manifest_path = dir.join("quarry-model.json");
         let manifest: Manifest = serde_json::from_slice(&read(&manifest_path)?).map_err(|e| {
             unavailable(format!("{} is not a model manifest: {e}; refetch with `{FETCH}`", manifest_path.display()))
@@ -120,31 +128,26 @@ impl Model {
                 manifest_path.display()
             )));
         }
-        let mut files = std::collections::BTreeMap::new();
-        for name in ["model.onnx", "tokenizer.json"] {
-            let path = dir.join(name);
-            let bytes = read(&path)?;
-            if cfg.verify {
-                let want = manifest.sha256.get(name).ok_or_else(|| {
-                    unavailable(format!(
-                        "{} lists no checksum for {name}; refetch with `{FETCH}`",
-                        manifest_path.display()
-                    ))
-                })?;
-                let got = hex::encode(Sha256::digest(&bytes));
-                if &got != want {
-                    return Err(unavailable(format!(
-                        "model file {} is corrupt (sha256 {got}, expected {want}); delete {} and run `{FETCH}`",
-                        path.display(),
-                        dir.display()
-                    )));
-                }
+        let path = dir.join("tokenizer.json");
+        let bytes = read(&path)?;
+        if verify {
+            let want = manifest.sha256.get("tokenizer.json").ok_or_else(|| {
+                unavailable(format!(
+                    "{} lists no checksum for tokenizer.json; refetch with `{FETCH}`",
+                    manifest_path.display()
+                ))
+            })?;
+            let got = hex::encode(Sha256::digest(&bytes));
+            if &got != want {
+                return Err(unavailable(format!(
+                    "model file {} is corrupt (sha256 {got}, expected {want}); delete {} and run `{FETCH}`",
+                    path.display(),
+                    dir.display()
+                )));
             }
-            files.insert(name, bytes);
         }
-
-        let mut tokenizer = Tokenizer::from_bytes(&files["tokenizer.json"])
-            .map_err(|e| unavailable(format!("{}: {e}", dir.join("tokenizer.json").display())))?;
+        let mut tokenizer =
+            Tokenizer::from_bytes(&bytes).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
         // The packaged tokenizer files pad to and truncate at 128; the model's window is the manifest's.
         tokenizer.with_padding(None);
         let mut counter = tokenizer.clone();
@@ -152,27 +155,7 @@ impl Model {
         tokenizer
             .with_truncation(Some(TruncationParams { max_length: manifest.max_tokens as usize, ..Default::default() }))
             .map_err(|e| unavailable(format!("tokenizer truncation: {e}")))?;
-
-        let bad_model = |e: TractError| unavailable(format!("{}: {e:#}", dir.join("model.onnx").display()));
-        // The shapes an exporter recorded (symbolic `batch`) would pin our facts;
-        // tract infers them again from the inputs.
-        let model = tract_onnx::onnx()
-            .with_ignore_output_shapes(true)
-            .with_ignore_value_info(true)
-            .model_for_read(&mut files["model.onnx"].as_slice())
-            .map_err(bad_model)?;
-        // Each run is one text: batch 1 (a constant lets tract specialise every
-        // kernel), no padding, any length up to the window.
-        let seq = model.sym("S");
-        let fact = || -> InferenceFact { i64::fact(dims!(1, seq.clone())).into() };
-        let plan = model
-            .with_input_fact(0, fact())
-            .and_then(|m| m.with_input_fact(1, fact()))
-            .and_then(|m| m.with_input_fact(2, fact()))
-            .and_then(|m| m.into_optimized())
-            .and_then(|m| m.into_runnable())
-            .map_err(bad_model)?;
-        Ok(Model { manifest, tokenizer, counter, plan })
+        Ok(Model { manifest, tokenizer, counter, graph })
     }
 
     /// The model's identity.
@@ -200,34 +183,6 @@ impl Model {
         Ok((enc.get_ids().iter().map(|&i| i64::from(i)).collect(), truncated))
     }
 
-    /// The model's three inputs for one text's token ids.
-    fn inputs(ids: Vec<i64>) -> Result<TVec<TValue>, EmbedError> {
-        let n = ids.len();
-        let tensor = |v: Vec<i64>| Tensor::from_shape(&[1, n], &v).map_err(internal);
-        Ok(tvec!(tensor(ids)?.into(), tensor(vec![1; n])?.into(), tensor(vec![0; n])?.into()))
-    }
-
-    /// Time spent per kind of operator over `runs` runs on `text`, largest first: where
-    /// inference time goes, natively or inside the sandbox (the `profile` example prints it).
-    pub fn profile(&self, text: &str, runs: usize) -> Result<Vec<(String, std::time::Duration)>, EmbedError> {
-        let (ids, _) = self.encode(text, Kind::Document)?;
-        let mut spent = std::collections::BTreeMap::<String, std::time::Duration>::new();
-        let mut state = TypedSimpleState::new(&self.plan).map_err(internal)?;
-        for _ in 0..runs {
-            state
-                .run_plan_with_eval(Self::inputs(ids.clone())?, |ctx, op_state, node, input| {
-                    let t = std::time::Instant::now();
-                    let out = tract_onnx::tract_core::plan::eval(ctx, op_state, node, input);
-                    *spent.entry(node.op().name().to_string()).or_default() += t.elapsed();
-                    out
-                })
-                .map_err(internal)?;
-        }
-        let mut spent: Vec<_> = spent.into_iter().collect();
-        spent.sort_by_key(|e| std::cmp::Reverse(e.1));
-        Ok(spent)
-    }
-
     /// Tokens `text` takes in the window, without special tokens or prefix and without truncation.
     pub fn count_tokens(&self, text: &str) -> Result<u32, EmbedError> {
         let enc = self
@@ -241,19 +196,18 @@ impl Model {
     pub fn embed(&self, text: &str, kind: Kind) -> Result<Embedding, EmbedError> {
         let (ids, truncated) = self.encode(text, kind)?;
         let n = ids.len();
-        let outputs = self.plan.run(Self::inputs(ids)?).map_err(internal)?;
-        let hidden = outputs[0].to_plain_array_view::<f32>().map_err(internal)?;
         let dim = self.manifest.dimension as usize;
-        if hidden.shape() != [1, n, dim] {
+        let hidden = self.graph.hidden_state(&ids)?;
+        if hidden.len() != n * dim {
             return Err(EmbedError::Internal(format!(
-                "model output has shape {:?}, expected [1, {n}, {dim}]",
-                hidden.shape()
+                "the model's hidden state has {} floats, expected {n} tokens of {dim}",
+                hidden.len()
             )));
         }
         let mut v = vec![0f32; dim];
-        for t in 0..n {
-            for (j, x) in v.iter_mut().enumerate() {
-                *x += hidden[[0, t, j]];
+        for row in hidden.chunks_exact(dim) {
+            for (x, h) in v.iter_mut().zip(row) {
+                *x += h;
             }
         }
         let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);

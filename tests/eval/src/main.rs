@@ -4,8 +4,9 @@
 //! all-found@10, for (a) global vector search, (b) global hybrid search and (c) routed hybrid
 //! search (the `search` tool). Then the latency of `route` and `search` (native, p50/p99).
 //!
-//! It runs chapter-rag's own code natively with the embedder component's model code (tract),
-//! so scores equal the component's; the index is cached in INDEX_DIR (default
+//! It runs chapter-rag's own code natively, with the embedder component's model code over the
+//! host's own inference (quarry's `nn` capability, the code that serves `wasi:nn`), so scores
+//! equal the component's; the index is cached in INDEX_DIR (default
 //! ~/.cache/quarry/eval/<model>/) and rebuilt only when the manual or the model changes.
 //! `make eval` runs it on both development manuals.
 
@@ -16,16 +17,34 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use chapter_rag::search::{self, Scored};
 use chapter_rag::tool::{BaseEnv, ChapterTool, Env, Model, ToolError};
-use embedder_onnx::model::{Kind, Model as Onnx};
+use embedder_onnx::model::{self as onnx, Inference, Kind};
+use quarry::nn::native::{ElementType, NativeModel, RawTensor};
 use serde_json::{Value, json};
+
+/// The host's inference, called directly: what `wasi:nn` runs for the component.
+struct HostInference(std::sync::Arc<NativeModel>);
+
+impl Inference for HostInference {
+    fn hidden_state(&self, ids: &[i64]) -> Result<Vec<f32>, onnx::EmbedError> {
+        let failed = |e: quarry::nn::native::NnError| onnx::EmbedError::Internal(e.message);
+        let dims = vec![1, ids.len() as u32];
+        let inputs = onnx::graph_inputs(ids)
+            .into_iter()
+            .map(|(name, data)| (name.to_string(), RawTensor { dims: dims.clone(), ty: ElementType::I64, data }))
+            .collect();
+        let outputs = self.0.run(self.0.check_inputs(inputs).map_err(failed)?).map_err(failed)?;
+        let hidden = outputs.iter().find(|(n, _)| n == onnx::HIDDEN_STATE).or(outputs.first());
+        Ok(onnx::f32s(&hidden.ok_or_else(|| onnx::EmbedError::Internal("no output".into()))?.1.data))
+    }
+}
 
 /// The model in the process, used from two threads while indexing.
 struct Native {
-    model: Onnx,
+    model: onnx::Model<HostInference>,
     threads: usize,
 }
 
-fn err(e: embedder_onnx::model::EmbedError) -> ToolError {
+fn err(e: onnx::EmbedError) -> ToolError {
     ToolError::Upstream(format!("{e:?}"))
 }
 
@@ -177,7 +196,10 @@ fn main() -> Result<()> {
         );
     }
     let questions = load_questions(&questions, &sections)?;
-    let model = Onnx::load(&json!({ "model_dir": model_dir }).to_string()).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let dir = std::fs::canonicalize(model_dir).with_context(|| model_dir.clone())?;
+    let section = quarry::nn::ModelSection { name: "eval".into(), dir: dir.clone(), pin: None };
+    let graph = HostInference(quarry::nn::native::model(&section).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let model = onnx::Model::open(&dir, true, graph).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let env = Native { model, threads: std::thread::available_parallelism().map_or(2, |n| n.get()) };
     let model_id = env.model().id;
     let index_dir = args.get(3).map(PathBuf::from).unwrap_or_else(|| {
