@@ -14,4 +14,5 @@ mod hardening;
 mod hot_swap;
 mod mcp;
 mod mcp_bad_input;
+mod nn;
 mod sandbox;

@@ -3,7 +3,7 @@
 //! forbidden addresses, spinning forever, exhausting memory or stack, huge
 //! output, panicking, hoarding host resources, flooding the network, steering
 //! capability requests outside its grant, filling its disk, driving the
-//! operator's terminal). `echo` and `env` are the well-behaved controls.
+//! operator's terminal, feeding wasi-nn forged models and tensors). `echo` and `env` are the well-behaved controls.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -16,6 +16,10 @@ wit_bindgen::generate!({
             import quarry:retrieval/couchbase@0.1.0;
             import quarry:retrieval/bedrock@0.1.0;
             import quarry:retrieval/progress@0.1.0;
+            import wasi:nn/graph@0.2.0-rc-2024-10-28;
+            import wasi:nn/inference@0.2.0-rc-2024-10-28;
+            import wasi:nn/tensor@0.2.0-rc-2024-10-28;
+            import wasi:nn/errors@0.2.0-rc-2024-10-28;
         }
     ",
     world: "quarry:hostile/hostile",
@@ -52,6 +56,9 @@ enum Hoarded {
     Fields(Fields),
     Body(OutgoingRequest, OutgoingBody, wasi::io::streams::OutputStream),
     Response(FutureIncomingResponse),
+    Graph(wasi::nn::graph::Graph),
+    Context(wasi::nn::graph::GraphExecutionContext),
+    Tensor(wasi::nn::tensor::Tensor),
 }
 
 const TOOLS: &[(&str, &str, &str)] = &[
@@ -156,6 +163,11 @@ const TOOLS: &[(&str, &str, &str)] = &[
         r#"{"type":"object","properties":{"ms":{"type":"integer"}},"required":["ms"]}"#,
     ),
     ("ran", "How many `sleep` calls ran to their end.", r#"{"type":"object","properties":{}}"#),
+    (
+        "nn",
+        "wasi-nn: `op` is load_bytes, load (model `name`), hoard_graphs / hoard_contexts / hoard_tensors (`n`, kept across calls; tensors of `mb` MiB), or compute (model `name`, `inputs`: [{name, dims, ty, len}]; `len` bytes of data, default what the dims need; `tokens` fills i64 inputs with token ids).",
+        r#"{"type":"object","properties":{"op":{"type":"string"},"name":{"type":"string"},"n":{"type":"integer"},"mb":{"type":"integer"},"inputs":{"type":"array"}},"required":["op"]}"#,
+    ),
     (
         "work",
         "Computes for `n` million steps and returns a checksum (CPU only, no host calls).",
@@ -365,8 +377,112 @@ impl GuestInstance for Hostile {
                 }
                 Ok(text(format!("{h:016x}")))
             }
+            "nn" => nn(&args).map(|v| text(v.to_string())),
             other => Err(ToolError::NotFound(format!("no tool `{other}`"))),
         }
+    }
+}
+
+/// A wasi-nn error as JSON: its code and message.
+fn nn_error(e: wasi::nn::errors::Error) -> Value {
+    json!({ "error": format!("{:?}", e.code()).trim_start_matches("ErrorCode::"), "message": e.data() })
+}
+
+/// The `nn` tool (see its spec): every wasi-nn outcome is reported as JSON, never as a tool error.
+fn nn(args: &Value) -> Result<Value, ToolError> {
+    use wasi::nn::graph::{self, ExecutionTarget, GraphEncoding};
+    use wasi::nn::tensor::{Tensor, TensorType};
+    let name = args.get("name").and_then(Value::as_str).unwrap_or("m").to_string();
+    let n = args.get("n").and_then(Value::as_u64).unwrap_or(1);
+    let hoard = |h: Hoarded| HOARD.with(|v| v.borrow_mut().push(h));
+    match args.get("op").and_then(Value::as_str).unwrap_or_default() {
+        // A forged "model": the host must refuse to parse it, whatever it holds.
+        "load_bytes" => {
+            Ok(match graph::load(&[b"\x08\x07forged onnx".to_vec()], GraphEncoding::Onnx, ExecutionTarget::Cpu) {
+                Ok(_) => json!({ "loaded": true }),
+                Err(e) => nn_error(e),
+            })
+        }
+        "load" => Ok(match graph::load_by_name(&name) {
+            Ok(_) => json!({ "loaded": true }),
+            Err(e) => nn_error(e),
+        }),
+        "hoard_graphs" => {
+            for i in 0..n {
+                match graph::load_by_name(&name) {
+                    Ok(g) => hoard(Hoarded::Graph(g)),
+                    Err(e) => return Ok(json!({ "held": i, "refused": nn_error(e) })),
+                }
+            }
+            Ok(json!({ "held": n }))
+        }
+        "hoard_contexts" => {
+            let g = graph::load_by_name(&name).map_err(|e| bad_args(nn_error(e).to_string()))?;
+            for i in 0..n {
+                match g.init_execution_context() {
+                    Ok(c) => hoard(Hoarded::Context(c)),
+                    Err(e) => return Ok(json!({ "held": i, "refused": nn_error(e) })),
+                }
+            }
+            Ok(json!({ "held": n }))
+        }
+        "hoard_tensors" => {
+            let mb = args.get("mb").and_then(Value::as_u64).unwrap_or(1) as u32;
+            for _ in 0..n {
+                let data = vec![0u8; (mb as usize) << 20];
+                hoard(Hoarded::Tensor(Tensor::new(&[mb << 18], TensorType::Fp32, &data)));
+            }
+            Ok(json!({ "held": n }))
+        }
+        "drop_all" => {
+            HOARD.with(|v| v.borrow_mut().clear());
+            Ok(json!({ "dropped": true }))
+        }
+        "compute" => {
+            let g = match graph::load_by_name(&name) {
+                Ok(g) => g,
+                Err(e) => return Ok(nn_error(e)),
+            };
+            let ctx = match g.init_execution_context() {
+                Ok(c) => c,
+                Err(e) => return Ok(nn_error(e)),
+            };
+            let mut inputs = Vec::new();
+            for spec in args.get("inputs").and_then(Value::as_array).cloned().unwrap_or_default() {
+                let dims: Vec<u32> = spec["dims"]
+                    .as_array()
+                    .map(|d| d.iter().map(|x| x.as_u64().unwrap_or(0) as u32).collect())
+                    .unwrap_or_default();
+                let ty = match spec["ty"].as_str().unwrap_or("i64") {
+                    "f32" => TensorType::Fp32,
+                    "bf16" => TensorType::Bf16,
+                    "u8" => TensorType::U8,
+                    _ => TensorType::I64,
+                };
+                let width = match ty {
+                    TensorType::Fp32 => 4,
+                    TensorType::Bf16 => 2,
+                    TensorType::U8 => 1,
+                    _ => 8,
+                };
+                let elements = dims.iter().fold(1u64, |a, &d| a.saturating_mul(u64::from(d)));
+                let len = spec["len"].as_u64().unwrap_or(elements.saturating_mul(width)).min(64 << 20) as usize;
+                // Token ids a model accepts (CLS, words, SEP) when asked; zeros otherwise.
+                let data: Vec<u8> = if spec["tokens"].as_bool() == Some(true) {
+                    (0..len / 8).flat_map(|i| [101i64, 7592, 2088][i % 3].to_le_bytes()).collect()
+                } else {
+                    vec![0; len]
+                };
+                inputs.push((spec["name"].as_str().unwrap_or_default().to_string(), Tensor::new(&dims, ty, &data)));
+            }
+            Ok(match ctx.compute(inputs) {
+                Ok(out) => {
+                    json!({ "outputs": out.iter().map(|(n, t)| json!({ "name": n, "dims": t.dimensions() })).collect::<Vec<_>>() })
+                }
+                Err(e) => nn_error(e),
+            })
+        }
+        other => Err(bad_args(format!("unknown nn op {other:?}"))),
     }
 }
 
