@@ -4,6 +4,7 @@
 //! ([`crate::capability::embedder`]) today.
 
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 use wasmtime::Store;
 use wasmtime::component::Linker;
@@ -11,7 +12,8 @@ use wasmtime::component::Linker;
 use crate::bindings::embedder_world::exports::quarry::retrieval::embedder as ex;
 use crate::bindings::embedder_world::{EmbedderHost, EmbedderHostPre};
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
-use crate::capability::embedder::{BoxFuture, EmbedderBackend, MAX_CHUNK};
+use crate::capability::CapabilityStore;
+use crate::capability::embedder::{BoxFuture, Caller, EmbedderBackend, MAX_CHUNK};
 use crate::config::InstanceConfig;
 use crate::fair::FairQueue;
 use crate::instance::{OpenError, compile};
@@ -82,16 +84,18 @@ impl ComponentEmbedder {
         Ok(ComponentEmbedder { config, engine: engine.clone(), pre, info, hash, members, queue })
     }
 
-    /// Embeds `texts` for `client`, splitting a large batch over the pool (see the type docs).
+    /// Embeds `texts` for `client`, whose call must end by `deadline`, splitting a large batch
+    /// over the pool (see the type docs).
     pub async fn embed_batch(
         self: Arc<Self>,
         client: String,
+        deadline: Option<Instant>,
         texts: Vec<String>,
         kind: InputKind,
     ) -> Result<Vec<Embedding>, EmbedError> {
         let n = self.members.len();
         if texts.len() <= MAX_CHUNK && (n == 1 || texts.len() < 2 * MIN_CHUNK) {
-            return self.run_on(&client, texts, kind).await;
+            return self.run_on(&client, deadline, texts, kind).await;
         }
         let chunk = texts.len().div_ceil(n).clamp(MIN_CHUNK, MAX_CHUNK);
         // Each chunk runs on its own worker thread; dropping the set (the caller gave up)
@@ -103,7 +107,7 @@ impl ComponentEmbedder {
             let tail = rest.split_off(chunk.min(rest.len()));
             let part = std::mem::replace(&mut rest, tail);
             let (me, client) = (self.clone(), client.clone());
-            tasks.spawn(async move { (i, me.run_on(&client, part, kind).await) });
+            tasks.spawn(async move { (i, me.run_on(&client, deadline, part, kind).await) });
             i += 1;
         }
         let mut parts: Vec<Option<Vec<Embedding>>> = vec![None; i];
@@ -114,13 +118,19 @@ impl ComponentEmbedder {
         Ok(parts.into_iter().flatten().flatten().collect())
     }
 
-    async fn run_on(&self, client: &str, texts: Vec<String>, kind: InputKind) -> Result<Vec<Embedding>, EmbedError> {
+    async fn run_on(
+        &self,
+        client: &str,
+        deadline: Option<Instant>,
+        texts: Vec<String>,
+        kind: InputKind,
+    ) -> Result<Vec<Embedding>, EmbedError> {
         let kind = match kind {
             InputKind::Query => ex::InputKind::Query,
             InputKind::Document => ex::InputKind::Document,
         };
         let out = self
-            .on_member(client, move |store, bindings| {
+            .on_member(client, deadline, move |store, bindings| {
                 Box::pin(async move { bindings.quarry_retrieval_embedder().call_embed(store, &texts, kind).await })
             })
             .await?;
@@ -128,8 +138,13 @@ impl ComponentEmbedder {
     }
 
     /// Counts tokens on one member of the pool (tokenising is cheap: no splitting).
-    pub async fn count_tokens(&self, client: &str, texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
-        self.on_member(client, move |store, bindings| {
+    pub async fn count_tokens(
+        &self,
+        client: &str,
+        deadline: Option<Instant>,
+        texts: Vec<String>,
+    ) -> Result<Vec<u32>, EmbedError> {
+        self.on_member(client, deadline, move |store, bindings| {
             Box::pin(async move { bindings.quarry_retrieval_embedder().call_count_tokens(store, &texts).await })
         })
         .await
@@ -137,13 +152,23 @@ impl ComponentEmbedder {
 
     /// Runs one export call on the next pool member `client` is given (restarting it if a
     /// fault recycled it), bounded by the embedder's deadline; a fault recycles the member.
+    /// With the caller's `deadline`, the call waits for a member only until then, and the
+    /// member's inference (wasi-nn) runs in `client`'s turn and within that deadline too.
     async fn on_member<T>(
         &self,
         client: &str,
+        deadline: Option<Instant>,
         call: impl for<'a> FnOnce(&'a mut Store<StoreState>, Arc<EmbedderHost>) -> GuestCall<'a, Result<T, ex::EmbedError>>,
     ) -> Result<T, EmbedError> {
         let name = &self.config.name;
-        let permit = self.queue.acquire(client).await;
+        let permit = match deadline {
+            None => self.queue.acquire(client).await,
+            Some(d) => tokio::time::timeout_at(d.into(), self.queue.acquire(client)).await.map_err(|_| {
+                EmbedError::Unavailable(format!(
+                    "the call's deadline passed while it waited for embedder {name:?}; raise the tool's `deadline` or embed less at once"
+                ))
+            })?,
+        };
         let mut guard = self.members[permit.worker()].lock().await;
         // Out of the slot while it runs: a dropped call drops the store with it.
         let mut live = match guard.take() {
@@ -156,6 +181,7 @@ impl ComponentEmbedder {
             }
         };
         let bindings = live.bindings.clone();
+        live.store.data_mut().parts().states.nn.set_caller(deadline.map(|d| (client, d)));
         let outcome = run_guarded(&mut live.store, self.config.grants.deadline, |store| call(store, bindings)).await;
         // Logged as they happened; kept only for a tool's error message, which an embed has not.
         let _ = live.store.data().take_denials();
@@ -247,15 +273,15 @@ impl EmbedderBackend for EmbedderSlot {
 
     fn embed_for(
         &self,
-        client: &str,
+        caller: Caller<'_>,
         texts: Vec<String>,
         kind: InputKind,
     ) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
-        Box::pin(self.current().embed_batch(client.to_string(), texts, kind))
+        Box::pin(self.current().embed_batch(caller.client.to_string(), caller.deadline, texts, kind))
     }
 
-    fn count_tokens_for(&self, client: &str, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
-        let (current, client) = (self.current(), client.to_string());
-        Box::pin(async move { current.count_tokens(&client, texts).await })
+    fn count_tokens_for(&self, caller: Caller<'_>, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
+        let (current, client, deadline) = (self.current(), caller.client.to_string(), caller.deadline);
+        Box::pin(async move { current.count_tokens(&client, deadline, texts).await })
     }
 }

@@ -231,7 +231,7 @@ fn states<T: CapabilityStore>(t: &mut T) -> &mut States {
 pub fn link_all<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
     files::link(l, |t| files::view(t.parts()))?;
     http::link(l, |t| http::view(t.parts()))?;
-    embedder::link(l, |t| &mut states(t).embedder)?;
+    embedder::link(l, |t| embedder::view(t.parts()))?;
     progress::link(l, |t| &mut states(t).progress)?;
     bedrock::link(l, |t| &mut states(t).bedrock)?;
     couchbase::link(l, |t| &mut states(t).couchbase)?;

@@ -3,32 +3,47 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Instant;
 
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
 
 /// A boxed future, for object-safe async traits.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// Who asks for embeddings: the tool instance, and when its call must end.
+#[derive(Clone, Copy, Debug)]
+pub struct Caller<'a> {
+    /// The tool instance's name (`""` for the host itself).
+    pub client: &'a str,
+    /// The deadline of the tool's call; none for the host itself.
+    pub deadline: Option<Instant>,
+}
+
+impl Caller<'_> {
+    /// The host itself (tests, benches): no tool, no deadline beyond the embedder's own.
+    pub const HOST: Caller<'static> = Caller { client: "", deadline: None };
+}
+
 /// What serves a tool's embedder import.
 pub trait EmbedderBackend: Send + Sync {
     /// The model's identity.
     fn info(&self) -> ModelInfo;
-    /// Embeds `texts` in order for `client` (the calling tool instance: clients share the
-    /// backend's workers in turn).
+    /// Embeds `texts` in order for `caller`: callers share the backend's workers in turn, and
+    /// the backend spends no time for a call past its deadline.
     fn embed_for(
         &self,
-        client: &str,
+        caller: Caller<'_>,
         texts: Vec<String>,
         kind: InputKind,
     ) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>>;
     /// Counts the tokens of `texts` in order (see the WIT `count-tokens`).
-    fn count_tokens_for(&self, client: &str, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>>;
+    fn count_tokens_for(&self, caller: Caller<'_>, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>>;
     /// [`EmbedderBackend::embed_for`] for the host itself.
     fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
-        self.embed_for("", texts, kind)
+        self.embed_for(Caller::HOST, texts, kind)
     }
     /// [`EmbedderBackend::count_tokens_for`] for the host itself.
     fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
-        self.count_tokens_for("", texts)
+        self.count_tokens_for(Caller::HOST, texts)
     }
 }

@@ -10,13 +10,14 @@
 mod backend;
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasData, Linker};
 
 use crate::bindings::quarry::retrieval::embedder as wit;
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
 
-pub use backend::{BoxFuture, EmbedderBackend};
+pub use backend::{BoxFuture, Caller, EmbedderBackend};
 
 /// The WIT name of the import.
 pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.1.0";
@@ -39,14 +40,38 @@ impl State {
     }
 }
 
-/// Adds the `embedder` interface, served by the [`State`] that `get` finds in the store.
-pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State) -> wasmtime::Result<()> {
-    wit::add_to_linker::<T, HasSelf<State>>(l, get)
+/// What the `embedder` functions need of a store: its state, and the running call's deadline
+/// (the embedder spends no time for the call past it).
+pub struct View<'a> {
+    state: &'a mut State,
+    deadline: Instant,
 }
 
-impl wit::Host for State {
+/// The [`View`] of a store.
+pub fn view(parts: super::StoreParts<'_>) -> View<'_> {
+    View { state: &mut parts.states.embedder, deadline: parts.deadline }
+}
+
+struct HasView;
+
+impl HasData for HasView {
+    type Data<'a> = View<'a>;
+}
+
+/// Adds the `embedder` interface, served by the [`View`] that `get` finds in the store.
+pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> View<'_>) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasView>(l, get)
+}
+
+impl View<'_> {
+    fn caller(&self) -> Caller<'_> {
+        Caller { client: &self.state.client, deadline: Some(self.deadline) }
+    }
+}
+
+impl wit::Host for View<'_> {
     async fn info(&mut self) -> wasmtime::Result<ModelInfo> {
-        match &self.backend {
+        match &self.state.backend {
             Some(e) => Ok(e.info()),
             // Unreachable through configuration (load refuses it); a host fault if it happens.
             None => Err(wasmtime::format_err!("no embedder is linked to this tool instance")),
@@ -58,15 +83,15 @@ impl wit::Host for State {
         texts: Vec<String>,
         kind: InputKind,
     ) -> wasmtime::Result<Result<Vec<Embedding>, EmbedError>> {
-        match &self.backend {
-            Some(e) => Ok(e.embed_for(&self.client, texts, kind).await),
+        match &self.state.backend {
+            Some(e) => Ok(e.embed_for(self.caller(), texts, kind).await),
             None => Ok(Err(no_embedder())),
         }
     }
 
     async fn count_tokens(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<u32>, EmbedError>> {
-        match &self.backend {
-            Some(e) => Ok(e.count_tokens_for(&self.client, texts).await),
+        match &self.state.backend {
+            Some(e) => Ok(e.count_tokens_for(self.caller(), texts).await),
             None => Ok(Err(no_embedder())),
         }
     }
@@ -87,7 +112,8 @@ mod tests {
     /// service error saying what to set, and `info` is a host fault, not a made-up model.
     #[tokio::test]
     async fn without_a_backend_calls_say_what_to_configure() {
-        let mut s = State::new(None, "t");
+        let mut state = State::new(None, "t");
+        let mut s = View { state: &mut state, deadline: std::time::Instant::now() };
         let e = s.embed(vec!["x".into()], InputKind::Query).await.unwrap().unwrap_err();
         assert!(matches!(&e, EmbedError::Unavailable(m) if m.contains("embedder = \"NAME\"")), "{e:?}");
         assert!(s.count_tokens(vec![]).await.unwrap().is_err());

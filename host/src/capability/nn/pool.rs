@@ -40,3 +40,53 @@ pub async fn run<T: Send + 'static>(
     .await
     .map_err(|e| NnError::new(Code::Runtime, format!("the inference thread failed: {e}")))?
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_never_waits_or_starts_past_its_deadline() {
+        // Past already: refused without running.
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let e = run("late", Instant::now(), move || {
+            r.store(true, Ordering::Relaxed);
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, Code::Timeout);
+        assert!(!ran.load(Ordering::Relaxed));
+
+        // Every slot busy for 2 s: a job due in 200 ms gives up in about that, and never runs.
+        let (slots, _) = load();
+        let busy: Vec<_> = (0..slots)
+            .map(|_| {
+                tokio::spawn(run("ingest", Instant::now() + Duration::from_secs(60), || {
+                    std::thread::sleep(Duration::from_secs(2));
+                    Ok(())
+                }))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (r, start) = (ran.clone(), Instant::now());
+        let e = run("query", Instant::now() + Duration::from_millis(200), move || {
+            r.store(true, Ordering::Relaxed);
+            Ok(())
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, Code::Timeout);
+        assert!(start.elapsed() < Duration::from_secs(1), "waited {:?}", start.elapsed());
+        for b in busy {
+            b.await.unwrap().unwrap();
+        }
+        assert!(!ran.load(Ordering::Relaxed), "a job refused at its deadline never runs");
+        assert_eq!(run("query", Instant::now() + Duration::from_secs(5), || Ok(7)).await.unwrap(), 7);
+    }
+}
