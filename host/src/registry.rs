@@ -75,6 +75,14 @@ pub enum ReloadError {
         /// Why.
         source: OpenError,
     },
+    /// A changed model file was refused (its pin, its manifest); the loaded model keeps serving.
+    #[error("changed model {path} refused, the model loaded before keeps serving: {message}")]
+    ModelRefused {
+        /// The model file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
 }
 
 /// Errors creating the host.
@@ -262,6 +270,54 @@ impl Registry {
         Ok(report)
     }
 
+    /// A changed model file (`[models.NAME]`): loaded again (unless its pin or manifest
+    /// refuses it), then the embedders granted it restart on the new model, as for a new
+    /// component version; their tools keep serving meanwhile. Tools granted the model directly
+    /// get it at their next `load-by-name`.
+    async fn reload_model(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
+        let refused = |message: String| ReloadError::ModelRefused { path: path.to_path_buf(), message };
+        let mut changed = Vec::new();
+        for section in self.config.sections.models.values().filter(|m| m.model_file() == path) {
+            let s = section.clone();
+            let fresh = tokio::task::spawn_blocking(move || crate::nn::native::refresh(&s))
+                .await
+                .map_err(|e| refused(format!("the model loader failed: {e}")))?;
+            match fresh {
+                Ok(true) => changed.push(section.name.clone()),
+                Ok(false) => {}
+                Err(e) => return Err(refused(e.message)),
+            }
+        }
+        if changed.is_empty() {
+            return Err(ReloadError::Unchanged(path.to_path_buf()));
+        }
+        let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
+        let mut instances = Vec::new();
+        let mut hash = String::new();
+        for cfg in
+            self.config.embedders.values().filter(|c| changed.iter().any(|m| c.grants.models.models.contains_key(m)))
+        {
+            let e =
+                ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await.map_err(rejected)?;
+            hash = hex::encode(e.hash);
+            let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(&cfg.name).cloned();
+            match slot {
+                Some(slot) => slot.replace(e),
+                None => {
+                    self.embedders
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(cfg.name.clone(), Arc::new(EmbedderSlot::new(e)));
+                }
+            }
+            instances.push(cfg.name.clone());
+        }
+        let report = SwapReport { path: path.to_path_buf(), instances, hash, elapsed: start.elapsed() };
+        tracing::info!(target: "quarry::swap", path = %path.display(), models = ?changed, embedders = ?report.instances, "changed model serving");
+        let _ = self.changes.send(report.clone());
+        Ok(report)
+    }
+
     /// Instances that failed to load, with why.
     pub fn failures(&self) -> BTreeMap<String, String> {
         self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -367,6 +423,9 @@ impl Registry {
     /// Reloads the component at `path` (see the module docs).
     pub async fn reload(&self, path: &Path) -> Result<SwapReport, ReloadError> {
         let start = Instant::now();
+        if self.config.sections.models.values().any(|m| m.model_file() == path) {
+            return self.reload_model(path, start).await;
+        }
         if self.config.embedders.values().any(|c| c.component == path) {
             return self.reload_embedder(path, start).await;
         }

@@ -1,5 +1,6 @@
-//! Hot swap: watch the directories holding configured components, and reload a
-//! component when its file changes.
+//! Hot swap: watch the directories holding configured components and models, and reload a
+//! component when its file changes, or a model (`[models.NAME]`) when its `model.onnx` or its
+//! manifest does.
 //!
 //! Events are debounced ([`DEBOUNCE`]) so a file written in several chunks is
 //! read once it is complete; writers should still prefer write-then-rename. A
@@ -35,7 +36,15 @@ pub fn watch(host: Arc<Registry>) -> Result<Watcher, notify::Error> {
     let config = host.config();
     let components: BTreeSet<PathBuf> =
         config.tools.values().chain(config.embedders.values()).map(|c| c.component.clone()).collect();
-    let dirs: BTreeSet<PathBuf> = components.iter().filter_map(|c| c.parent().map(PathBuf::from)).collect();
+    // A model is reloaded by its model file; a new manifest (written beside it) counts as a change too.
+    let models: BTreeMap<PathBuf, PathBuf> = config
+        .sections
+        .models
+        .values()
+        .flat_map(|m| [(m.model_file(), m.model_file()), (m.dir.join(crate::nn::MANIFEST_FILE), m.model_file())])
+        .collect();
+    let dirs: BTreeSet<PathBuf> =
+        components.iter().chain(models.keys()).filter_map(|c| c.parent().map(PathBuf::from)).collect();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if let Ok(ev) = res
@@ -62,6 +71,9 @@ pub fn watch(host: Arc<Registry>) -> Result<Watcher, notify::Error> {
                 Some(None) => return,
                 Some(Some(path)) if components.contains(&path) => {
                     pending.insert(path, Instant::now());
+                }
+                Some(Some(path)) if models.contains_key(&path) => {
+                    pending.insert(models[&path].clone(), Instant::now());
                 }
                 Some(Some(_)) | None => {}
             }

@@ -187,3 +187,55 @@ async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
     let host = hostile_with_model(&env3, &wrong, &format!("sha256 = \"{}\"", "0".repeat(64))).await;
     assert_error(&nn(&host, json!({"op": "load"})).await, "Security", &["pins", "sha256"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_model_file_swaps_the_embedders_that_use_it() {
+    let env = TestEnv::new();
+    let (free, pinned) = (model_copy(&env, "all-minilm-l6-v2", "free"), model_copy(&env, "all-minilm-l6-v2", "pinned"));
+    let fp32 = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(pinned.join("model.onnx")).unwrap()))
+    };
+    env.plugin(EMBEDDER_ONNX, "embedder-onnx");
+    env.plugin(EMBED_PROBE, "probe");
+    let embedder = |name: &str, model: &str| {
+        format!(
+            "[embedders.{name}]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model = \"{model}\" }}\npool = 1\n[embedders.{name}.grants]\nmodels = [\"{model}\"]\nmemory = \"1GiB\"\ndeadline = \"300s\"\n[tools.{name}-probe]\ncomponent = \"plugins/probe.wasm\"\nembedder = \"{name}\"\n"
+        )
+    };
+    let host = env
+        .host(&format!(
+            "[models.free]\ndir = {:?}\n[models.pinned]\ndir = {:?}\nsha256 = \"{fp32}\"\n{}{}",
+            free.display(),
+            pinned.display(),
+            embedder("ef", "free"),
+            embedder("ep", "pinned")
+        ))
+        .await;
+    let vector = |tool: &'static str| {
+        let host = host.clone();
+        async move {
+            let out = within(120, host.call(tool, r#"{"texts":["how do I limit bandwidth?"]}"#)).await.unwrap();
+            let v: Value = serde_json::from_str(&out.text).unwrap();
+            serde_json::from_value::<Vec<f32>>(v["vectors"][0].clone()).unwrap()
+        }
+    };
+    let (before_free, before_pinned) = (vector("ef-probe").await, vector("ep-probe").await);
+    let _watcher = quarry::watch::watch(host.clone()).expect("watch");
+    let mut swaps = host.subscribe();
+    let int8 = models_dir().join("all-minilm-l6-v2-int8");
+    for dir in [&free, &pinned] {
+        env.replace(&dir.join("model.onnx"), &std::fs::read(int8.join("model.onnx")).unwrap());
+        env.replace(&dir.join("quarry-model.json"), &std::fs::read(int8.join("quarry-model.json")).unwrap());
+    }
+    // The unpinned model swaps its embedder; the pinned one is refused (and logged).
+    let report = within(120, swaps.recv()).await.expect("swap event");
+    assert_eq!(report.instances, vec!["ef".to_string()], "{report:?}");
+    let after_free = vector("ef-probe").await;
+    assert_ne!(after_free, before_free, "the int8 model serves now");
+    let cos: f32 = after_free.iter().zip(&before_free).map(|(a, b)| a * b).sum();
+    assert!(cos > 0.98, "the same sentence, a close vector: {cos}");
+    let err = host.reload(&pinned.canonicalize().unwrap().join("model.onnx")).await.unwrap_err().to_string();
+    assert!(err.contains("pins") && err.contains("keeps serving"), "{err}");
+    assert_eq!(vector("ep-probe").await, before_pinned, "the pinned model keeps serving");
+}

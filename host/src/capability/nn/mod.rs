@@ -29,7 +29,7 @@ use std::time::Instant;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 use wasmtime_wasi::WasiCtxBuilder;
 
-pub use grant::{GUEST_ROOT, ModelGrant, ModelSection, RawModel, grant, section};
+pub use grant::{GUEST_ROOT, MANIFEST_FILE, MODEL_FILE, ModelGrant, ModelSection, RawModel, grant, section};
 use native::{Code, ElementType, NativeModel, NnError, RawTensor};
 
 use super::files::{self, SandboxError};

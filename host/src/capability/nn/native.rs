@@ -332,27 +332,8 @@ pub fn model(section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
     let path = section.model_file();
     let slot = slot(&path);
     let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-    let now = stamp(&path)?;
-    if let Some((was, model)) = &slot.loaded
-        && *was == now
-    {
-        return Ok(model.clone());
-    }
-    match read_checked(section, &path) {
-        Ok((bytes, sha256)) => {
-            if let Some((_, model)) = &slot.loaded
-                && model.sha256 == sha256
-            {
-                let model = model.clone();
-                slot.loaded = Some((now, model.clone()));
-                return Ok(model);
-            }
-            let model = Arc::new(NativeModel::build(&path, &bytes, sha256)?);
-            slot.loads += 1;
-            slot.loaded = Some((now, model.clone()));
-            tracing::info!(target: "quarry::nn", model = %section.name, file = %path.display(), "model loaded");
-            Ok(model)
-        }
+    match current(&mut slot, section, &path) {
+        Ok((model, _)) => Ok(model),
         Err(e) => match &slot.loaded {
             Some((_, model)) => {
                 tracing::warn!(target: "quarry::nn", model = %section.name, "{e}; the model loaded before keeps serving");
@@ -361,6 +342,39 @@ pub fn model(section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
             None => Err(e),
         },
     }
+}
+
+/// Checks `section`'s file now, as a hot swap does: whether a new model was loaded from it.
+/// A file that fails its checks (a pin, the manifest) is an error here, and the model loaded
+/// before stays the one [`model`] serves. Blocks: call it off the async runtime.
+pub fn refresh(section: &ModelSection) -> Result<bool, NnError> {
+    let path = section.model_file();
+    let slot = slot(&path);
+    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    current(&mut slot, section, &path).map(|(_, built)| built)
+}
+
+/// The model of the file as it is now (whether it was built just now), or why the file is refused.
+fn current(slot: &mut Slot, section: &ModelSection, path: &Path) -> Result<(Arc<NativeModel>, bool), NnError> {
+    let now = stamp(path)?;
+    if let Some((was, model)) = &slot.loaded
+        && *was == now
+    {
+        return Ok((model.clone(), false));
+    }
+    let (bytes, sha256) = read_checked(section, path)?;
+    if let Some((_, model)) = &slot.loaded
+        && model.sha256 == sha256
+    {
+        let model = model.clone();
+        slot.loaded = Some((now, model.clone()));
+        return Ok((model, false));
+    }
+    let model = Arc::new(NativeModel::build(path, &bytes, sha256)?);
+    slot.loads += 1;
+    slot.loaded = Some((now, model.clone()));
+    tracing::info!(target: "quarry::nn", model = %section.name, file = %path.display(), "model loaded");
+    Ok((model, true))
 }
 
 /// Reads `model.onnx` and checks it against its manifest and the section's pin.
