@@ -44,12 +44,13 @@ pub fn terms(text: &str) -> Vec<String> {
     out
 }
 
-/// A BM25 index over texts known by position.
+/// A BM25 index over texts known by position: for each term, the documents that hold it
+/// (postings), so that a query touches only the documents sharing a term with it.
 #[derive(Default)]
 pub struct Bm25 {
-    docs: Vec<HashMap<String, u32>>,
+    /// Term → (document, term frequency), documents in ascending order.
+    postings: HashMap<String, Vec<(u32, u32)>>,
     lengths: Vec<u32>,
-    df: HashMap<String, u32>,
     total_len: u64,
 }
 
@@ -57,18 +58,17 @@ impl Bm25 {
     /// Indexes `texts`; text i is document i.
     pub fn build<'a>(texts: impl IntoIterator<Item = &'a str>) -> Bm25 {
         let mut ix = Bm25::default();
-        for t in texts {
-            let mut tf = HashMap::new();
+        for (doc, t) in texts.into_iter().enumerate() {
             let ts = terms(t);
+            let mut tf: HashMap<&str, u32> = HashMap::new();
             for term in &ts {
-                *tf.entry(term.clone()).or_insert(0) += 1;
+                *tf.entry(term.as_str()).or_insert(0) += 1;
             }
-            for term in tf.keys() {
-                *ix.df.entry(term.clone()).or_insert(0) += 1;
+            for (term, f) in tf {
+                ix.postings.entry(term.to_string()).or_default().push((doc as u32, f));
             }
             ix.lengths.push(ts.len() as u32);
             ix.total_len += ts.len() as u64;
-            ix.docs.push(tf);
         }
         ix
     }
@@ -76,7 +76,7 @@ impl Bm25 {
     /// The `k` best documents for `query` among those `allowed`, as (position, BM25 score),
     /// best first; documents sharing no term with the query are left out.
     pub fn search(&self, query: &str, k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Vec<(usize, f32)> {
-        let n = self.docs.len() as f32;
+        let n = self.lengths.len() as f32;
         if n == 0.0 {
             return Vec::new();
         }
@@ -84,25 +84,19 @@ impl Bm25 {
         let mut q = terms(query);
         q.sort();
         q.dedup();
-        let mut scored: Vec<(usize, f32)> = self
-            .docs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| allowed.is_none_or(|f| f(*i)))
-            .filter_map(|(i, tf)| {
-                let len = self.lengths[i] as f32;
-                let s: f32 = q
-                    .iter()
-                    .filter_map(|t| {
-                        let f = *tf.get(t)? as f32;
-                        let df = self.df[t] as f32;
-                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
-                        Some(idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * len / avg)))
-                    })
-                    .sum();
-                (s > 0.0).then_some((i, s))
-            })
-            .collect();
+        // Each document's score, summed term by term in the query's (sorted) order.
+        let mut scores = vec![0f32; self.lengths.len()];
+        for t in &q {
+            let Some(postings) = self.postings.get(t) else { continue };
+            let df = postings.len() as f32;
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(doc, f) in postings {
+                let (f, len) = (f as f32, self.lengths[doc as usize] as f32);
+                scores[doc as usize] += idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * len / avg));
+            }
+        }
+        let mut scored: Vec<(usize, f32)> =
+            scores.into_iter().enumerate().filter(|&(i, s)| s > 0.0 && allowed.is_none_or(|f| f(i))).collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
         scored
