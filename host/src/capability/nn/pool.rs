@@ -1,17 +1,33 @@
 //! Where inference runs: a bounded set of threads off the async runtime (one per core by
 //! default), shared by every instance through a [`FairQueue`], so a tool ingesting a manual
 //! takes its turn with a tool answering a query, and the MCP server's workers stay free.
+//!
+//! A job that starts while no other runs or waits (a query on an idle host) splits its matrix
+//! products over every core, as onnxruntime does for one run; under load each job keeps to its
+//! own thread, which is the faster way to use the cores for many jobs.
 
 use std::sync::{Arc, OnceLock};
+
 use std::time::Instant;
+use tract_linalg::multithread::{Executor, multithread_tract_scope};
 
 use super::native::{Code, NnError};
 use crate::fair::FairQueue;
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// The host's inference slots.
 fn queue() -> &'static Arc<FairQueue> {
     static QUEUE: OnceLock<Arc<FairQueue>> = OnceLock::new();
-    QUEUE.get_or_init(|| FairQueue::new(std::thread::available_parallelism().map_or(1, |n| n.get())))
+    QUEUE.get_or_init(|| FairQueue::new(cores()))
+}
+
+/// tract's matrix products over every core, for a job alone on the pool.
+fn wide() -> Executor {
+    static WIDE: OnceLock<Executor> = OnceLock::new();
+    WIDE.get_or_init(|| Executor::multithread_with_name(cores(), "quarry-nn")).clone()
 }
 
 /// Slots free now, and clients waiting (for tests and benches).
@@ -33,9 +49,11 @@ pub async fn run<T: Send + 'static>(
     if Instant::now() >= deadline {
         return Err(late());
     }
+    let (free, waiting) = queue().load();
+    let alone = cores() > 1 && free + 1 == cores() && waiting == 0;
     tokio::task::spawn_blocking(move || {
         let _slot = permit;
-        job()
+        if alone { multithread_tract_scope(wide(), job) } else { job() }
     })
     .await
     .map_err(|e| NnError::new(Code::Runtime, format!("the inference thread failed: {e}")))?
