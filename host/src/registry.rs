@@ -249,16 +249,7 @@ impl Registry {
             let e =
                 ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await.map_err(rejected)?;
             hash = hex::encode(e.hash);
-            match slot {
-                Some(slot) => slot.replace(e),
-                None => {
-                    self.embedders
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(cfg.name.clone(), Arc::new(EmbedderSlot::new(e)));
-                }
-            }
-            self.failed.lock().unwrap_or_else(|p| p.into_inner()).remove(&format!("embedders.{}", cfg.name));
+            self.install_embedder(&cfg.name, e);
             instances.push(cfg.name.clone());
         }
         if instances.is_empty() {
@@ -268,6 +259,22 @@ impl Registry {
         tracing::info!(target: "quarry::swap", path = %path.display(), embedders = ?report.instances, "new embedder version serving");
         let _ = self.changes.send(report.clone());
         Ok(report)
+    }
+
+    /// Serves embedder `name` from `e` from now on (its tools switch at their next embed; calls in
+    /// flight finish on the old version), and forgets an earlier failure to load it.
+    fn install_embedder(&self, name: &str, e: ComponentEmbedder) {
+        let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned();
+        match slot {
+            Some(slot) => slot.replace(e),
+            None => {
+                self.embedders
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(name.to_string(), Arc::new(EmbedderSlot::new(e)));
+            }
+        }
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).remove(&format!("embedders.{name}"));
     }
 
     /// A changed model file (`[models.NAME]`): loaded again (unless its pin or manifest
@@ -300,16 +307,7 @@ impl Registry {
             let e =
                 ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await.map_err(rejected)?;
             hash = hex::encode(e.hash);
-            let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(&cfg.name).cloned();
-            match slot {
-                Some(slot) => slot.replace(e),
-                None => {
-                    self.embedders
-                        .write()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(cfg.name.clone(), Arc::new(EmbedderSlot::new(e)));
-                }
-            }
+            self.install_embedder(&cfg.name, e);
             instances.push(cfg.name.clone());
         }
         let report = SwapReport { path: path.to_path_buf(), instances, hash, elapsed: start.elapsed() };
