@@ -77,6 +77,10 @@ async fn bad_tensors_get_errors_before_any_allocation() {
     // Dimensions whose product overflows u64: refused from the dimensions, with 8 bytes of data.
     inputs[0] = json!({"name": "input_ids", "dims": [65536, 65536, 65536, 65536, 2], "ty": "i64", "len": 8});
     assert_error(&nn(&host, json!({"op": "compute", "inputs": inputs})).await, "TooLarge", &["elements"]);
+    // A dimension list the guest made long (100,000 ones: one element) is refused, not kept.
+    let mut inputs = good_inputs(3);
+    inputs[0] = json!({"name": "input_ids", "dims": vec![1; 100_000], "ty": "i64", "len": 8});
+    assert_error(&nn(&host, json!({"op": "compute", "inputs": inputs})).await, "TooLarge", &["dimensions"]);
     let mut inputs = good_inputs(3);
     inputs[0]["len"] = json!(7);
     assert_error(&nn(&host, json!({"op": "compute", "inputs": inputs})).await, "InvalidArgument", &["holds 24 bytes"]);

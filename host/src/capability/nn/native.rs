@@ -20,6 +20,8 @@ use super::grant::{MANIFEST_FILE, MODEL_FILE, ModelSection};
 
 /// The most elements one tensor may have (inputs are checked before anything is allocated).
 pub const MAX_ELEMENTS: u64 = 1 << 24;
+/// The most dimensions one tensor may have (its dimension list is the guest's to size).
+pub const MAX_RANK: usize = 8;
 
 /// Why a model could not be loaded or run, with the wasi-nn error code the guest gets.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -124,9 +126,16 @@ pub struct RawTensor {
 }
 
 impl RawTensor {
-    /// Checks that the dimensions stay under [`MAX_ELEMENTS`] and that `data` holds exactly
+    /// Checks that there are at most [`MAX_RANK`] dimensions, that they hold at most
+    /// [`MAX_ELEMENTS`] elements, and that `data` holds exactly
     /// them; says what is wrong otherwise. Nothing is allocated.
     pub fn check(dims: &[u32], ty: ElementType, data_len: usize) -> Result<(), NnError> {
+        if dims.len() > MAX_RANK {
+            return Err(NnError::new(
+                Code::TooLarge,
+                format!("a tensor of {} dimensions: at most {MAX_RANK} are accepted", dims.len()),
+            ));
+        }
         let elements = dims
             .iter()
             .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)).filter(|&n| n <= MAX_ELEMENTS))
