@@ -41,6 +41,9 @@ pub struct McpHttp {
     pub token: Option<String>,
     /// More headers sent with every request (an `Origin`, say).
     pub headers: Vec<(String, String)>,
+    /// How long one request may take (default [`TIMEOUT`]; a call that ingests a long document
+    /// takes longer).
+    pub timeout: Duration,
 }
 
 impl McpHttp {
@@ -52,7 +55,7 @@ impl McpHttp {
         stream.set_nodelay(true)?;
         let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(conn);
-        Ok(McpHttp { url: uri, send, session: None, next_id: 1, token: None, headers: Vec::new() })
+        Ok(McpHttp { url: uri, send, session: None, next_id: 1, token: None, headers: Vec::new(), timeout: TIMEOUT })
     }
 
     /// The session this client is in, once the server gave it one.
@@ -109,13 +112,13 @@ impl McpHttp {
         let req = req.body(Full::new(Bytes::from(body)))?;
         // The connection is ready for the next request only once it has read the last response
         // to its end, which its task may not have done yet.
-        tokio::time::timeout(TIMEOUT, self.send.ready()).await??;
-        let res = tokio::time::timeout(TIMEOUT, self.send.send_request(req)).await??;
+        tokio::time::timeout(self.timeout, self.send.ready()).await??;
+        let res = tokio::time::timeout(self.timeout, self.send.send_request(req)).await??;
         let status = res.status().as_u16();
         if let Some(s) = res.headers().get("mcp-session-id") {
             self.session = Some(s.to_str()?.to_string());
         }
-        let bytes = tokio::time::timeout(TIMEOUT, res.into_body().collect()).await??.to_bytes();
+        let bytes = tokio::time::timeout(self.timeout, res.into_body().collect()).await??.to_bytes();
         let body = String::from_utf8_lossy(&bytes).into_owned();
         let messages = match serde_json::from_str::<Value>(&body) {
             Ok(v) => vec![v],

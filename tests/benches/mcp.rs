@@ -3,16 +3,18 @@
 //! (`search`, real MiniLM), on the main job's config (host/demo.toml: the rclone manual). Each
 //! concurrent client is its own session on its own connection. Beside it, in the same run, the
 //! same calls in process (`Host::call`, no MCP), so the protocol's cost shows as a ratio.
+//! Last, on one server with a `docx-search` tool beside it, the cheap call's latency while that
+//! tool ingests the rclone manual's DOCX, beside the same call on the idle server.
 //!
 //! Run with `make bench-mcp`. It reuses the demo index (`make demo` builds it; without it, the
 //! first start embeds the manual: about 10 minutes on 2 cores).
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use quarry_tests::mcp_client::{McpHttp, Served};
-use quarry_tests::{CHAPTER_RAG, quarry_bin, shared_data};
+use quarry_tests::{CHAPTER_RAG, DOCX_SEARCH, quarry_bin, shared_data};
 use serde_json::{Value, json};
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -137,4 +139,73 @@ async fn main() {
             );
         }
     }
+    drop(served);
+    during_ingest(&root, &config, &questions).await;
+}
+
+/// `list_chapter_tree` from one client, a call every 50 ms, on the idle server and then while a
+/// `docx-search` call on the same server ingests the rclone manual's DOCX (dynamic mode: the
+/// document is named in the call).
+async fn during_ingest(root: &std::path::Path, demo: &std::path::Path, questions: &Arc<Vec<String>>) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let docs = work.path().join("docs");
+    std::fs::create_dir_all(&docs).expect("docs dir");
+    let docx = shared_data().join("docx/generated/rclone_manual.pandoc.docx");
+    std::fs::copy(&docx, docs.join("rclone.docx")).unwrap_or_else(|e| panic!("{}: {e}", docx.display()));
+    let text = std::fs::read_to_string(demo).expect("host/demo.toml");
+    let text = text.replace("host = \"demo/rclone\"", &format!("host = {:?}", root.join("host/demo/rclone")));
+    let config = work.path().join("quarry.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "{text}\n[tools.docs]\ncomponent = {:?}\nembedder = \"minilm\"\n[tools.docs.grants]\ndirs = [{{ host = {:?}, guest = \"/docs\" }}]\nmemory = \"2GiB\"\ndeadline = \"1800s\"\n",
+            DOCX_SEARCH,
+            docs
+        ),
+    )
+    .expect("write config");
+    let served = Served::start(&quarry_bin(), &config);
+    let cheap = "rclone.list_chapter_tree";
+    let paced = |until: Option<tokio::task::JoinHandle<f64>>| {
+        let url = served.url.clone();
+        async move {
+            let mut c = McpHttp::open(&url).await.expect("MCP session");
+            let (mut ms, start) = (Vec::new(), Instant::now());
+            while until.as_ref().map_or(ms.len() < 200, |t| !t.is_finished()) {
+                let t = Instant::now();
+                let r = c.call(cheap, json!({})).await.expect("tools/call");
+                assert_eq!(r["result"]["isError"], json!(false), "{r}");
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let ingest_s = match until {
+                Some(t) => Some(t.await.expect("ingest task")),
+                None => None,
+            };
+            (stats(ms.clone(), start.elapsed().as_secs_f64()), ms.len(), ingest_s)
+        }
+    };
+    let (idle, idle_n, _) = paced(None).await;
+    let mut ingester = McpHttp::open(&served.url).await.expect("MCP session");
+    ingester.timeout = Duration::from_secs(1800);
+    let question = questions[0].clone();
+    let ingest = tokio::spawn(async move {
+        let t = Instant::now();
+        let args = json!({"docx": "/docs/rclone.docx", "search_query": question});
+        let r = ingester.call("docs.search_docx", args).await.expect("ingest call");
+        assert_eq!(r["result"]["isError"], json!(false), "the ingest failed: {r}");
+        t.elapsed().as_secs_f64()
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (busy, busy_n, ingest_s) = paced(Some(ingest)).await;
+    println!("\n{cheap} over MCP, 1 client, one call every 50 ms, on one `quarry serve`:");
+    println!("| server | calls | p50 ms | p99 ms |");
+    println!("|---|---|---|---|");
+    println!("| idle | {idle_n} | {:.2} | {:.2} |", idle.p50, idle.p99);
+    println!(
+        "| while docs.search_docx ingests the rclone DOCX ({:.1} s) | {busy_n} | {:.2} | {:.2} |",
+        ingest_s.unwrap_or(f64::NAN),
+        busy.p50,
+        busy.p99
+    );
 }
