@@ -12,7 +12,7 @@ wasmtime::component::bindgen!({
     exports: { default: async },
 });
 
-pub use self::quarry::retrieval::embedder::{EmbedError, Embedding, InputKind, ModelInfo};
+pub use self::quarry::retrieval::embedder::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 pub use self::quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
 
 /// Bindings for embedder components (`model` + `embedder` exports).

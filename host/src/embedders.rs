@@ -11,7 +11,7 @@ use wasmtime::component::Linker;
 
 use crate::bindings::embedder_world::exports::quarry::retrieval::embedder as ex;
 use crate::bindings::embedder_world::{EmbedderHost, EmbedderHostPre};
-use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
+use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 use crate::capability::CapabilityStore;
 use crate::capability::embedder::{BoxFuture, Caller, EmbedderBackend, MAX_CHUNK};
 use crate::config::InstanceConfig;
@@ -47,6 +47,11 @@ struct Live {
 
 /// Below this many texts per instance, a batch is not worth splitting.
 const MIN_CHUNK: usize = 4;
+/// The most texts one member tokenises for a caller before the next caller's turn.
+const MAX_TOKENISE_PART: usize = 256;
+
+/// The answer for one part of a batch split over the pool.
+type PartCall<T> = BoxFuture<'static, Result<Vec<T>, EmbedError>>;
 
 impl ComponentEmbedder {
     /// Compiles the embedder configured by `config` and starts its pool
@@ -93,26 +98,40 @@ impl ComponentEmbedder {
         texts: Vec<String>,
         kind: InputKind,
     ) -> Result<Vec<Embedding>, EmbedError> {
+        let run = move |me: Arc<Self>, client: String, part: Vec<String>| -> PartCall<Embedding> {
+            Box::pin(async move { me.run_on(&client, deadline, part, kind).await })
+        };
+        self.split(client, texts, MAX_CHUNK, run).await
+    }
+
+    /// Runs `run` over `texts` in parts of at most `max_part` texts, in parallel on the pool,
+    /// and joins the answers in order. Each part runs on its own worker thread; dropping the
+    /// set (the caller gave up) aborts the parts, and each aborted part drops its member's store.
+    async fn split<T: Send + 'static>(
+        self: Arc<Self>,
+        client: String,
+        texts: Vec<String>,
+        max_part: usize,
+        run: impl Fn(Arc<Self>, String, Vec<String>) -> PartCall<T> + Clone + Send + 'static,
+    ) -> Result<Vec<T>, EmbedError> {
         let n = self.members.len();
-        if texts.len() <= MAX_CHUNK && (n == 1 || texts.len() < 2 * MIN_CHUNK) {
-            return self.run_on(&client, deadline, texts, kind).await;
+        if texts.len() <= max_part && (n == 1 || texts.len() < 2 * MIN_CHUNK) {
+            return run(self, client, texts).await;
         }
-        let chunk = texts.len().div_ceil(n).clamp(MIN_CHUNK, MAX_CHUNK);
-        // Each chunk runs on its own worker thread; dropping the set (the caller gave up)
-        // aborts the chunks, and each aborted chunk drops its member's store.
+        let part = texts.len().div_ceil(n).clamp(MIN_CHUNK, max_part);
         let mut tasks = tokio::task::JoinSet::new();
         let mut rest = texts;
         let mut i = 0;
         while !rest.is_empty() {
-            let tail = rest.split_off(chunk.min(rest.len()));
-            let part = std::mem::replace(&mut rest, tail);
-            let (me, client) = (self.clone(), client.clone());
-            tasks.spawn(async move { (i, me.run_on(&client, deadline, part, kind).await) });
+            let tail = rest.split_off(part.min(rest.len()));
+            let texts = std::mem::replace(&mut rest, tail);
+            let (me, client, run) = (self.clone(), client.clone(), run.clone());
+            tasks.spawn(async move { (i, run(me, client, texts).await) });
             i += 1;
         }
-        let mut parts: Vec<Option<Vec<Embedding>>> = vec![None; i];
+        let mut parts: Vec<Option<Vec<T>>> = (0..i).map(|_| None).collect();
         while let Some(done) = tasks.join_next().await {
-            let (i, part) = done.map_err(|e| EmbedError::Internal(format!("embed task failed: {e}")))?;
+            let (i, part) = done.map_err(|e| EmbedError::Internal(format!("embedder task failed: {e}")))?;
             parts[i] = Some(part?);
         }
         Ok(parts.into_iter().flatten().flatten().collect())
@@ -137,17 +156,53 @@ impl ComponentEmbedder {
         Ok(out.into_iter().map(|e| Embedding { vector: e.vector, truncated: e.truncated }).collect())
     }
 
-    /// Counts tokens on one member of the pool (tokenising is cheap: no splitting).
+    /// Counts tokens, split over the pool like [`ComponentEmbedder::embed_batch`] (a manual's
+    /// chunks take seconds to tokenise in one instance).
     pub async fn count_tokens(
-        &self,
-        client: &str,
+        self: Arc<Self>,
+        client: String,
         deadline: Option<Instant>,
         texts: Vec<String>,
     ) -> Result<Vec<u32>, EmbedError> {
-        self.on_member(client, deadline, move |store, bindings| {
-            Box::pin(async move { bindings.quarry_retrieval_embedder().call_count_tokens(store, &texts).await })
-        })
-        .await
+        let run = move |me: Arc<Self>, client: String, part: Vec<String>| -> PartCall<u32> {
+            Box::pin(async move {
+                me.on_member(&client, deadline, move |store, bindings| {
+                    Box::pin(async move { bindings.quarry_retrieval_embedder().call_count_tokens(store, &part).await })
+                })
+                .await
+            })
+        };
+        self.split(client, texts, MAX_TOKENISE_PART, run).await
+    }
+
+    /// The byte spans of each text's tokens, split over the pool like
+    /// [`ComponentEmbedder::count_tokens`], checked with [`check_spans`] before a tool sees them.
+    pub async fn token_spans(
+        self: Arc<Self>,
+        client: String,
+        deadline: Option<Instant>,
+        texts: Vec<String>,
+    ) -> Result<Vec<Vec<TokenSpan>>, EmbedError> {
+        let lens: Vec<usize> = texts.iter().map(String::len).collect();
+        let name = self.config.name.clone();
+        let run = move |me: Arc<Self>, client: String, part: Vec<String>| -> PartCall<Vec<TokenSpan>> {
+            Box::pin(async move {
+                let out = me
+                    .on_member(&client, deadline, move |store, bindings| {
+                        Box::pin(
+                            async move { bindings.quarry_retrieval_embedder().call_token_spans(store, &part).await },
+                        )
+                    })
+                    .await?;
+                Ok(out
+                    .into_iter()
+                    .map(|spans| spans.into_iter().map(|s| TokenSpan { start: s.start, end: s.end }).collect())
+                    .collect())
+            })
+        };
+        let out = self.split(client, texts, MAX_TOKENISE_PART, run).await?;
+        check_spans(&name, &lens, &out)?;
+        Ok(out)
     }
 
     /// Runs one export call on the next pool member `client` is given (restarting it if a
@@ -282,6 +337,67 @@ impl EmbedderBackend for EmbedderSlot {
 
     fn count_tokens_for(&self, caller: Caller<'_>, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
         let (current, client, deadline) = (self.current(), caller.client.to_string(), caller.deadline);
-        Box::pin(async move { current.count_tokens(&client, deadline, texts).await })
+        Box::pin(current.count_tokens(client, deadline, texts))
+    }
+
+    fn token_spans_for(
+        &self,
+        caller: Caller<'_>,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<TokenSpan>>, EmbedError>> {
+        let (current, client, deadline) = (self.current(), caller.client.to_string(), caller.deadline);
+        Box::pin(current.token_spans(client, deadline, texts))
+    }
+}
+
+/// Checks an embedder's `token-spans` answer for texts of byte lengths `lens`: one list per
+/// text, each span inside its text, spans in order. A tool sizes chunks by binary search over
+/// the spans, so a faulty tokenizer is stopped here rather than sizing chunks wrongly.
+fn check_spans(embedder: &str, lens: &[usize], spans: &[Vec<TokenSpan>]) -> Result<(), EmbedError> {
+    let fault = |what: String| {
+        EmbedError::Internal(format!("embedder {embedder:?} answered token spans that {what}; its tokenizer is faulty"))
+    };
+    if spans.len() != lens.len() {
+        return Err(fault(format!("cover {} texts of {}", spans.len(), lens.len())));
+    }
+    for (i, (text, &len)) in spans.iter().zip(lens).enumerate() {
+        let mut last = 0;
+        for s in text {
+            if s.start > s.end || s.end as usize > len {
+                return Err(fault(format!("fall outside text {i} ({}..{} of {len} bytes)", s.start, s.end)));
+            }
+            if s.start < last {
+                return Err(fault(format!("are out of order in text {i}")));
+            }
+            last = s.start;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spans(v: &[(u32, u32)]) -> Vec<TokenSpan> {
+        v.iter().map(|&(start, end)| TokenSpan { start, end }).collect()
+    }
+
+    /// Good spans pass (empty texts, tokens sharing a start); a missing list, a span past its
+    /// text or backwards, and spans out of order are faults that name the embedder.
+    #[test]
+    fn spans_are_checked_against_their_texts() {
+        let ok = [spans(&[(0, 3), (4, 7), (4, 7)]), spans(&[])];
+        check_spans("e", &[7, 0], &ok).unwrap();
+        let bad = [
+            (vec![7, 0], ok[..1].to_vec(), "cover 1 texts of 2"),
+            (vec![5], vec![spans(&[(0, 3), (4, 7)])], "outside text 0 (4..7 of 5 bytes)"),
+            (vec![9], vec![spans(&[(5, 3)])], "outside text 0"),
+            (vec![9], vec![spans(&[(4, 5), (0, 3)])], "out of order in text 0"),
+        ];
+        for (lens, got, want) in bad {
+            let e = check_spans("e", &lens, &got).unwrap_err().describe();
+            assert!(e.contains(want) && e.contains("embedder \"e\""), "{e}");
+        }
     }
 }

@@ -109,6 +109,32 @@ async fn minilm_fp32_matches_reference_and_survives_bad_input() {
     assert!(!out[0].truncated && !out[2].truncated && !out[3].truncated && !out[4].truncated);
 }
 
+/// `token-spans` gives, for each text, the tokens `count-tokens` counts, where they lie.
+async fn spans_agree_with_counts(e: &Arc<dyn EmbedderBackend>, texts: &[&str]) -> Vec<Vec<(u32, u32)>> {
+    let texts: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+    let counts = within(60, e.count_tokens(texts.clone())).await.unwrap();
+    let spans = within(60, e.token_spans(texts.clone())).await.unwrap();
+    assert_eq!(spans.len(), texts.len());
+    for ((t, n), s) in texts.iter().zip(&counts).zip(&spans) {
+        assert_eq!(s.len(), *n as usize, "{t:?}: {s:?}");
+    }
+    spans.into_iter().map(|s| s.into_iter().map(|s| (s.start, s.end)).collect()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_spans_locate_the_counted_tokens() {
+    let env = TestEnv::new();
+    let (_host, e) = embedder(&env, "all-minilm-l6-v2").await;
+    let spans = spans_agree_with_counts(&e, &["Hello, world", "", "embeddings", "mixed: 中文 🦀"]).await;
+    assert_eq!(spans[0], [(0, 5), (5, 6), (7, 12)]);
+    assert!(spans[1].is_empty());
+    // Word pieces of one word share it, in order.
+    assert!(spans[2].len() > 1 && spans[2][0].0 == 0 && spans[2].last().unwrap().1 == 10, "{:?}", spans[2]);
+    let env = TestEnv::new();
+    let (_host, e5) = embedder(&env, "multilingual-e5-small").await;
+    spans_agree_with_counts(&e5, &["北京是中国的首都吗", "Hello, world", "mixed: 中文 🦀"]).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minilm_int8_matches_onnxruntime() {
     parity("all-minilm-l6-v2-int8", "minilm", "reference-int8-onnxruntime.json", 0.999).await;

@@ -6,9 +6,9 @@ wit_bindgen::generate!({
     world: "chapter-rag",
     // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.1.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.1.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.1.0": tool_guest::progress,
+        "quarry:retrieval/types@0.2.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.2.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.2.0": tool_guest::progress,
     },
     generate_all,
 });

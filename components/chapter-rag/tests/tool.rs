@@ -55,6 +55,17 @@ impl BaseEnv for Fake {
         self.counted.set(self.counted.get() + texts.len());
         Ok(texts.iter().map(|t| words(t).len() as u32).collect())
     }
+    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<(u32, u32)>>, ToolError> {
+        // The words `words` counts, where they lie.
+        let spans = |t: &str| {
+            let at = |w: &str| (w.as_ptr() as usize - t.as_ptr() as usize) as u32;
+            t.split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .map(|w| (at(w), at(w) + w.len() as u32))
+                .collect()
+        };
+        Ok(texts.iter().map(|t| spans(t)).collect())
+    }
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
         let files = self.files.borrow();
         let b = files.get(path).ok_or_else(|| ToolError::NotFound(format!("File does not exist: {path}")))?;

@@ -30,7 +30,9 @@ mod component {
 
     use std::cell::RefCell;
 
-    use exports::quarry::retrieval::embedder::{EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo};
+    use exports::quarry::retrieval::embedder::{
+        EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo, TokenSpan,
+    };
     use exports::quarry::retrieval::model::Guest as ModelGuest;
 
     use wasi::nn::graph::{GraphExecutionContext, load_by_name};
@@ -121,6 +123,14 @@ mod component {
         }
     }
 
+    /// Runs `f` on the loaded model.
+    fn with_model<T>(f: impl FnOnce(&Model<HostGraph>) -> Result<T, EmbedError>) -> Result<T, EmbedError> {
+        MODEL.with(|m| match m.borrow().as_ref() {
+            Some(model) => f(model),
+            None => Err(EmbedError::Unavailable("no model loaded; the host calls `load` first".into())),
+        })
+    }
+
     fn info(i: model::ModelInfo) -> ModelInfo {
         ModelInfo { id: i.id, dimension: i.dimension, max_tokens: i.max_tokens }
     }
@@ -148,11 +158,7 @@ mod component {
                 InputKind::Query => Kind::Query,
                 InputKind::Document => Kind::Document,
             };
-            MODEL.with(|m| {
-                let m = m.borrow();
-                let model = m
-                    .as_ref()
-                    .ok_or_else(|| EmbedError::Unavailable("no model loaded; the host calls `load` first".into()))?;
+            with_model(|model| {
                 texts
                     .iter()
                     .map(|t| {
@@ -166,12 +172,18 @@ mod component {
         }
 
         fn count_tokens(texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
-            MODEL.with(|m| {
-                let m = m.borrow();
-                let model = m
-                    .as_ref()
-                    .ok_or_else(|| EmbedError::Unavailable("no model loaded; the host calls `load` first".into()))?;
-                texts.iter().map(|t| model.count_tokens(t).map_err(error)).collect()
+            with_model(|model| texts.iter().map(|t| model.count_tokens(t).map_err(error)).collect())
+        }
+
+        fn token_spans(texts: Vec<String>) -> Result<Vec<Vec<TokenSpan>>, EmbedError> {
+            with_model(|model| {
+                texts
+                    .iter()
+                    .map(|t| {
+                        let spans = model.token_spans(t).map_err(error)?;
+                        Ok(spans.into_iter().map(|(start, end)| TokenSpan { start, end }).collect())
+                    })
+                    .collect()
             })
         }
     }

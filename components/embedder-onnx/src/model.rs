@@ -192,6 +192,16 @@ impl<G: Inference> Model<G> {
         Ok(u32::try_from(enc.get_ids().len()).unwrap_or(u32::MAX))
     }
 
+    /// Byte spans in `text` of the tokens [`Model::count_tokens`] counts, in order.
+    pub fn token_spans(&self, text: &str) -> Result<Vec<(u32, u32)>, EmbedError> {
+        let enc = self
+            .counter
+            .encode(text, false)
+            .map_err(|e| EmbedError::InvalidInput(format!("cannot tokenise the text: {e}")))?;
+        let at = |o: usize| u32::try_from(o).unwrap_or(u32::MAX);
+        Ok(enc.get_offsets().iter().map(|&(s, e)| (at(s), at(e))).collect())
+    }
+
     /// Embeds one text: prefix, tokenise (truncating at the window), run, mean-pool, normalise.
     pub fn embed(&self, text: &str, kind: Kind) -> Result<Embedding, EmbedError> {
         let (ids, truncated) = self.encode(text, kind)?;

@@ -50,6 +50,44 @@ pub struct Chunk {
 /// Tokens a text takes in the embedder's window (special tokens excluded).
 pub type TokenCount<'a> = &'a dyn Fn(&str) -> usize;
 
+/// A token's byte span `(start, end)` in the text it came from (the embedder's `token-spans`).
+pub type TokenSpan = (u32, u32);
+
+/// Counts the tokens of pieces of one text from the text's token spans, tokenised once: sizing
+/// a candidate chunk costs a binary search, not a tokenizer run (text-splitter sizes many
+/// candidates per chunk).
+pub struct SpanCounter<'a> {
+    text: &'a str,
+    spans: &'a [TokenSpan],
+}
+
+impl<'a> SpanCounter<'a> {
+    /// The counter for `text`, whose tokens lie at `spans` (in order of their start).
+    pub fn new(text: &'a str, spans: &'a [TokenSpan]) -> SpanCounter<'a> {
+        SpanCounter { text, spans }
+    }
+
+    /// Tokens that overlap `piece`, a slice of the text: a token cut by the piece's edge counts
+    /// whole, so a piece is never sized smaller than it tokenises. A string that is not a slice
+    /// of the text counts one token per byte, which is never too few either.
+    pub fn count(&self, piece: &str) -> usize {
+        let (base, at) = (self.text.as_ptr() as usize, piece.as_ptr() as usize);
+        if piece.is_empty() {
+            return 0;
+        }
+        if at < base || at + piece.len() > base + self.text.len() {
+            return piece.len();
+        }
+        let (a, b) = (at - base, at - base + piece.len());
+        let mut first = self.spans.partition_point(|s| (s.0 as usize) < a);
+        if first > 0 && self.spans[first - 1].1 as usize > a {
+            first -= 1;
+        }
+        let last = self.spans.partition_point(|s| (s.0 as usize) < b);
+        last.saturating_sub(first)
+    }
+}
+
 /// Tokens reserved for the special tokens a model adds around a text (BERT: [CLS], [SEP]) and
 /// for a prefix (e5: "passage: ").
 pub const RESERVED_TOKENS: usize = 8;
@@ -157,6 +195,38 @@ mod tests {
         let chunks = Chunking::Tokens { max_tokens: 50, overlap: 5 }.split(&text, Some(&words)).unwrap();
         assert!(chunks.len() >= 20);
         assert!(chunks.iter().all(|c| words(&c.text) <= 50));
+    }
+
+    fn word_spans(text: &str) -> Vec<TokenSpan> {
+        let at = |w: &str| (w.as_ptr() as usize - text.as_ptr() as usize) as u32;
+        text.split_whitespace().map(|w| (at(w), at(w) + w.len() as u32)).collect()
+    }
+
+    /// Sizing from spans gives the chunks that tokenising every candidate gives (which also
+    /// shows that text-splitter sizes slices of the text, which the counter relies on).
+    #[test]
+    fn spans_size_like_a_tokenizer() {
+        let text = "alpha beta gamma delta epsilon.\n\nzeta eta theta. iota kappa lambda mu. ".repeat(60);
+        let spans = word_spans(&text);
+        let counter = SpanCounter::new(&text, &spans);
+        let chunking = Chunking::Tokens { max_tokens: 37, overlap: 5 };
+        let by_spans = chunking.split(&text, Some(&|s: &str| counter.count(s))).unwrap();
+        assert_eq!(by_spans, chunking.split(&text, Some(&words)).unwrap());
+        assert!(by_spans.len() > 10);
+    }
+
+    /// A token cut by a piece's edge counts whole; a string from elsewhere counts its bytes.
+    #[test]
+    fn span_counts_at_the_edges() {
+        let text = "one two three";
+        let spans = word_spans(text);
+        let c = SpanCounter::new(text, &spans);
+        assert_eq!(c.count(text), 3);
+        assert_eq!(c.count(&text[1..9]), 3, "\"ne two t\" touches three words");
+        assert_eq!(c.count(&text[3..4]), 0, "a space alone");
+        assert_eq!(c.count(&text[4..7]), 1);
+        assert_eq!(c.count(""), 0);
+        assert_eq!(c.count("elsewhere"), 9);
     }
 
     #[test]

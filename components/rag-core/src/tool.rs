@@ -72,6 +72,8 @@ pub trait BaseEnv {
     fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
     /// Tokens each text takes in the embedder's window.
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
+    /// Each text's tokens as byte spans of it, in order (see [`crate::chunk::SpanCounter`]).
+    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<crate::chunk::TokenSpan>>, ToolError>;
     /// Reads a granted file, refusing more than `max_bytes` (see [`read_file`]).
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
     /// A line for the host's log.

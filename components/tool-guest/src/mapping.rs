@@ -90,6 +90,11 @@ impl BaseEnv for GuestEnv {
         embedder::count_tokens(texts).map_err(embed_err)
     }
 
+    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<rag_core::chunk::TokenSpan>>, ToolError> {
+        let out = embedder::token_spans(texts).map_err(embed_err)?;
+        Ok(out.into_iter().map(|t| t.into_iter().map(|s| (s.start, s.end)).collect()).collect())
+    }
+
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
         rag_core::tool::read_file(path, max_bytes, self.file_kind)
     }

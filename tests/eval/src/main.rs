@@ -77,6 +77,9 @@ impl BaseEnv for Native {
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError> {
         texts.iter().map(|t| self.model.count_tokens(t).map_err(err)).collect()
     }
+    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<(u32, u32)>>, ToolError> {
+        texts.iter().map(|t| self.model.token_spans(t).map_err(err)).collect()
+    }
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
         let b = std::fs::read(path).map_err(|e| ToolError::NotFound(format!("{path}: {e}")))?;
         if b.len() as u64 > max_bytes {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Instant;
 
-use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
+use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 
 /// A boxed future, for object-safe async traits.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -38,6 +38,13 @@ pub trait EmbedderBackend: Send + Sync {
     ) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>>;
     /// Counts the tokens of `texts` in order (see the WIT `count-tokens`).
     fn count_tokens_for(&self, caller: Caller<'_>, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>>;
+    /// The byte spans of each text's tokens (see the WIT `token-spans`), checked: one list per
+    /// text, spans inside their text and in order.
+    fn token_spans_for(
+        &self,
+        caller: Caller<'_>,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Vec<TokenSpan>>, EmbedError>>;
     /// [`EmbedderBackend::embed_for`] for the host itself.
     fn embed(&self, texts: Vec<String>, kind: InputKind) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
         self.embed_for(Caller::HOST, texts, kind)
@@ -45,5 +52,9 @@ pub trait EmbedderBackend: Send + Sync {
     /// [`EmbedderBackend::count_tokens_for`] for the host itself.
     fn count_tokens(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
         self.count_tokens_for(Caller::HOST, texts)
+    }
+    /// [`EmbedderBackend::token_spans_for`] for the host itself.
+    fn token_spans(&self, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<Vec<TokenSpan>>, EmbedError>> {
+        self.token_spans_for(Caller::HOST, texts)
     }
 }

@@ -15,12 +15,12 @@ use std::time::Instant;
 use wasmtime::component::{HasData, Linker};
 
 use crate::bindings::quarry::retrieval::embedder as wit;
-use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo};
+use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 
 pub use backend::{BoxFuture, Caller, EmbedderBackend};
 
 /// The WIT name of the import.
-pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.1.0";
+pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.2.0";
 /// The most texts a backend embeds for one caller before it serves the next (the component
 /// pool's chunk: callers share the pool in turn, chunk by chunk).
 pub const MAX_CHUNK: usize = 32;
@@ -92,6 +92,13 @@ impl wit::Host for View<'_> {
     async fn count_tokens(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<u32>, EmbedError>> {
         match &self.state.backend {
             Some(e) => Ok(e.count_tokens_for(self.caller(), texts).await),
+            None => Ok(Err(no_embedder())),
+        }
+    }
+
+    async fn token_spans(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<Vec<TokenSpan>>, EmbedError>> {
+        match &self.state.backend {
+            Some(e) => Ok(e.token_spans_for(self.caller(), texts).await),
             None => Ok(Err(no_embedder())),
         }
     }

@@ -5,7 +5,8 @@
 //! Config: `{"dimension": 8, "max_tokens": 16, "model_id": "toy", "delay_ms": 0}` (all
 //! optional). A text of more than `max_tokens` words is truncated and flagged. With
 //! `delay_ms`, each `embed` call first waits that long on the clock (a host call), so tests can
-//! make the pool busy.
+//! make the pool busy. With `"bad_spans": true`, `token-spans` answers spans past the end of
+//! each text, as a faulty embedder might (the host must refuse them).
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -15,7 +16,9 @@ wit_bindgen::generate!({
 
 use std::cell::RefCell;
 
-use exports::quarry::retrieval::embedder::{EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo};
+use exports::quarry::retrieval::embedder::{
+    EmbedError, Embedding, Guest as EmbedderGuest, InputKind, ModelInfo, TokenSpan,
+};
 use exports::quarry::retrieval::model::Guest as ModelGuest;
 
 struct Component;
@@ -23,6 +26,7 @@ struct Component;
 thread_local! {
     static INFO: RefCell<Option<ModelInfo>> = const { RefCell::new(None) };
     static DELAY_MS: RefCell<u64> = const { RefCell::new(0) };
+    static BAD_SPANS: RefCell<bool> = const { RefCell::new(false) };
 }
 
 impl ModelGuest for Component {
@@ -40,6 +44,7 @@ impl ModelGuest for Component {
         }
         INFO.with(|i| *i.borrow_mut() = Some(info.clone()));
         DELAY_MS.with(|d| *d.borrow_mut() = cfg.get("delay_ms").and_then(|v| v.as_u64()).unwrap_or(0));
+        BAD_SPANS.with(|b| *b.borrow_mut() = cfg.get("bad_spans").and_then(|v| v.as_bool()).unwrap_or(false));
         Ok(info)
     }
 }
@@ -90,6 +95,22 @@ impl EmbedderGuest for Component {
     /// One token per whitespace-separated word, the unit `embed` truncates at.
     fn count_tokens(texts: Vec<String>) -> Result<Vec<u32>, EmbedError> {
         Ok(texts.iter().map(|t| t.split_whitespace().count() as u32).collect())
+    }
+
+    /// The byte span of each whitespace-separated word.
+    fn token_spans(texts: Vec<String>) -> Result<Vec<Vec<TokenSpan>>, EmbedError> {
+        let shift = if BAD_SPANS.with(|b| *b.borrow()) { 1 << 20 } else { 0 };
+        Ok(texts
+            .iter()
+            .map(|t| {
+                t.split_whitespace()
+                    .map(|w| {
+                        let start = (w.as_ptr() as usize - t.as_ptr() as usize) as u32 + shift;
+                        TokenSpan { start, end: start + w.len() as u32 }
+                    })
+                    .collect()
+            })
+            .collect())
     }
 }
 
