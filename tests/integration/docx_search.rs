@@ -325,6 +325,34 @@ async fn the_index_survives_a_restart_and_unchanged_documents_cost_nothing() {
     }
 }
 
+/// An embedder whose `token-spans` answer falls outside its texts is stopped by the host: the
+/// ingest fails with a message naming the embedder, nothing is indexed from it, and a tool on a
+/// sound embedder in the same host ingests the same document.
+#[tokio::test]
+async fn a_faulty_tokenizer_is_stopped_by_the_host() {
+    let env = env();
+    let faulty = r#"
+[embedders.faulty]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 64, bad_spans = true }
+pool = 1
+
+[tools.docx_faulty]
+component = "plugins/docx.wasm"
+embedder = "faulty"
+config = {}
+[tools.docx_faulty.grants]
+dirs = [{ host = "docs", guest = "/docs" }]
+"#;
+    let host = env.host(&format!("{}{faulty}", config("{}"))).await;
+    let args = json!({"docx": "/docs/tables.docx", "search_query": "Merged Cell 1.1", "similarity_threshold": 0.0});
+    let err = within(120, host.call("docx_faulty.search_docx", &args.to_string())).await.unwrap_err().to_string();
+    assert!(err.contains("embedder \"faulty\" answered token spans that fall outside text 0"), "{err}");
+    assert!(err.contains("its tokenizer is faulty"), "{err}");
+    let out = call(&host, args).await.unwrap();
+    assert!(out.hits.iter().any(|h| h.content.contains("Merged Cell 1.1")), "{:#?}", out.hits);
+}
+
 #[tokio::test]
 async fn bad_config_is_refused_at_load() {
     let env = env();

@@ -11,7 +11,6 @@
 //! chunking are unchanged), then the search is limited to it. Without one, the search covers
 //! every indexed document.
 
-use std::cell::RefCell;
 use std::time::Duration;
 
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
@@ -363,8 +362,12 @@ impl<E: Env> DocxTool<E> {
             self.env.progress(&task, vectors.len() as u64, texts.len() as u64, "chunks");
         }
         added.embed_ms = ms_since(t);
-        // For the report only; timed apart so that embed_ms is embedding alone.
-        added.tokens = self.env.count_tokens(&texts)?.iter().map(|&n| u64::from(n)).sum();
+        // For the report only: token chunks know their size; character chunks are counted
+        // now, timed apart so that embed_ms is embedding alone.
+        added.tokens = match chunks.iter().map(|c| c.tokens.map(|n| n as u64)).sum::<Option<u64>>() {
+            Some(n) => n,
+            None => self.env.count_tokens(&texts)?.iter().map(|&n| u64::from(n)).sum(),
+        };
         let t = std::time::Instant::now();
         let records = chunks
             .iter()
@@ -384,22 +387,35 @@ impl<E: Env> DocxTool<E> {
     }
 
     fn chunk(&self, doc: &extract::Extracted, source: &str) -> Result<Vec<sections::DocChunk>, ToolError> {
-        let failure = RefCell::new(None);
-        let count = |s: &str| -> usize {
-            match self.env.count_tokens(&[s.to_string()]) {
-                Ok(v) => v.first().copied().unwrap_or(0) as usize,
-                Err(e) => {
-                    failure.borrow_mut().get_or_insert(e);
-                    0
-                }
-            }
+        let sections = sections::sections(doc);
+        let tokens = match self.chunking {
+            Chunking::Tokens { .. } => Some(self.section_tokens(&sections)?),
+            Chunking::Characters { .. } => None,
         };
-        let chunks = sections::chunk(doc, &self.chunking, Some(&count))
-            .map_err(|e| ToolError::Internal(format!("chunking {source}: {e}")))?;
-        match failure.into_inner() {
-            Some(e) => Err(e),
-            None => Ok(chunks),
+        sections::chunk(&sections, &self.chunking, tokens.as_deref())
+            .map_err(|e| ToolError::Internal(format!("chunking {source}: {e}")))
+    }
+
+    /// Every section's token spans and path-line count, from one embedder call: candidate
+    /// chunks are then sized locally.
+    fn section_tokens(&self, sections: &[sections::Section]) -> Result<Vec<sections::SectionTokens>, ToolError> {
+        let lines: Vec<String> =
+            sections.iter().map(|s| s.path_line().map(|l| format!("{l}\n")).unwrap_or_default()).collect();
+        let texts: Vec<String> = sections.iter().map(|s| s.text.clone()).chain(lines).collect();
+        let mut spans = self.env.token_spans(&texts)?;
+        if spans.len() != texts.len() {
+            return Err(ToolError::Upstream(format!(
+                "the embedder tokenised {} texts of {}",
+                spans.len(),
+                texts.len()
+            )));
         }
+        let lines = spans.split_off(sections.len());
+        Ok(spans
+            .into_iter()
+            .zip(lines)
+            .map(|(text, line)| sections::SectionTokens { text, path_line: line.len() })
+            .collect())
     }
 
     fn load(&self, source: &str) -> Result<Vec<u8>, ToolError> {
