@@ -124,30 +124,36 @@ pub fn build(
     let mut pieces = units::pieces(&text, &tree, params).map_err(chunk_err)?;
     let model = env.model();
     let window = model.max_tokens.saturating_sub(RESERVED_TOKENS).max(16);
-    // Token counts the previous index already has (by embedded text) are not asked again:
-    // after a small edit, counting is most of the rebuild.
-    let mut known_tokens: HashMap<&str, u32> = HashMap::new();
+    // Token counts the previous index already has, and those of earlier rounds (by embedded
+    // text), are not asked again: after a small edit, counting is most of the rebuild, and each
+    // round re-splits only the few chunks that overflow.
+    let mut known_tokens: HashMap<String, u32> = HashMap::new();
     if let Some(prev) = previous {
         for c in prev.chunks() {
             if let (Some(k), Some(n)) =
                 (c.meta.get("esha").and_then(|v| v.as_str()), c.meta.get("tokens").and_then(|v| v.as_u64()))
             {
-                known_tokens.insert(k, n as u32);
+                known_tokens.insert(k.to_string(), n as u32);
             }
         }
     }
     let mut counts = Vec::new();
     for round in 0..=CAP_ROUNDS {
         let texts: Vec<String> = pieces.iter().map(|p| embed_text(&tree, p)).collect();
-        let known: Vec<Option<u32>> =
-            texts.iter().map(|t| known_tokens.get(content_hash(t.as_bytes()).as_str()).copied()).collect();
-        let ask: Vec<String> = texts.iter().zip(&known).filter(|(_, k)| k.is_none()).map(|(t, _)| t.clone()).collect();
-        let asked = if ask.is_empty() { Vec::new() } else { env.count_tokens(&ask)? };
+        let keys: Vec<String> = texts.iter().map(|t| content_hash(t.as_bytes())).collect();
+        let ask: Vec<usize> = (0..texts.len()).filter(|&i| !known_tokens.contains_key(&keys[i])).collect();
+        let asked = if ask.is_empty() {
+            Vec::new()
+        } else {
+            env.count_tokens(&ask.iter().map(|&i| texts[i].clone()).collect::<Vec<_>>())?
+        };
         if asked.len() != ask.len() {
             return Err(ToolError::Upstream(format!("the embedder counted {} texts of {}", asked.len(), ask.len())));
         }
-        let mut asked = asked.into_iter();
-        counts = known.into_iter().map(|k| k.or_else(|| asked.next()).unwrap_or(0)).collect();
+        for (&i, n) in ask.iter().zip(asked) {
+            known_tokens.insert(keys[i].clone(), n);
+        }
+        counts = keys.iter().map(|k| known_tokens.get(k).copied().unwrap_or(0)).collect();
         let over: Vec<usize> = (0..pieces.len()).filter(|&i| counts[i] as usize > window).collect();
         if over.is_empty() || round == CAP_ROUNDS {
             report.over_window = over.len();
