@@ -1,10 +1,10 @@
 //! Chapter RAG benchmark, in the real host with the real MiniLM embedder (one instance per core)
 //! on the bundled rclone manual: the index build cold, after a one-chapter edit, and reopened
 //! after a restart; then warm `route` and `search` latency, p50/p99 over 100 questions each
-//! (the rclone development questions, cycled).
+//! (the rclone development questions, cycled), beside the question's embedding alone.
 //!
 //! Run with `make bench-chapters` (or `cargo bench -p quarry-tests --bench chapters`). The cold
-//! build embeds the whole manual: about 10 minutes on 2 cores.
+//! build embeds the whole manual: about 2 minutes on 2 cores.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -101,4 +101,26 @@ deadline = "3600s"
     println!("route: p50 {p50:.1} ms, p99 {p99:.1} ms over {} calls", qs.len());
     let (p50, p99) = latency(&host, "manual.search", &qs).await;
     println!("search: p50 {p50:.1} ms, p99 {p99:.1} ms over {} calls", qs.len());
+
+    // Where a query's time goes: the question's embedding alone, through the same embedder
+    // (the component tokenises, the host runs the graph through wasi-nn), without the tool.
+    let embedder = host.embedder("minilm").expect("the minilm embedder");
+    let tokens = embedder.count_tokens(qs.clone()).await.expect("count_tokens");
+    let mut ms = Vec::new();
+    for q in &qs {
+        let t = Instant::now();
+        embedder.embed(vec![q.clone()], quarry::bindings::InputKind::Query).await.expect("embed");
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    let mut tokens: Vec<u32> = tokens;
+    tokens.sort();
+    println!(
+        "question embedding alone: p50 {:.1} ms, p99 {:.1} ms over {} calls (questions of {} tokens at the median, {} at most)",
+        percentile(&ms, 0.5),
+        percentile(&ms, 0.99),
+        qs.len(),
+        tokens[tokens.len() / 2],
+        tokens[tokens.len() - 1]
+    );
 }

@@ -531,13 +531,18 @@ impl ChapterTool {
         limit: usize,
     ) -> Result<(Route, Vec<Scored>), ToolError> {
         let q = self.query(env, "search", question)?;
-        let route = search::route(&mut self.built, &q)?;
+        self.routed_search_for(&q, limit)
+    }
+
+    /// [`ChapterTool::routed_search`] for a question already embedded.
+    pub fn routed_search_for(&mut self, q: &Query, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
+        let route = search::route(&mut self.built, q)?;
         let nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
         if nodes.is_empty() {
             return Ok((route, Vec::new()));
         }
         let allowed = self.inside(&nodes);
-        let found = search::hybrid(&mut self.built, &q, limit, self.threshold, Some(&|i| allowed[i]))?;
+        let found = search::hybrid(&mut self.built, q, limit, self.threshold, Some(&|i| allowed[i]))?;
         Ok((route, found))
     }
 
