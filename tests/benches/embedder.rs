@@ -4,7 +4,10 @@
 //!   host with 1 instance and with N (one per core), and for onnxruntime in Python
 //!   on the same model file with 1 and N threads (the venv `make models` made);
 //! - model load time, memory per instance (RSS growth per pool member);
-//! - compiling the embedder component vs loading its cached precompiled form.
+//! - compiling the embedder component vs loading its cached precompiled form;
+//! - batched tensors against one text per run, on the host's engine (tract) directly, one
+//!   thread, texts of equal length (the best case for batching: no padding). The embedder
+//!   sends one text per run because this comes out slower.
 //!
 //! Run with `make bench-embedder` (or `cargo bench -p quarry-tests --bench embedder`).
 //! `QUARRY_BENCH_MODEL` picks the model directory (default all-minilm-l6-v2).
@@ -145,4 +148,57 @@ async fn main() {
     };
     println!("\nquarry 1 instance / onnxruntime 1 thread    {}", ratio(0, 2));
     println!("quarry {cores} instances / onnxruntime {cores} threads  {}", ratio(1, 3));
+    batching(&model_dir.join("model.onnx"));
+}
+
+/// tract's plan for inputs of shape `[batch, S]` (`batch` symbolic when `None`).
+fn plan(path: &Path, batch: Option<usize>) -> Arc<tract_onnx::prelude::TypedRunnableModel> {
+    use tract_onnx::prelude::*;
+    let mut model = tract_onnx::onnx()
+        .with_ignore_output_shapes(true)
+        .with_ignore_value_info(true)
+        .model_for_path(path)
+        .expect("model.onnx");
+    let (b, s) = (model.sym("B"), model.sym("S"));
+    let b: TDim = batch.map_or(b.into(), TDim::from);
+    for i in 0..model.input_outlets().expect("inputs").len() {
+        let fact = TypedFact::dt_shape(DatumType::I64, [b.clone(), s.clone().into()]);
+        model.set_input_fact(i, InferenceFact::from(fact)).expect("input fact");
+    }
+    model.into_optimized().and_then(|m| m.into_runnable()).expect("optimised plan")
+}
+
+/// Milliseconds per text for `reps` runs of `batch` texts of `len` tokens (the median run).
+fn per_text(plan: &Arc<tract_onnx::prelude::TypedRunnableModel>, batch: usize, len: usize, reps: usize) -> f64 {
+    use tract_onnx::prelude::*;
+    let n = batch * len;
+    let mut ms = Vec::new();
+    for _ in 0..reps {
+        let ids: Vec<i64> = (0..n as i64).map(|i| 1000 + i % 5000).collect();
+        let inputs = tvec!(
+            Tensor::from_shape(&[batch, len], &ids).expect("ids").into(),
+            Tensor::from_shape(&[batch, len], &vec![1i64; n]).expect("mask").into(),
+            Tensor::from_shape(&[batch, len], &vec![0i64; n]).expect("types").into()
+        );
+        let t = Instant::now();
+        plan.run(inputs).expect("run");
+        ms.push(t.elapsed().as_secs_f64() * 1e3 / batch as f64);
+    }
+    ms.sort_by(f64::total_cmp);
+    ms[reps / 2]
+}
+
+fn batching(model: &Path) {
+    let (one, many) = (plan(model, Some(1)), plan(model, None));
+    println!("\nbatched tensors, tract natively, one thread: ms per text (batch 1 / batch n = speed-up)");
+    for len in [128, 256] {
+        let single = per_text(&one, 1, len, 10);
+        for batch in [8, 32] {
+            let batched = per_text(&many, batch, len, 3);
+            println!(
+                "{len} tokens: batch 1 {single:.1} ms, batch {batch} {batched:.1} ms per text ({:.2}x)",
+                single / batched
+            );
+        }
+    }
 }
