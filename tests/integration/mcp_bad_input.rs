@@ -192,9 +192,16 @@ async fn bad_input_over_http() {
 
     let huge = json!({"jsonrpc": "2.0", "id": 99, "method": "tools/call",
         "params": {"name": "echo.echo", "arguments": {"text": "x".repeat(SEVENTEEN_MB)}}});
-    let r = c.post(huge.to_string().into_bytes()).await.unwrap();
-    assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(300)]);
-    assert_eq!(error_code(&r.messages[0]), -32600, "{r:?}");
+    // The server answers from the length alone and closes without reading the body; a client
+    // still writing it may see the connection cut before it reads the answer (more likely on a
+    // loaded machine). Either way the body was refused unread.
+    match c.post(huge.to_string().into_bytes()).await {
+        Ok(r) => {
+            assert_eq!(r.status, 413, "{}", &r.body[..r.body.len().min(300)]);
+            assert_eq!(error_code(&r.messages[0]), -32600, "{r:?}");
+        }
+        Err(e) => assert!(format!("{e:#}").contains("error writing a body to connection"), "{e:#}"),
+    }
     // A refused body may leave the connection unusable; a new one must be served.
     let mut c = McpHttp::open(&served.url).await.unwrap();
     still_serving(&mut c).await;
