@@ -28,7 +28,7 @@ host:
 	$(CARGO) build --release -p quarry
 
 # The main job: chapter RAG over the bundled rclone manual, one question, routed chapters and
-# fragments printed. The first run embeds the manual into $(DEMO_INDEX) (about 10 minutes on 2
+# fragments printed. The first run embeds the manual into $(DEMO_INDEX) (about 2 minutes on 2
 # cores); later runs take seconds.
 BIN := $(or $(CARGO_TARGET_DIR),target)/release/quarry
 DEMO_INDEX ?= $(or $(QUARRY_DEMO_INDEX),$(HOME)/.cache/quarry/demo-index)
