@@ -10,11 +10,17 @@ fn document(s: &str) -> Value {
     serde_json::from_str::<Value>(s).unwrap_or_else(|_| Value::String(s.to_string()))
 }
 
+/// A score as the component wrote it (`0.8`, not the `0.800000011920929` of the f32 widened to
+/// f64 that serde_json would print).
+fn score(x: Option<f32>) -> Value {
+    x.and_then(|x| x.to_string().parse::<f64>().ok()).map_or(Value::Null, Value::from)
+}
+
 /// The hits as `[{content, score, source, metadata}]`.
 fn hits(out: &ToolOutput) -> Vec<Value> {
     out.hits
         .iter()
-        .map(|h| json!({"content": h.content, "score": h.score, "source": h.source, "metadata": document(&h.metadata)}))
+        .map(|h| json!({"content": h.content, "score": score(h.score), "source": h.source, "metadata": document(&h.metadata)}))
         .collect()
 }
 
@@ -32,4 +38,16 @@ pub fn structured(out: &ToolOutput) -> Value {
         v["extra"] = document(extra);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scores_print_as_written() {
+        assert_eq!(score(Some(0.8)).to_string(), "0.8");
+        assert_eq!(score(Some(f32::NAN)), Value::Null);
+        assert_eq!(score(None), Value::Null);
+    }
 }

@@ -121,6 +121,7 @@ pub struct Routed {
     /// Titles from the top down to it.
     pub path: Vec<String>,
     /// Its share of the evidence, in [0, 1].
+    #[serde(serialize_with = "rag_core::score::serialize_f32")]
     pub confidence: f32,
 }
 
@@ -130,6 +131,7 @@ pub struct Route {
     /// 1–3 chapters, best first.
     pub chapters: Vec<Routed>,
     /// The best chapter's share of all the evidence, in [0, 1].
+    #[serde(serialize_with = "rag_core::score::serialize_f32")]
     pub confidence: f32,
     /// One line saying why.
     pub reason: String,

@@ -8,6 +8,7 @@
 
 use std::path::PathBuf;
 
+use rag_core::score::json_f32;
 use rag_core::store::Index;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -205,7 +206,7 @@ impl ChapterTool {
                     "chapter_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Several chapter ids, instead of chapter_id"},
                     "query": {"type": "string", "description": "What to look for"},
                     "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
-                    "similarity_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": self.threshold, "description": "Drop results scoring below this (normalised cosine)"}
+                    "similarity_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": json_f32(self.threshold), "description": "Drop results scoring below this (normalised cosine)"}
                 }, "required": ["query"], "additionalProperties": false}),
             ),
             (
@@ -440,7 +441,8 @@ impl ChapterTool {
         let a: A = parse_args("route", args)?;
         let route = self.route(env, &a.question)?;
         audit(env, "route", &a.question, &route, &[]);
-        let body = json!({"chapters": route.chapters, "confidence": route.confidence, "reason": route.reason});
+        let body =
+            json!({"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason});
         Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
     }
 
@@ -502,14 +504,14 @@ impl ChapterTool {
             .map(|h| {
                 json!({
                     "chapter_id": h.metadata["chapter_id"], "chapter_title": h.metadata["chapter_title"],
-                    "chunk_index": h.metadata["chunk_index"], "score": h.score, "content": h.content,
+                    "chunk_index": h.metadata["chunk_index"], "score": h.score.map(json_f32), "content": h.content,
                 })
             })
             .collect();
         Ok(Output {
             text: pretty(&Value::Array(results)),
             hits,
-            extra: json!({"chapter_ids": ids, "threshold": threshold}),
+            extra: json!({"chapter_ids": ids, "threshold": json_f32(threshold)}),
         })
     }
 
@@ -600,7 +602,7 @@ impl ChapterTool {
         Ok(Output {
             text,
             hits,
-            extra: json!({"route": {"chapters": route.chapters, "confidence": route.confidence, "reason": route.reason}}),
+            extra: json!({"route": {"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason}}),
         })
     }
 

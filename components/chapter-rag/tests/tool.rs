@@ -118,6 +118,10 @@ fn tree_chapter_route_search_and_citations() {
         let s: Value = serde_json::from_str(&schema).unwrap();
         assert_eq!(s["type"], "object");
     }
+    // Defaults print as written: an f32 0.55 is not shown as 0.550000011920929.
+    let defaults = ChapterTool::open(&json!({"manual": "/docs/m.md"}).to_string(), &env).unwrap();
+    let spec = defaults.specs().into_iter().find(|(n, _, _)| n == "search_chapter_content").unwrap().2;
+    assert!(spec.contains(r#""default":0.55,"#), "{spec}");
     let tree = call(&mut t, &env, "list_chapter_tree", json!({})).unwrap();
     assert!(tree.text.contains("1 Installing") && tree.text.contains("  2.1 Bandwidth limits"), "{}", tree.text);
     let top = call(&mut t, &env, "list_chapter_tree", json!({"level": 1})).unwrap();
@@ -144,6 +148,15 @@ fn tree_chapter_route_search_and_citations() {
     .unwrap();
     let rows: Value = serde_json::from_str(&found.text).unwrap();
     assert_eq!(rows[0]["chapter_id"], "2.1", "{rows}");
+    // Scores and confidences print as f32s are written, not widened (0.1, not 0.10000000149011612).
+    // An f32 has at most 9 significant digits; a widened one prints 16 or 17.
+    let widened = |t: &str| {
+        t.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .any(|w| w.split_once('.').is_some_and(|(_, d)| d.len() >= 10))
+    };
+    for text in [&route.text, &found.text] {
+        assert!(!widened(text), "{text}");
+    }
     assert!(found.hits.iter().all(|h| h.metadata["chapter_id"].as_str().unwrap().starts_with('2')));
     // Inside chapter 1 there is no bandwidth text: whatever comes back is from chapter 1.
     let other =

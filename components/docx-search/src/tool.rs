@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
+use rag_core::score::json_f32;
 use rag_core::store::{Index, StoreError, content_hash};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -488,7 +489,7 @@ impl<E: Env> DocxTool<E> {
         let mut extra = json!({
             "model": self.model.id,
             "chunking": self.chunking.key(),
-            "similarity_threshold": threshold,
+            "similarity_threshold": json_f32(threshold),
             "limit": limit,
             "documents": self.index.documents().len(),
             "chunks": self.index.chunks().len(),

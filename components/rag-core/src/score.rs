@@ -24,9 +24,39 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
+/// An `f32` as JSON, printed as written (`0.55`, not `0.550000011920929`): serde_json widens an
+/// `f32` to the nearest `f64`, whose shortest form has more digits. Not a number gives `null`.
+pub fn json_f32(x: f32) -> serde_json::Value {
+    // The shortest decimal that reads back as `x`, read as an f64.
+    x.to_string().parse::<f64>().map_or(serde_json::Value::Null, serde_json::Value::from)
+}
+
+/// Serializes an `f32` as written (see [`json_f32`]), for `#[serde(serialize_with)]`.
+pub fn serialize_f32<S: serde::Serializer>(x: &f32, s: S) -> Result<S::Ok, S::Error> {
+    match x.to_string().parse::<f64>() {
+        Ok(v) if v.is_finite() => s.serialize_f64(v),
+        _ => s.serialize_none(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f32_json_prints_as_written() {
+        assert_eq!(serde_json::json!(0.55f32).to_string(), "0.550000011920929", "why the helper exists");
+        assert_eq!(json_f32(0.55).to_string(), "0.55");
+        assert_eq!(json_f32(0.6).to_string(), "0.6");
+        assert_eq!(json_f32(1.0).to_string(), "1.0");
+        assert_eq!(json_f32(f32::NAN), serde_json::Value::Null);
+        #[derive(serde::Serialize)]
+        struct S {
+            #[serde(serialize_with = "serialize_f32")]
+            x: f32,
+        }
+        assert_eq!(serde_json::to_string(&S { x: 0.1 }).unwrap(), r#"{"x":0.1}"#);
+    }
 
     #[test]
     fn crewai_default_threshold_keeps_its_meaning() {
