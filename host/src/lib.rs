@@ -26,6 +26,7 @@ pub mod capability;
 pub mod cli;
 pub mod config;
 pub mod embedders;
+pub mod eval;
 pub mod fair;
 pub mod instance;
 pub mod limits;

@@ -10,6 +10,7 @@ mod couchbase;
 mod docx_search;
 mod embedder;
 mod embedder_onnx;
+mod eval;
 mod hardening;
 mod hot_swap;
 mod mcp;

@@ -441,8 +441,7 @@ impl ChapterTool {
         let a: A = parse_args("route", args)?;
         let route = self.route(env, &a.question)?;
         audit(env, "route", &a.question, &route, &[]);
-        let body =
-            json!({"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason});
+        let body = json!({"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason});
         Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
     }
 
@@ -554,13 +553,36 @@ impl ChapterTool {
         struct A {
             question: String,
             limit: Option<usize>,
+            /// Eval-only (not in the schema): `quarry eval --compare` asks for global searches
+            /// beside the routed one.
+            retrieval: Option<String>,
         }
         let a: A = parse_args("search", args)?;
         let limit = a.limit.unwrap_or(self.fragments);
         if !FRAGMENTS.contains(&limit) {
             return Err(bad_args("search", format!("limit must be within 8 and 12, got {limit}")));
         }
-        let (route, found) = self.routed_search(env, &a.question, limit)?;
+        let (route, found) = match a.retrieval.as_deref() {
+            None | Some("routed") => self.routed_search(env, &a.question, limit)?,
+            Some(mode @ ("global_vector" | "global_hybrid")) => {
+                let q = self.query(env, "search", &a.question)?;
+                let found = if mode == "global_vector" {
+                    let mut v = search::vector_only(&mut self.built, &q, limit, None)?;
+                    v.retain(|s| s.score >= self.threshold);
+                    v
+                } else {
+                    search::hybrid(&mut self.built, &q, limit, self.threshold, None)?
+                };
+                let reason = format!("not routed: retrieval = {mode} searches the whole manual");
+                (Route { chapters: Vec::new(), confidence: 0.0, reason, ranking: Vec::new() }, found)
+            }
+            Some(other) => {
+                return Err(bad_args(
+                    "search",
+                    format!("retrieval must be \"routed\", \"global_hybrid\" or \"global_vector\", got {other:?}"),
+                ));
+            }
+        };
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
         let cited: Vec<&str> = hits.iter().filter_map(|h| h.metadata["chapter_id"].as_str()).collect();
         audit(env, "search", &a.question, &route, &cited);
@@ -602,7 +624,13 @@ impl ChapterTool {
         Ok(Output {
             text,
             hits,
-            extra: json!({"route": {"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason}}),
+            extra: json!({"route": {
+                "chapters": route.chapters,
+                "confidence": json_f32(route.confidence),
+                "reason": route.reason,
+                // Every top-level chapter with evidence, best first, for `quarry eval`'s chapter recall.
+                "chapter_ranking": route.ranking.iter().map(|&n| &self.built.tree.nodes[n].title).collect::<Vec<_>>(),
+            }}),
         })
     }
 

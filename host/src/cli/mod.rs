@@ -1,5 +1,5 @@
-//! The `quarry` command line: `list`, `call`, `check`, `serve`; [`progress_bar`] draws what
-//! tools report while they work.
+//! The `quarry` command line: `list`, `call`, `check`, `serve`, `eval`; [`progress_bar`] draws
+//! what tools report while they work.
 
 mod progress_bar;
 
@@ -48,6 +48,23 @@ pub enum Command {
     },
     /// Validate the config and open every instance; report each failure.
     Check,
+    /// Score a search tool on labelled questions: `quarry eval manual.search questions.jsonl`.
+    /// Each line is a JSON object: {"question": "...", "answer_sections": ["Chapter > Section"]}
+    /// (see the README). Prints section and chapter recall@k, all-found@10, MRR and latency.
+    Eval {
+        /// `instance.tool`, or the instance name alone when it offers one tool.
+        tool: String,
+        /// The question file (JSON lines); a `sections.jsonl` beside it lets questions name
+        /// sections by id.
+        questions: PathBuf,
+        /// Run global vector, global hybrid and routed retrieval side by side (tools that
+        /// accept the eval-only argument `retrieval`, such as chapter-rag's `search`).
+        #[arg(long)]
+        compare: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve every tool over MCP, swapping in new component versions as their files change.
     Serve {
         /// Speak MCP on stdin/stdout (logs go to stderr).
@@ -111,6 +128,17 @@ pub async fn run(cli: Cli) -> ExitCode {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_USAGE);
         }
+    };
+    // A bad question file is reported before the tools load (which may take minutes).
+    let questions = match &cli.command {
+        Command::Eval { questions, .. } => match crate::eval::load_questions(questions) {
+            Ok(q) => q,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        },
+        _ => Vec::new(),
     };
     let host = match Registry::new(config) {
         Ok(h) => h,
@@ -193,6 +221,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
             ExitCode::from(if failures.is_empty() { EXIT_OK } else { EXIT_TOOL })
         }
+        Command::Eval { tool, compare, json, .. } => eval(&host, &tool, &questions, compare, json).await,
         Command::Call { tool, args, json } => match host.call(&tool, &args).await {
             Ok(out) => {
                 if json {
@@ -213,6 +242,51 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
         },
     }
+}
+
+/// `quarry eval`: the scores of `tool` on `questions`, as a table or JSON.
+async fn eval(
+    host: &Registry,
+    tool: &str,
+    questions: &[crate::eval::questions::Question],
+    compare: bool,
+    json: bool,
+) -> ExitCode {
+    let plan = match crate::eval::Plan::for_tool(host, tool) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {}", shown_err(&e.to_string()));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let modes: Vec<Option<&str>> =
+        if compare { crate::eval::COMPARED.iter().map(|m| Some(*m)).collect() } else { vec![None] };
+    let mut rows = Vec::new();
+    for mode in modes {
+        match crate::eval::run(host, &plan, questions, mode).await {
+            Ok(Some(row)) => rows.push(row),
+            Ok(None) => {
+                eprintln!(
+                    "error: {} has one retrieval mode (it refuses the argument `retrieval`); run without --compare",
+                    plan.tool
+                );
+                return ExitCode::from(EXIT_USAGE);
+            }
+            Err(e) => {
+                eprintln!("error: {}", shown_err(&e.to_string()));
+                return ExitCode::from(EXIT_TOOL);
+            }
+        }
+    }
+    let multi = questions.iter().filter(|q| q.multi).count();
+    if json {
+        let v = serde_json::json!({"tool": plan.tool, "questions": questions.len(), "rows": crate::eval::score::to_json(&rows)});
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!("{}: {} questions ({multi} multi-section)\n", plan.tool, questions.len());
+        print!("{}", crate::eval::score::table(&rows));
+    }
+    ExitCode::from(EXIT_OK)
 }
 
 /// `quarry serve`: watch the components, then serve until the client leaves (stdio) or the

@@ -1,0 +1,190 @@
+//! Running a configured tool on labelled questions through the host, as an agent would call it.
+
+use std::time::Instant;
+
+use serde_json::{Map, Value, json};
+
+use super::questions::Question;
+use super::score::{DEPTH, Fragment, Row, Tally, chapter_order, chapters_of, percentile};
+use crate::bindings::{Hit, ToolError};
+use crate::instance::CallError;
+use crate::registry::Registry;
+
+/// The retrieval modes `--compare` asks for, with the eval-only argument `retrieval`: global
+/// vector search, global hybrid search, and the tool's own routing.
+pub const COMPARED: [&str; 3] = ["global_vector", "global_hybrid", "routed"];
+
+/// Argument names that take the question, in order of preference.
+const QUESTION_ARGS: [&str; 3] = ["question", "search_query", "query"];
+
+/// Why an evaluation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// No such tool.
+    #[error("no tool {name:?}; the configured tools are: {known}")]
+    UnknownTool {
+        /// As given.
+        name: String,
+        /// The tools there are.
+        known: String,
+    },
+    /// The tool's schema does not say where the question goes, or needs more than eval fills.
+    #[error("{tool}: {message}")]
+    Schema {
+        /// The tool.
+        tool: String,
+        /// What is missing.
+        message: String,
+    },
+    /// A call failed.
+    #[error("{tool}, question {id}: {error}")]
+    Call {
+        /// The tool.
+        tool: String,
+        /// The question's id.
+        id: String,
+        /// The host's error.
+        error: String,
+    },
+    /// The hits say nothing about where they are in the manual.
+    #[error(
+        "{tool}: its hits carry neither a heading path nor a line range (metadata `path`, `heading_path` or `lines`), so they cannot be scored; quarry eval scores chapter-rag and docx-search tools"
+    )]
+    Unplaced {
+        /// The tool.
+        tool: String,
+    },
+}
+
+/// How to call a tool with a question: the argument that takes it, and `limit` when the tool
+/// has one that allows [`DEPTH`] results.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// `instance.tool`.
+    pub tool: String,
+    question_arg: String,
+    limit: bool,
+}
+
+impl Plan {
+    /// Reads tool `name`'s schema (`instance.tool`, or an instance with one tool).
+    pub fn for_tool(host: &Registry, name: &str) -> Result<Plan, EvalError> {
+        let tools = host.tools();
+        let by_instance: Vec<_> = tools.iter().filter(|t| t.instance == name).collect();
+        let entry = tools
+            .iter()
+            .find(|t| t.qualified == name)
+            .or_else(|| if by_instance.len() == 1 { by_instance.first().copied() } else { None })
+            .ok_or_else(|| EvalError::UnknownTool {
+                name: crate::text::cut(name, 64),
+                known: tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>().join(", "),
+            })?;
+        let tool = entry.qualified.clone();
+        let schema: Value = serde_json::from_str(&entry.spec.args_schema).unwrap_or(Value::Null);
+        let props = schema["properties"].as_object().cloned().unwrap_or_default();
+        let required: Vec<String> = schema["required"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        let is_string = |name: &str| props.get(name).is_some_and(|p| p["type"] == "string");
+        let question_arg = QUESTION_ARGS.iter().map(|s| s.to_string()).find(|a| is_string(a)).ok_or_else(|| {
+            EvalError::Schema {
+                tool: tool.clone(),
+                message: format!(
+                    "cannot tell which argument takes the question (no string argument named {}); evaluate a search tool such as INSTANCE.search",
+                    QUESTION_ARGS.join(", ")
+                ),
+            }
+        })?;
+        let others: Vec<&String> = required.iter().filter(|r| **r != question_arg).collect();
+        if !others.is_empty() {
+            return Err(EvalError::Schema {
+                tool,
+                message: format!(
+                    "it also requires {others:?}, and eval fills only the question and `limit`; configure the instance so that they are not needed (for docx-search, a fixed `docx`)"
+                ),
+            });
+        }
+        let limit = props.get("limit").is_some_and(|p| {
+            p["type"] == "integer"
+                && p["minimum"].as_u64().is_none_or(|m| m <= DEPTH as u64)
+                && p["maximum"].as_u64().is_none_or(|m| m >= DEPTH as u64)
+        });
+        Ok(Plan { tool, question_arg, limit })
+    }
+
+    fn args(&self, question: &str, retrieval: Option<&str>) -> String {
+        let mut args = Map::new();
+        args.insert(self.question_arg.clone(), json!(question));
+        if self.limit {
+            args.insert("limit".into(), json!(DEPTH));
+        }
+        if let Some(r) = retrieval {
+            args.insert("retrieval".into(), json!(r));
+        }
+        Value::Object(args).to_string()
+    }
+}
+
+/// Where a hit lies, from its metadata: `path` (chapter-rag) or `heading_path` (docx-search),
+/// and `lines`.
+fn fragment(hit: &Hit) -> Option<Fragment> {
+    let meta: Value = serde_json::from_str(&hit.metadata).ok()?;
+    let path: Vec<String> = ["path", "heading_path"]
+        .iter()
+        .find_map(|k| meta[*k].as_array())
+        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    let lines = match (meta["lines"][0].as_u64(), meta["lines"][1].as_u64()) {
+        (Some(a), Some(b)) => Some((a as usize, b as usize)),
+        _ => None,
+    };
+    (!path.is_empty() || lines.is_some()).then_some(Fragment { path, lines })
+}
+
+/// The chapters a tool ranks: those it routed to and then the rest of its ranking, when it
+/// reports a route (chapter-rag's `extra.route`), then the fragments' chapters.
+fn chapters(extra: Option<&str>, fragments: &[Fragment]) -> Vec<String> {
+    let extra: Value = extra.and_then(|e| serde_json::from_str(e).ok()).unwrap_or(Value::Null);
+    let titles = |v: &Value| -> Vec<String> {
+        v.as_array().map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect()).unwrap_or_default()
+    };
+    let routed: Vec<String> = extra["route"]["chapters"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|c| c["path"][0].as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    let ranking = titles(&extra["route"]["chapter_ranking"]);
+    chapter_order([routed.as_slice(), ranking.as_slice(), chapters_of(fragments).as_slice()])
+}
+
+/// Asks every question of `plan`'s tool (with `retrieval`, when given) and scores the answers.
+/// None when the tool refuses the `retrieval` argument: it has one mode.
+pub async fn run(
+    host: &Registry,
+    plan: &Plan,
+    questions: &[Question],
+    retrieval: Option<&str>,
+) -> Result<Option<Row>, EvalError> {
+    let mut tally = Tally::default();
+    let mut ms = Vec::with_capacity(questions.len());
+    for q in questions {
+        let t = Instant::now();
+        let out = match host.call(&plan.tool, &plan.args(&q.text, retrieval)).await {
+            Ok(out) => out,
+            Err(CallError::Tool { error: ToolError::InvalidArgs(m), .. })
+                if retrieval.is_some() && m.contains("retrieval") =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(EvalError::Call { tool: plan.tool.clone(), id: q.id.clone(), error: e.to_string() }),
+        };
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        let fragments: Vec<Fragment> = out.hits.iter().filter_map(fragment).collect();
+        if fragments.len() < out.hits.len() {
+            return Err(EvalError::Unplaced { tool: plan.tool.clone() });
+        }
+        tally.add(q, &fragments, &chapters(out.extra.as_deref(), &fragments));
+    }
+    let name = retrieval.unwrap_or("as configured").to_string();
+    Ok(Some(Row { name, tally, latency: Some((percentile(&ms, 0.5), percentile(&ms, 0.99))) }))
+}

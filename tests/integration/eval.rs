@@ -1,0 +1,127 @@
+//! `quarry eval`: a configured chapter-rag tool scored on labelled questions by the binary, as a
+//! user runs it on their own manual.
+
+use std::process::Command;
+
+use quarry_tests::{CHAPTER_RAG, TOY_EMBEDDER, TestEnv, quarry_bin};
+use serde_json::Value;
+
+fn run(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(quarry_bin())
+        .current_dir(env.dir.path())
+        .args(args)
+        .env_remove("QUARRY_CONFIG")
+        .output()
+        .expect("run quarry");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Five sections, each long enough to be chunks of its own, each with words of its own.
+fn manual() -> String {
+    let section = |words: &str| format!("{words}. ").repeat(30);
+    format!(
+        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\n{}\n",
+        section("Download the archive and unpack it anywhere"),
+        section("Use the distribution packages such as apt or dnf"),
+        section("Run the installer from winget or chocolatey"),
+        section("Sync makes the destination identical to the source"),
+        section("Use bwlimit with a timetable to go slowly during working hours"),
+    )
+}
+
+fn env() -> TestEnv {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(CHAPTER_RAG, "chapters");
+    for d in ["docs", "index"] {
+        std::fs::create_dir_all(env.path(d)).unwrap();
+    }
+    std::fs::write(env.path("docs/m.md"), manual()).unwrap();
+    env.config(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 256 }
+pool = 1
+
+[tools.manual]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = { manual = "/docs/m.md", index_dir = "/index", similarity_threshold = 0.0 }
+[tools.manual.grants]
+dirs = [{ host = "docs", guest = "/docs" }, { host = "index", guest = "/index", mode = "rw" }]
+"#,
+    );
+    env
+}
+
+/// Questions whose words are in their section only: every retriever finds them first.
+const QUESTIONS: &str = r#"{"id": "bw", "question": "bwlimit timetable working hours", "answer_sections": ["Syncing > Bandwidth"]}
+{"id": "apt", "question": "apt dnf distribution packages", "answer_sections": ["Installing > On Linux"]}
+
+{"id": "both", "question": "winget chocolatey installer; destination identical to the source", "answer_sections": ["Installing > On Windows", "Syncing"]}
+"#;
+
+#[test]
+fn scores_a_tool_on_labelled_questions() {
+    let env = env();
+    std::fs::write(env.path("q.jsonl"), QUESTIONS).unwrap();
+    let (code, out, err) = run(&env, &["eval", "manual.search", "q.jsonl", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!((v["tool"].as_str(), v["questions"].as_u64()), (Some("manual.search"), Some(3)));
+    let row = &v["rows"][0];
+    assert_eq!(row["retriever"], "as configured");
+    assert_eq!(row["multi_section_questions"], 1);
+    for k in ["1", "3", "5", "10"] {
+        assert_eq!(row["section_recall"][k], 1.0, "{row}");
+    }
+    assert_eq!(row["chapter_recall"]["3"], 1.0, "{row}");
+    assert_eq!(row["mrr_at_10"], 1.0, "{row}");
+    assert_eq!(row["all_found_at_10"], 1.0, "{row}");
+    assert!(row["latency_ms"]["p50"].as_f64().unwrap() > 0.0, "{row}");
+
+    // Side by side, as a table: the three retrievers, each with its latency.
+    let (code, out, err) = run(&env, &["eval", "manual.search", "q.jsonl", "--compare"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("manual.search: 3 questions (1 multi-section)"), "{out}");
+    for name in ["global_vector", "global_hybrid", "routed"] {
+        let line = out.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(line.split('|').count(), 13, "{line}");
+    }
+    // A question that nothing answers counts against every measure.
+    std::fs::write(
+        env.path("q.jsonl"),
+        format!("{QUESTIONS}{}\n", r#"{"question": "zzzz", "answer_sections": ["Nowhere"]}"#),
+    )
+    .unwrap();
+    let (code, out, err) = run(&env, &["eval", "manual", "q.jsonl", "--json"]);
+    assert_eq!(code, 2, "the instance has six tools: {out}");
+    assert!(err.contains("no tool \"manual\"") && err.contains("manual.search"), "{err}");
+    let (code, out, err) = run(&env, &["eval", "manual.search", "q.jsonl", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rows"][0]["section_recall"]["10"], 0.75, "{out}");
+    assert_eq!(v["rows"][0]["mrr_at_10"], 0.75, "{out}");
+}
+
+#[test]
+fn bad_question_files_and_tools_are_named() {
+    let env = env();
+    std::fs::write(env.path("q.jsonl"), format!("{}\n{{\"question\": \"x\"}}\n", QUESTIONS.lines().next().unwrap()))
+        .unwrap();
+    let (code, _, err) = run(&env, &["eval", "manual.search", "q.jsonl"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("q.jsonl line 2: name the sections that answer it"), "{err}");
+    let (code, _, err) = run(&env, &["eval", "manual.search", "missing.jsonl"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot read missing.jsonl"), "{err}");
+    std::fs::write(env.path("q.jsonl"), QUESTIONS).unwrap();
+    let (code, _, err) = run(&env, &["eval", "manual.get_chapter", "q.jsonl"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot tell which argument takes the question"), "{err}");
+}
