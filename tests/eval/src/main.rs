@@ -2,7 +2,8 @@
 //! a manual with labelled questions (format in ../shared/data/README.md), printed as one table:
 //! section recall@1/3/5/10, chapter recall@1/3 and, for questions that need two sections,
 //! all-found@10, for (a) global vector search, (b) global hybrid search and (c) routed hybrid
-//! search (the `search` tool). Then the latency of `route` and `search` (native, p50/p99).
+//! search (the `search` tool), scored by `quarry::eval` (the scorer of `quarry eval`). Then the
+//! latency of `route` and `search` (native, p50/p99).
 //!
 //! It runs chapter-rag's own code natively, with the embedder component's model code over the
 //! host's own inference (quarry's `nn` capability, the code that serves `wasi:nn`), so scores
@@ -10,16 +11,16 @@
 //! ~/.cache/quarry/eval/<model>/) and rebuilt only when the manual or the model changes.
 //! `make eval` runs it on both development manuals.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use chapter_rag::search::{self, Scored};
 use chapter_rag::tool::{BaseEnv, ChapterTool, Env, Model, ToolError};
 use embedder_onnx::model::{self as onnx, Inference, Kind};
+use quarry::eval::score::{Fragment, Row, Tally, chapter_order, chapters_of, percentile};
 use quarry::nn::native::{ElementType, NativeModel, RawTensor};
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// The host's inference, called directly: what `wasi:nn` runs for the component.
 struct HostInference(std::sync::Arc<NativeModel>);
@@ -104,80 +105,14 @@ impl Env for Native {
     }
 }
 
-/// A section's lines, inclusive, subtree included.
-type Lines = (usize, usize);
-
-struct Question {
-    text: String,
-    gold: Vec<Lines>,
-    acceptable: Vec<Lines>,
-    chapters: Vec<String>,
-    multi: bool,
-}
-
-fn load_questions(path: &Path, sections: &HashMap<String, Lines>) -> Result<Vec<Question>> {
-    let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
-    let lines = |v: &Value| -> Result<Vec<Lines>> {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|id| sections.get(id.as_str().unwrap_or_default()).copied().context("unknown section id"))
-                    .collect()
-            })
-            .unwrap_or(Ok(Vec::new()))
-    };
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            let q: Value = serde_json::from_str(l)?;
-            Ok(Question {
-                text: q["question"].as_str().context("question")?.to_string(),
-                gold: lines(&q["answer_section_ids"])?,
-                acceptable: lines(&q["acceptable_section_ids"])?,
-                chapters: serde_json::from_value(q["chapters"].clone())?,
-                multi: q["type"] == "multi",
-            })
+/// The fragments of `hits`, as the scorer sees them: heading path and lines.
+fn fragments(b: &chapter_rag::index::Built, hits: &[Scored]) -> Vec<Fragment> {
+    hits.iter()
+        .map(|h| {
+            let c = &b.chunks[h.chunk];
+            Fragment { path: b.tree.path(c.chapter), lines: Some(c.lines) }
         })
         .collect()
-}
-
-fn overlaps(a: Lines, b: Lines) -> bool {
-    a.0 <= b.1 && b.0 <= a.1
-}
-
-/// Sums of hits per measure, for one retriever.
-#[derive(Default)]
-struct Tally {
-    section: [usize; 4],
-    chapter: [usize; 2],
-    all_found: usize,
-}
-
-const KS: [usize; 4] = [1, 3, 5, 10];
-
-fn score(t: &mut Tally, q: &Question, fragments: &[Lines], chapters: &[String]) {
-    for (slot, &k) in KS.iter().enumerate() {
-        let top = &fragments[..k.min(fragments.len())];
-        if top.iter().any(|&f| q.gold.iter().chain(&q.acceptable).any(|&g| overlaps(f, g))) {
-            t.section[slot] += 1;
-        }
-    }
-    for (slot, k) in [1, 3].into_iter().enumerate() {
-        if chapters.iter().take(k).any(|c| q.chapters.contains(c)) {
-            t.chapter[slot] += 1;
-        }
-    }
-    if q.multi {
-        let top = &fragments[..10.min(fragments.len())];
-        if q.gold.iter().all(|&g| top.iter().any(|&f| overlaps(f, g))) {
-            t.all_found += 1;
-        }
-    }
-}
-
-fn percentile(xs: &mut [f64], p: f64) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[((xs.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn main() -> Result<()> {
@@ -186,19 +121,7 @@ fn main() -> Result<()> {
         bail!("usage: chapter-eval MANUAL QUESTIONS MODEL_DIR [INDEX_DIR]");
     }
     let (manual, questions, model_dir) = (PathBuf::from(&args[0]), PathBuf::from(&args[1]), &args[2]);
-    let sections_path = questions.with_file_name("sections.jsonl");
-    let mut sections = HashMap::new();
-    for l in std::fs::read_to_string(&sections_path).with_context(|| sections_path.display().to_string())?.lines() {
-        let s: Value = serde_json::from_str(l)?;
-        sections.insert(
-            s["id"].as_str().context("id")?.to_string(),
-            (
-                s["line_start"].as_u64().context("line_start")? as usize,
-                s["subtree_line_end"].as_u64().context("end")? as usize,
-            ),
-        );
-    }
-    let questions = load_questions(&questions, &sections)?;
+    let questions = quarry::eval::load_questions(&questions)?;
     let dir = std::fs::canonicalize(model_dir).with_context(|| model_dir.clone())?;
     let section = quarry::nn::ModelSection { name: "eval".into(), dir: dir.clone(), pin: None };
     let graph = HostInference(quarry::nn::native::model(&section).map_err(|e| anyhow::anyhow!("{e}"))?);
@@ -240,25 +163,12 @@ fn main() -> Result<()> {
         tool.routed_search_for(&qv, 10).map_err(|e| anyhow::anyhow!("{e}"))?;
         rest_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let built = tool.built();
-        let top_title = |b: &chapter_rag::index::Built, chunk: usize| {
-            b.tree.nodes[b.tree.top(b.chunks[chunk].chapter)].title.clone()
-        };
-        let frag = |b: &chapter_rag::index::Built, hits: &[Scored]| -> (Vec<Lines>, Vec<String>) {
-            let mut chapters: Vec<String> = Vec::new();
-            for h in hits {
-                let t = top_title(b, h.chunk);
-                if !chapters.contains(&t) {
-                    chapters.push(t);
-                }
-            }
-            (hits.iter().map(|h| b.chunks[h.chunk].lines).collect(), chapters)
-        };
-        let v = search::vector_only(built, &qv, 10, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (f, c) = frag(built, &v);
-        score(&mut tallies[0], q, &f, &c);
-        let h = search::hybrid(built, &qv, 10, 0.0, None).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let (f, c) = frag(built, &h);
-        score(&mut tallies[1], q, &f, &c);
+        let found = search::vector_only(built, &qv, 10, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let v = fragments(built, &found);
+        tallies[0].add(q, &v, &chapters_of(&v));
+        let found = search::hybrid(built, &qv, 10, 0.0, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let h = fragments(built, &found);
+        tallies[1].add(q, &h, &chapters_of(&h));
         let t = Instant::now();
         tool.route(&env, &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
         route_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -266,20 +176,16 @@ fn main() -> Result<()> {
         let (route, found) = tool.routed_search(&env, &q.text, 10).map_err(|e| anyhow::anyhow!("{e}"))?;
         search_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let built = tool.built();
-        let (f, _) = frag(built, &found);
-        let mut chapters: Vec<String> = Vec::new();
-        for n in route.chapters.iter().map(|r| built.tree.top(r.node)).chain(route.ranking.iter().copied()) {
-            let t = built.tree.nodes[n].title.clone();
-            if !chapters.contains(&t) {
-                chapters.push(t);
-            }
-        }
-        score(&mut tallies[2], q, &f, &chapters);
+        let f = fragments(built, &found);
+        // What `quarry eval` reads from the search tool's output: the routed chapters, the rest
+        // of the router's ranking, then the fragments' chapters.
+        let title = |n: usize| built.tree.nodes[n].title.clone();
+        let routed: Vec<String> = route.chapters.iter().map(|r| title(built.tree.top(r.node))).collect();
+        let ranking: Vec<String> = route.ranking.iter().map(|&n| title(n)).collect();
+        tallies[2].add(q, &f, &chapter_order([routed.as_slice(), ranking.as_slice(), chapters_of(&f).as_slice()]));
         if verbose {
             let first =
-                |fr: &[Lines]| fr.iter().position(|&x| q.gold.iter().chain(&q.acceptable).any(|&g| overlaps(x, g)));
-            let (fa, _) = frag(built, &v);
-            let (fb, _) = frag(built, &h);
+                |fr: &[Fragment]| fr.iter().position(|x| q.gold.iter().chain(&q.acceptable).any(|g| g.holds(x)));
             eprintln!(
                 "{:?} gold {:?} | routed {:?} conf {:.2} | first gold rank a {:?} b {:?} c {:?}",
                 q.text.chars().take(60).collect::<String>(),
@@ -290,43 +196,34 @@ fn main() -> Result<()> {
                     .map(|r| format!("{} {} {:.2}", r.chapter_id, r.title, r.confidence))
                     .collect::<Vec<_>>(),
                 route.confidence,
-                first(&fa),
-                first(&fb),
+                first(&v),
+                first(&h),
                 first(&f)
             );
         }
     }
-    let n = questions.len();
     let multi = questions.iter().filter(|q| q.multi).count();
-    println!("{n} questions ({multi} multi-section)");
-    println!("| retriever | sec@1 | sec@3 | sec@5 | sec@10 | chap@1 | chap@3 | all-found@10 |");
-    println!("|---|---|---|---|---|---|---|---|");
-    for (name, t) in ["(a) global vector", "(b) global hybrid", "(c) routed hybrid"].iter().zip(&tallies) {
-        let f = |x: usize, of: usize| if of == 0 { "-".to_string() } else { format!("{:.2}", x as f64 / of as f64) };
-        println!(
-            "| {name} | {} | {} | {} | {} | {} | {} | {} |",
-            f(t.section[0], n),
-            f(t.section[1], n),
-            f(t.section[2], n),
-            f(t.section[3], n),
-            f(t.chapter[0], n),
-            f(t.chapter[1], n),
-            f(t.all_found, multi)
-        );
-    }
+    println!("{} questions ({multi} multi-section)", questions.len());
+    let rows: Vec<Row> = ["(a) global vector", "(b) global hybrid", "(c) routed hybrid"]
+        .iter()
+        .zip(tallies)
+        .map(|(name, tally)| Row { name: name.to_string(), tally, latency: None })
+        .collect();
+    print!("{}", quarry::eval::score::table(&rows));
     println!(
-        "native latency over {n} questions: route p50 {:.1} ms p99 {:.1} ms; search p50 {:.1} ms p99 {:.1} ms",
-        percentile(&mut route_ms, 0.5),
-        percentile(&mut route_ms, 0.99),
-        percentile(&mut search_ms, 0.5),
-        percentile(&mut search_ms, 0.99)
+        "native latency over {} questions: route p50 {:.1} ms p99 {:.1} ms; search p50 {:.1} ms p99 {:.1} ms",
+        questions.len(),
+        percentile(&route_ms, 0.5),
+        percentile(&route_ms, 0.99),
+        percentile(&search_ms, 0.5),
+        percentile(&search_ms, 0.99)
     );
     println!(
         "of which: question embedding p50 {:.1} ms p99 {:.1} ms; routed search without it p50 {:.1} ms p99 {:.1} ms",
-        percentile(&mut embed_ms, 0.5),
-        percentile(&mut embed_ms, 0.99),
-        percentile(&mut rest_ms, 0.5),
-        percentile(&mut rest_ms, 0.99)
+        percentile(&embed_ms, 0.5),
+        percentile(&embed_ms, 0.99),
+        percentile(&rest_ms, 0.5),
+        percentile(&rest_ms, 0.99)
     );
     Ok(())
 }
