@@ -112,6 +112,22 @@ pub fn quarry_bin() -> PathBuf {
     bin
 }
 
+/// Runs the `quarry` binary in `env`'s directory with `args` (no `QUARRY_CONFIG`): its exit
+/// code, stdout and stderr.
+pub fn run_quarry(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(quarry_bin())
+        .current_dir(env.dir.path())
+        .args(args)
+        .env_remove("QUARRY_CONFIG")
+        .output()
+        .expect("run quarry");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs `fut` with a timeout, so a hung host fails the test instead of the run.
 pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(secs), fut).await.expect("timed out")

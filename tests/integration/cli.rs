@@ -1,22 +1,6 @@
 //! The `quarry` binary as a user drives it.
 
-use std::process::Command;
-
-use quarry_tests::{ECHO_V1, HOSTILE, TestEnv, quarry_bin};
-
-fn run(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(quarry_bin())
-        .current_dir(env.dir.path())
-        .args(args)
-        .env_remove("QUARRY_CONFIG")
-        .output()
-        .expect("run quarry");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use quarry_tests::{ECHO_V1, HOSTILE, TestEnv, run_quarry as run};
 
 fn echo_env() -> TestEnv {
     let env = TestEnv::new();

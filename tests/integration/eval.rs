@@ -1,24 +1,8 @@
 //! `quarry eval`: a configured chapter-rag tool scored on labelled questions by the binary, as a
 //! user runs it on their own manual.
 
-use std::process::Command;
-
-use quarry_tests::{CHAPTER_RAG, TOY_EMBEDDER, TestEnv, quarry_bin};
+use quarry_tests::{CHAPTER_RAG, TOY_EMBEDDER, TestEnv, run_quarry as run};
 use serde_json::Value;
-
-fn run(env: &TestEnv, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(quarry_bin())
-        .current_dir(env.dir.path())
-        .args(args)
-        .env_remove("QUARRY_CONFIG")
-        .output()
-        .expect("run quarry");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// Five sections, each long enough to be chunks of its own, each with words of its own.
 fn manual() -> String {

@@ -441,7 +441,8 @@ impl ChapterTool {
         let a: A = parse_args("route", args)?;
         let route = self.route(env, &a.question)?;
         audit(env, "route", &a.question, &route, &[]);
-        let body = json!({"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason});
+        let body =
+            json!({"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason});
         Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
     }
 
