@@ -10,19 +10,13 @@
 //! parent. On the development questions (`make eval`), narrowing more eagerly loses answers that
 //! sit in a sibling section.
 
-use rag_core::fuse::rrf_weighted;
+use rag_core::hybrid::{self, LEG_DEPTH};
 use rag_core::score::{dot, from_cosine};
 use rag_core::tool::ToolError;
 use serde::Serialize;
 
 use crate::index::Built;
 
-/// The vector leg counts twice the keyword leg when fusing: on the development questions
-/// (`make eval`) the keyword leg adds names and flags the vectors miss, but at equal weight it
-/// pushes good vector hits out of the top ten.
-const VECTOR_WEIGHT: f32 = 2.0;
-/// Candidates per leg before fusing.
-const LEG_DEPTH: usize = 100;
 /// Passages that vote when routing.
 const VOTERS: usize = 40;
 /// A section must hold this share of its chapter's evidence to be routed to instead of it.
@@ -95,17 +89,10 @@ pub fn hybrid(
         .map(|(i, _)| i)
         .collect();
     let by_keyword: Vec<usize> = built.bm25.search(&query.text, depth, allowed).into_iter().map(|(i, _)| i).collect();
-    let mut out = Vec::new();
-    for (chunk, fused) in rrf_weighted(&[(&by_vector, VECTOR_WEIGHT), (&by_keyword, 1.0)]) {
-        let score = query.score(built, chunk);
-        if score >= threshold {
-            out.push(Scored { chunk, fused, score });
-            if out.len() == k {
-                break;
-            }
-        }
-    }
-    Ok(out)
+    Ok(hybrid::fuse(&by_vector, &by_keyword, k, threshold, |i| query.score(built, i))
+        .into_iter()
+        .map(|f| Scored { chunk: f.position, fused: f.fused, score: f.score })
+        .collect())
 }
 
 /// One routed chapter.

@@ -17,6 +17,7 @@
 pub mod bm25;
 pub mod chunk;
 pub mod fuse;
+pub mod hybrid;
 pub mod pyjson;
 pub mod score;
 pub mod store;
