@@ -64,7 +64,8 @@ fn extra(out: &quarry::bindings::ToolOutput) -> Value {
 #[tokio::test]
 async fn general_mode_schema_search_output_and_hits() {
     let env = env();
-    let host = env.host(&config("{}")).await;
+    // CrewAI's ranking (vectors alone, best score first), the mode CrewAI parity is checked in.
+    let host = env.host(&config(r#"{ retrieval = "vector" }"#)).await;
     let tools = host.tools();
     assert_eq!(tools.len(), 1);
     let spec = &tools[0].spec;
@@ -95,6 +96,7 @@ async fn general_mode_schema_search_output_and_hits() {
     // Scores are best first.
     let scores: Vec<f32> = out.hits.iter().map(|h| h.score.unwrap()).collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    assert_eq!(extra(&out)["retrieval"], "vector");
 
     // Per-call limit and threshold.
     let out = call(
@@ -325,6 +327,33 @@ async fn the_index_survives_a_restart_and_unchanged_documents_cost_nothing() {
     }
 }
 
+/// By default search is hybrid (vectors and keywords fused by rank), and a threshold still
+/// drops weak vectors. The eval-only `retrieval` argument picks a mode per call; docx-search
+/// does not route.
+#[tokio::test]
+async fn search_is_hybrid_by_default_and_vector_on_request() {
+    let env = env();
+    let host = env.host(&config("{}")).await;
+    let args = |extra: Value| {
+        let mut a =
+            json!({"docx": "/docs/tables.docx", "search_query": "Merged Cell 1.1", "similarity_threshold": 0.0});
+        a.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        a
+    };
+    let out = call(&host, args(json!({}))).await.unwrap();
+    assert_eq!(extra(&out)["retrieval"], "hybrid");
+    assert!(out.hits.iter().any(|h| h.content.contains("Merged Cell 1.1")), "{:#?}", out.hits);
+    let vector = call(&host, args(json!({"retrieval": "global_vector"}))).await.unwrap();
+    assert_eq!(extra(&vector)["retrieval"], "vector");
+    let hybrid = call(&host, args(json!({"retrieval": "global_hybrid"}))).await.unwrap();
+    assert_eq!(hybrid.hits.len(), out.hits.len());
+    let err = call(&host, args(json!({"retrieval": "routed"}))).await.unwrap_err();
+    assert!(err.contains("docx-search does not route"), "{err}");
+    // The threshold applies to the vector score in both modes.
+    let strict = call(&host, args(json!({"similarity_threshold": 0.99}))).await.unwrap();
+    assert!(strict.hits.iter().all(|h| h.score.unwrap() >= 0.99), "{:#?}", strict.hits);
+}
+
 /// An embedder whose `token-spans` answer falls outside its texts is stopped by the host: the
 /// ingest fails with a message naming the embedder, nothing is indexed from it, and a tool on a
 /// sound embedder in the same host ingests the same document.
@@ -363,6 +392,7 @@ async fn bad_config_is_refused_at_load() {
         (r#"{ chunking = "fancy" }"#, "unknown preset"),
         (r#"{ chunking = { mode = "tokens", max_tokens = 500, overlap = 10 } }"#, "does not fit the model's window"),
         (r#"{ colour = "red" }"#, "unknown field `colour`"),
+        (r#"{ retrieval = "routed" }"#, "retrieval: unknown mode \"routed\"; use \"hybrid\""),
     ] {
         let cfg = quarry::Config::load(&env.config(&config(tool_config))).unwrap();
         let host = quarry::Registry::new(cfg).unwrap();

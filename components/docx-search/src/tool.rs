@@ -14,6 +14,7 @@
 use std::time::Duration;
 
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
+use rag_core::hybrid::{self, LEG_DEPTH};
 use rag_core::score::json_f32;
 use rag_core::store::{Index, StoreError, content_hash};
 use serde::Deserialize;
@@ -65,6 +66,26 @@ struct Config {
     limit: Option<usize>,
     max_bytes: Option<u64>,
     download_timeout_secs: Option<u64>,
+    /// `"hybrid"` (default) or `"vector"` (CrewAI's ranking).
+    retrieval: Option<String>,
+}
+
+/// How search ranks chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retrieval {
+    /// Vectors and BM25 fused by rank (rag-core's hybrid search): the default.
+    Hybrid,
+    /// Vectors alone, by score: CrewAI's DOCXSearchTool ranking.
+    Vector,
+}
+
+impl Retrieval {
+    fn name(self) -> &'static str {
+        match self {
+            Retrieval::Hybrid => "hybrid",
+            Retrieval::Vector => "vector",
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -84,6 +105,7 @@ pub struct DocxTool<E: Env> {
     index_path: Option<String>,
     threshold: f32,
     limit: usize,
+    retrieval: Retrieval,
     max_bytes: u64,
     timeout: Duration,
     /// What indexing the fixed document at open did.
@@ -152,7 +174,7 @@ impl<E: Env> DocxTool<E> {
         } else {
             serde_json::from_str(config).map_err(|e| {
                 invalid_config(format!(
-                    "config: {e} (accepted keys: docx, index_dir, chunking, similarity_threshold, limit, max_bytes, download_timeout_secs)"
+                    "config: {e} (accepted keys: docx, index_dir, chunking, similarity_threshold, limit, retrieval, max_bytes, download_timeout_secs)"
                 ))
             })?
         };
@@ -187,6 +209,15 @@ impl<E: Env> DocxTool<E> {
         let threshold = check_threshold(cfg.similarity_threshold.unwrap_or(DEFAULT_THRESHOLD), "similarity_threshold")
             .map_err(invalid_config)?;
         let limit = check_limit(cfg.limit.unwrap_or(DEFAULT_LIMIT), "limit").map_err(invalid_config)?;
+        let retrieval = match cfg.retrieval.as_deref() {
+            None | Some("hybrid") => Retrieval::Hybrid,
+            Some("vector") => Retrieval::Vector,
+            Some(other) => {
+                return Err(invalid_config(format!(
+                    "retrieval: unknown mode {other:?}; use \"hybrid\" (default: vectors and keywords) or \"vector\" (CrewAI's ranking)"
+                )));
+            }
+        };
         let index_path = match cfg.index_dir {
             Some(dir) => {
                 if !env.granted_dirs().iter().any(|g| within(&normalise(&dir), g)) {
@@ -219,6 +250,7 @@ impl<E: Env> DocxTool<E> {
             index_path,
             threshold,
             limit,
+            retrieval,
             max_bytes: cfg.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
             timeout: Duration::from_secs(cfg.download_timeout_secs.unwrap_or(DEFAULT_DOWNLOAD_TIMEOUT.as_secs())),
             opened: None,
@@ -280,8 +312,10 @@ impl<E: Env> DocxTool<E> {
         let args: Value = serde_json::from_str(args)
             .map_err(|e| ToolError::InvalidArgs(format!("arguments are not a JSON object: {e}")))?;
         let obj = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be a JSON object".into()))?;
-        if let Some(k) =
-            obj.keys().find(|k| !["docx", "search_query", "similarity_threshold", "limit"].contains(&k.as_str()))
+        // `retrieval` is eval-only (not in the schema): `quarry eval --compare` asks for each mode.
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !["docx", "search_query", "similarity_threshold", "limit", "retrieval"].contains(&k.as_str()))
         {
             return Err(ToolError::InvalidArgs(format!(
                 "unknown argument `{k}`; accepted: docx, search_query, similarity_threshold, limit"
@@ -322,11 +356,21 @@ impl<E: Env> DocxTool<E> {
                 check_limit(usize::try_from(l).unwrap_or(usize::MAX), "`limit`").map_err(ToolError::InvalidArgs)?
             }
         };
+        let retrieval = match text_arg("retrieval")?.as_deref() {
+            None => self.retrieval,
+            Some("global_hybrid") => Retrieval::Hybrid,
+            Some("global_vector") => Retrieval::Vector,
+            Some(other) => {
+                return Err(ToolError::InvalidArgs(format!(
+                    "retrieval {other:?} is not offered: docx-search does not route; use \"global_hybrid\" or \"global_vector\""
+                )));
+            }
+        };
         let added = match &docx {
             Some(d) => Some(self.add(d)?),
             None => None,
         };
-        self.search(&query, threshold, limit, docx.as_deref(), added)
+        self.search(&query, Search { threshold, limit, retrieval }, docx.as_deref(), added)
     }
 
     /// Indexes `source` (a path in a granted directory, or an http(s) URL) unless it is already
@@ -444,25 +488,69 @@ impl<E: Env> DocxTool<E> {
         self.env.read_file(&path, self.max_bytes)
     }
 
+    /// The best chunks for `query` (in document `only`, when given), by `how.retrieval`, as
+    /// (position, normalised vector score), best first.
+    fn rank(
+        &mut self,
+        query: &str,
+        qv: &[f32],
+        how: Search,
+        only: Option<&str>,
+    ) -> Result<Vec<(usize, f32)>, ToolError> {
+        let failed = |e: StoreError| ToolError::Internal(e.to_string());
+        let chunks = self.index.chunks();
+        let allowed: Vec<bool> = chunks.iter().map(|c| only.is_none_or(|d| c.source == d)).collect();
+        let by_position = |i: usize| allowed[i];
+        let filter = only.map(|_| &by_position as &dyn Fn(usize) -> bool);
+        match how.retrieval {
+            Retrieval::Vector => Ok(self
+                .index
+                .nearest(qv, how.limit, filter)
+                .map_err(failed)?
+                .into_iter()
+                .filter(|&(_, score)| score >= how.threshold)
+                .collect()),
+            Retrieval::Hybrid => {
+                let by_vector: Vec<usize> =
+                    self.index.nearest(qv, LEG_DEPTH, filter).map_err(failed)?.into_iter().map(|(i, _)| i).collect();
+                let keep = |c: &rag_core::store::StoredChunk| only.is_none_or(|d| c.source == d);
+                let by_keyword: Vec<usize> = self
+                    .index
+                    .keyword_search(
+                        query,
+                        LEG_DEPTH,
+                        only.map(|_| &keep as &dyn Fn(&rag_core::store::StoredChunk) -> bool),
+                    )
+                    .into_iter()
+                    .map(|(i, _)| i)
+                    .collect();
+                let index = &self.index;
+                let score = |i: usize| rag_core::score::from_cosine(rag_core::score::dot(qv, index.vector(i)));
+                Ok(hybrid::fuse(&by_vector, &by_keyword, how.limit, how.threshold, score)
+                    .into_iter()
+                    .map(|f| (f.position, f.score))
+                    .collect())
+            }
+        }
+    }
+
     fn search(
         &mut self,
         query: &str,
-        threshold: f32,
-        limit: usize,
+        how: Search,
         only: Option<&str>,
         added: Option<Added>,
     ) -> Result<Output, ToolError> {
+        let Search { threshold, limit, retrieval } = how;
         let qv = self.env.embed(&[query.to_string()], true)?;
         let qv = qv.into_iter().next().ok_or_else(|| ToolError::Upstream("the embedder returned no vector".into()))?;
-        let filter = only.map(|d| move |c: &rag_core::store::StoredChunk| c.source == d);
-        let found = self
-            .index
-            .search(&qv, limit, threshold, filter.as_ref().map(|f| f as &dyn Fn(&rag_core::store::StoredChunk) -> bool))
-            .map_err(|e| ToolError::Internal(e.to_string()))?;
+        let found = self.rank(query, &qv, how, only)?;
+        let chunks = self.index.chunks();
         let hits: Vec<Hit> = found
             .iter()
-            .map(|f| {
-                let mut meta = f.chunk.meta.clone();
+            .map(|&(i, score)| {
+                let chunk = &chunks[i];
+                let mut meta = chunk.meta.clone();
                 if let Some(m) = meta.as_object_mut() {
                     let path: Vec<String> = m
                         .get("heading_path")
@@ -470,12 +558,12 @@ impl<E: Env> DocxTool<E> {
                         .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
                         .unwrap_or_default();
                     m.insert("heading".into(), Value::String(path.join(" > ")));
-                    m.insert("document".into(), Value::String(f.chunk.source.clone()));
+                    m.insert("document".into(), Value::String(chunk.source.clone()));
                 }
                 Hit {
-                    content: f.chunk.text.clone(),
-                    score: Some(f.score),
-                    source: Some(f.chunk.source.clone()),
+                    content: chunk.text.clone(),
+                    score: Some(score),
+                    source: Some(chunk.source.clone()),
                     metadata: meta,
                 }
             })
@@ -491,6 +579,7 @@ impl<E: Env> DocxTool<E> {
             "chunking": self.chunking.key(),
             "similarity_threshold": json_f32(threshold),
             "limit": limit,
+            "retrieval": retrieval.name(),
             "documents": self.index.documents().len(),
             "chunks": self.index.chunks().len(),
         });
@@ -504,6 +593,14 @@ impl<E: Env> DocxTool<E> {
         }
         Ok(Output { text, hits, extra })
     }
+}
+
+/// How one search ranks and cuts.
+#[derive(Clone, Copy, Debug)]
+struct Search {
+    threshold: f32,
+    limit: usize,
+    retrieval: Retrieval,
 }
 
 /// `path` made absolute (relative paths are relative to `/`) with `.` and `..` resolved

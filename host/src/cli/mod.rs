@@ -266,17 +266,20 @@ async fn eval(
         match crate::eval::run(host, &plan, questions, mode).await {
             Ok(Some(row)) => rows.push(row),
             Ok(None) => {
-                eprintln!(
-                    "error: {} has one retrieval mode (it refuses the argument `retrieval`); run without --compare",
-                    plan.tool
-                );
-                return ExitCode::from(EXIT_USAGE);
+                eprintln!("note: {} does not offer retrieval {:?}; skipped", plan.tool, mode.unwrap_or_default())
             }
             Err(e) => {
                 eprintln!("error: {}", shown_err(&e.to_string()));
                 return ExitCode::from(EXIT_TOOL);
             }
         }
+    }
+    if rows.is_empty() {
+        eprintln!(
+            "error: {} has no retrieval modes to compare (it refuses the argument `retrieval`); run without --compare",
+            plan.tool
+        );
+        return ExitCode::from(EXIT_USAGE);
     }
     let multi = questions.iter().filter(|q| q.multi).count();
     if json {
