@@ -2,8 +2,9 @@
 //! a manual with labelled questions (format in ../shared/data/README.md), printed as one table:
 //! section recall@1/3/5/10, chapter recall@1/3 and, for questions that need two sections,
 //! all-found@10, for (a) global vector search, (b) global hybrid search and (c) routed hybrid
-//! search (the `search` tool), scored by `quarry::eval` (the scorer of `quarry eval`). Then the
-//! latency of `route` and `search` (native, p50/p99).
+//! search (the `search` tool), scored by `quarry::eval` (the scorer of `quarry eval`); how
+//! often the route's top chapter holds the answer, per confidence bucket; then the latency of
+//! `route` and `search` (native, p50/p99).
 //!
 //! It runs chapter-rag's own code natively, with the embedder component's model code over the
 //! host's own inference (quarry's `nn` capability, the code that serves `wasi:nn`), so scores
@@ -155,6 +156,9 @@ fn main() -> Result<()> {
     let (mut route_ms, mut search_ms) = (Vec::new(), Vec::new());
     // Where a query's time goes: embedding the question, and the rest of a routed search.
     let (mut embed_ms, mut rest_ms) = (Vec::new(), Vec::new());
+    // Whether the route's confidence means something: per confidence bucket, how often its top
+    // chapter holds the answer.
+    let mut buckets = [(0usize, 0usize); 4];
     for q in &questions {
         let t = Instant::now();
         let qv = tool.query(&env, "eval", &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -183,6 +187,9 @@ fn main() -> Result<()> {
         let routed: Vec<String> = route.chapters.iter().map(|r| title(built.tree.top(r.node))).collect();
         let ranking: Vec<String> = route.ranking.iter().map(|&n| title(n)).collect();
         tallies[2].add(q, &f, &chapter_order([routed.as_slice(), ranking.as_slice(), chapters_of(&f).as_slice()]));
+        let bucket = &mut buckets[((route.confidence * 4.0) as usize).min(3)];
+        bucket.0 += 1;
+        bucket.1 += usize::from(routed.first().is_some_and(|c| q.chapters.contains(c)));
         if verbose {
             let first =
                 |fr: &[Fragment]| fr.iter().position(|x| q.gold.iter().chain(&q.acceptable).any(|g| g.holds(x)));
@@ -210,6 +217,15 @@ fn main() -> Result<()> {
         .map(|(name, tally)| Row { name: name.to_string(), tally, latency: None })
         .collect();
     print!("{}", quarry::eval::score::table(&rows));
+    let shown: Vec<String> = buckets
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.0 > 0)
+        .map(|(i, &(n, right))| {
+            format!("{:.2}-{:.2}: {right}/{n} ({:.2})", i as f64 / 4.0, (i + 1) as f64 / 4.0, right as f64 / n as f64)
+        })
+        .collect();
+    println!("route confidence vs its top chapter holding the answer: {}", shown.join("; "));
     println!(
         "native latency over {} questions: route p50 {:.1} ms p99 {:.1} ms; search p50 {:.1} ms p99 {:.1} ms",
         questions.len(),
