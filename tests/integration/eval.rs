@@ -109,3 +109,46 @@ fn bad_question_files_and_tools_are_named() {
     assert_eq!(code, 2);
     assert!(err.contains("cannot tell which argument takes the question"), "{err}");
 }
+
+/// A docx-search instance is scored by the heading paths of its hits; `--compare` runs the two
+/// modes it offers and says it skipped routing.
+#[test]
+fn scores_docx_search_by_heading_path() {
+    let env = env();
+    env.plugin(quarry_tests::DOCX_SEARCH, "docx");
+    let fixture = quarry_tests::shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
+    std::fs::copy(&fixture, env.path("docs/tables.docx")).unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
+    env.config(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 256 }
+pool = 1
+
+[tools.tables]
+component = "plugins/docx.wasm"
+embedder = "toy"
+config = { docx = "/docs/tables.docx", similarity_threshold = 0.0 }
+[tools.tables.grants]
+dirs = [{ host = "docs", guest = "/docs" }]
+"#,
+    );
+    std::fs::write(
+        env.path("t.jsonl"),
+        r#"{"question": "Merged Cell 1.1", "answer_sections": ["Test with tables"]}
+{"question": "Merged Cell 1.1", "answer_sections": ["Some other heading"]}
+"#,
+    )
+    .unwrap();
+    let (code, out, err) = run(&env, &["eval", "tables", "t.jsonl", "--compare", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("does not offer retrieval \"routed\"; skipped"), "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let names: Vec<&str> = v["rows"].as_array().unwrap().iter().map(|r| r["retriever"].as_str().unwrap()).collect();
+    assert_eq!(names, ["global_vector", "global_hybrid"]);
+    for row in v["rows"].as_array().unwrap() {
+        // One question answered under its heading, the other named a heading the file lacks.
+        assert_eq!(row["section_recall"]["1"], 0.5, "{row}");
+        assert_eq!(row["chapter_recall"]["1"], 0.5, "{row}");
+    }
+}
