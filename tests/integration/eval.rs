@@ -17,6 +17,14 @@ fn manual() -> String {
     )
 }
 
+/// The toy embedder, for a config.
+const TOY: &str = r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 256 }
+pool = 1
+"#;
+
 fn env() -> TestEnv {
     let env = TestEnv::new();
     env.plugin(TOY_EMBEDDER, "toy");
@@ -25,21 +33,16 @@ fn env() -> TestEnv {
         std::fs::create_dir_all(env.path(d)).unwrap();
     }
     std::fs::write(env.path("docs/m.md"), manual()).unwrap();
-    env.config(
-        r#"
-[embedders.toy]
-component = "plugins/toy.wasm"
-config = { dimension = 64, max_tokens = 256 }
-pool = 1
-
+    env.config(&format!(
+        r#"{TOY}
 [tools.manual]
 component = "plugins/chapters.wasm"
 embedder = "toy"
-config = { manual = "/docs/m.md", index_dir = "/index", similarity_threshold = 0.0 }
+config = {{ manual = "/docs/m.md", index_dir = "/index", similarity_threshold = 0.0 }}
 [tools.manual.grants]
-dirs = [{ host = "docs", guest = "/docs" }, { host = "index", guest = "/index", mode = "rw" }]
-"#,
-    );
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+"#
+    ));
     env
 }
 
@@ -118,21 +121,16 @@ fn scores_docx_search_by_heading_path() {
     env.plugin(quarry_tests::DOCX_SEARCH, "docx");
     let fixture = quarry_tests::shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
     std::fs::copy(&fixture, env.path("docs/tables.docx")).unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
-    env.config(
-        r#"
-[embedders.toy]
-component = "plugins/toy.wasm"
-config = { dimension = 64, max_tokens = 256 }
-pool = 1
-
+    env.config(&format!(
+        r#"{TOY}
 [tools.tables]
 component = "plugins/docx.wasm"
 embedder = "toy"
-config = { docx = "/docs/tables.docx", similarity_threshold = 0.0 }
+config = {{ docx = "/docs/tables.docx", similarity_threshold = 0.0 }}
 [tools.tables.grants]
-dirs = [{ host = "docs", guest = "/docs" }]
-"#,
-    );
+dirs = [{{ host = "docs", guest = "/docs" }}]
+"#
+    ));
     std::fs::write(
         env.path("t.jsonl"),
         r#"{"question": "Merged Cell 1.1", "answer_sections": ["Test with tables"]}
