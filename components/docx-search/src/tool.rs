@@ -498,10 +498,10 @@ impl<E: Env> DocxTool<E> {
         only: Option<&str>,
     ) -> Result<Vec<(usize, f32)>, ToolError> {
         let failed = |e: StoreError| ToolError::Internal(e.to_string());
-        let chunks = self.index.chunks();
-        let allowed: Vec<bool> = chunks.iter().map(|c| only.is_none_or(|d| c.source == d)).collect();
-        let by_position = |i: usize| allowed[i];
-        let filter = only.map(|_| &by_position as &dyn Fn(usize) -> bool);
+        // The chunks of document `only`, by position; none when every document is searched.
+        let allowed: Option<Vec<bool>> = only.map(|d| self.index.chunks().iter().map(|c| c.source == d).collect());
+        let by_position = |i: usize| allowed.as_ref().is_none_or(|a| a[i]);
+        let filter = allowed.as_ref().map(|_| &by_position as &dyn Fn(usize) -> bool);
         match how.retrieval {
             Retrieval::Vector => Ok(self
                 .index
