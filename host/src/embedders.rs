@@ -116,25 +116,40 @@ impl ComponentEmbedder {
     ) -> Result<Vec<T>, EmbedError> {
         let n = self.members.len();
         if texts.len() <= max_part && (n == 1 || texts.len() < 2 * MIN_CHUNK) {
-            return run(self, client, texts).await;
+            let count = texts.len();
+            let me = self.clone();
+            return me.one_each(count, run(self, client, texts).await?);
         }
         let part = texts.len().div_ceil(n).clamp(MIN_CHUNK, max_part);
         let mut tasks = tokio::task::JoinSet::new();
         let mut rest = texts;
-        let mut i = 0;
+        let mut sizes = Vec::new();
         while !rest.is_empty() {
             let tail = rest.split_off(part.min(rest.len()));
             let texts = std::mem::replace(&mut rest, tail);
-            let (me, client, run) = (self.clone(), client.clone(), run.clone());
+            let (i, me, client, run) = (sizes.len(), self.clone(), client.clone(), run.clone());
+            sizes.push(texts.len());
             tasks.spawn(async move { (i, run(me, client, texts).await) });
-            i += 1;
         }
-        let mut parts: Vec<Option<Vec<T>>> = (0..i).map(|_| None).collect();
+        let mut parts: Vec<Option<Vec<T>>> = sizes.iter().map(|_| None).collect();
         while let Some(done) = tasks.join_next().await {
             let (i, part) = done.map_err(|e| EmbedError::Internal(format!("embedder task failed: {e}")))?;
-            parts[i] = Some(part?);
+            parts[i] = Some(self.one_each(sizes[i], part?)?);
         }
         Ok(parts.into_iter().flatten().flatten().collect())
+    }
+
+    /// `answers` for `texts` texts, refused unless there is one per text: parts are joined in
+    /// order, so a part that answered too few or too many would shift every answer after it.
+    fn one_each<T>(&self, texts: usize, answers: Vec<T>) -> Result<Vec<T>, EmbedError> {
+        if answers.len() != texts {
+            return Err(EmbedError::Internal(format!(
+                "embedder {:?} answered {} results for {texts} texts; it is faulty",
+                self.config.name,
+                answers.len()
+            )));
+        }
+        Ok(answers)
     }
 
     async fn run_on(

@@ -43,6 +43,30 @@ async fn tool_import_is_served_by_the_named_embedder() {
     assert_eq!(v["truncated"], serde_json::json!([false, false, false, true]));
 }
 
+/// An embedder that answers fewer vectors than it was given texts is refused by the host,
+/// naming it, before a tool could pair vectors with the wrong texts; a tool on a sound embedder
+/// in the same host is served.
+#[tokio::test]
+async fn an_embedder_answering_the_wrong_count_is_refused() {
+    let env = env();
+    let faulty = r#"
+[embedders.short]
+component = "plugins/toy.wasm"
+config = { dimension = 8, max_tokens = 16, short_answers = true }
+
+[tools.short_probe]
+component = "plugins/probe.wasm"
+embedder = "short"
+"#;
+    let host = env.host(&format!("{LINKED}{faulty}")).await;
+    let args = serde_json::json!({ "texts": ["hello world", "other text"] }).to_string();
+    let err = within(30, host.call("short_probe", &args)).await.unwrap_err().to_string();
+    assert!(err.contains("short") && err.contains("answered 1 results for 2 texts; it is faulty"), "{err}");
+    let out = within(30, host.call("probe", &args)).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out.text).unwrap();
+    assert_eq!(v["vectors"].as_array().unwrap().len(), 2);
+}
+
 #[tokio::test]
 async fn a_tool_importing_an_embedder_must_name_one() {
     let env = env();

@@ -6,7 +6,8 @@
 //! optional). A text of more than `max_tokens` words is truncated and flagged. With
 //! `delay_ms`, each `embed` call first waits that long on the clock (a host call), so tests can
 //! make the pool busy. With `"bad_spans": true`, `token-spans` answers spans past the end of
-//! each text, as a faulty embedder might (the host must refuse them).
+//! each text, as a faulty embedder might (the host must refuse them); with
+//! `"short_answers": true`, `embed` answers one vector fewer than it was given texts.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -27,6 +28,7 @@ thread_local! {
     static INFO: RefCell<Option<ModelInfo>> = const { RefCell::new(None) };
     static DELAY_MS: RefCell<u64> = const { RefCell::new(0) };
     static BAD_SPANS: RefCell<bool> = const { RefCell::new(false) };
+    static SHORT_ANSWERS: RefCell<bool> = const { RefCell::new(false) };
 }
 
 impl ModelGuest for Component {
@@ -45,6 +47,7 @@ impl ModelGuest for Component {
         INFO.with(|i| *i.borrow_mut() = Some(info.clone()));
         DELAY_MS.with(|d| *d.borrow_mut() = cfg.get("delay_ms").and_then(|v| v.as_u64()).unwrap_or(0));
         BAD_SPANS.with(|b| *b.borrow_mut() = cfg.get("bad_spans").and_then(|v| v.as_bool()).unwrap_or(false));
+        SHORT_ANSWERS.with(|b| *b.borrow_mut() = cfg.get("short_answers").and_then(|v| v.as_bool()).unwrap_or(false));
         Ok(info)
     }
 }
@@ -65,7 +68,8 @@ impl EmbedderGuest for Component {
             InputKind::Query => "q",
             InputKind::Document => "d",
         };
-        Ok(texts
+        let answered = if SHORT_ANSWERS.with(|s| *s.borrow()) { texts.len().saturating_sub(1) } else { texts.len() };
+        Ok(texts[..answered]
             .iter()
             .map(|t| {
                 let words: Vec<&str> = t.split_whitespace().collect();
