@@ -170,12 +170,23 @@ impl Served {
 
     /// [`Served::start`] with extra environment variables.
     pub fn start_with_env(quarry: &std::path::Path, config: &std::path::Path, env: &[(&str, &str)]) -> Served {
+        Served::start_with(quarry, config, &[], env)
+    }
+
+    /// [`Served::start`] with extra `serve` arguments and environment variables.
+    pub fn start_with(
+        quarry: &std::path::Path,
+        config: &std::path::Path,
+        args: &[&std::ffi::OsStr],
+        env: &[(&str, &str)],
+    ) -> Served {
         use std::io::BufRead;
 
         let mut child = std::process::Command::new(quarry)
             .arg("--config")
             .arg(config)
             .args(["serve", "--http", "127.0.0.1:0"])
+            .args(args)
             .envs(env.iter().copied())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())

@@ -397,3 +397,39 @@ async fn origins_are_checked_and_plain_http_beyond_loopback_needs_a_flag() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("over plain HTTP") && err.contains("--insecure-http") && err.contains("TLS"), "{err}");
 }
+
+/// `--call-log`: one JSON line per tool call, good or bad, with the client's session and name;
+/// a hostile client's 10 MB of arguments is cut, not copied into the log.
+#[tokio::test]
+async fn the_call_log_has_a_bounded_line_per_call() {
+    let (env, config) = env();
+    let log = env.path("calls.jsonl");
+    let served =
+        Served::start_with(&quarry_bin(), &config, &[std::ffi::OsStr::new("--call-log"), log.as_os_str()], &[]);
+    let mut first = McpHttp::open(&served.url).await.unwrap();
+    let mut second = McpHttp::open(&served.url).await.unwrap();
+    first.call("echo.echo", json!({"text": "hello"})).await.unwrap();
+    first.call("echo.echo", json!({"text": 5})).await.unwrap();
+    second.call("nosuch.tool", json!({"a": 1})).await.unwrap();
+    second.call("echo.echo", big_args()).await.unwrap();
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let summary: Vec<(&str, &str)> =
+        lines.iter().map(|l| (l["tool"].as_str().unwrap(), l["outcome"].as_str().unwrap())).collect();
+    assert_eq!(
+        summary,
+        [("echo.echo", "ok"), ("echo.echo", "error"), ("nosuch.tool", "rejected"), ("echo.echo", "error")]
+    );
+    assert_eq!(lines[0]["arguments"], json!({"text": "hello"}));
+    assert_eq!(lines[0]["client"], "quarry-tests 0");
+    assert!(lines[0]["duration_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(lines[1]["error_kind"], "invalid-args");
+    assert!(lines[1]["error"].as_str().unwrap().contains("`text` (a string) is required"), "{}", lines[1]);
+    assert!(lines[2]["error"].as_str().unwrap().contains("Unknown tool"), "{}", lines[2]);
+    assert_eq!(lines[0]["session"], lines[1]["session"]);
+    assert_ne!(lines[0]["session"], lines[2]["session"]);
+    assert_eq!(lines[3]["arguments_cut"], true);
+    assert!(text.len() < 64 * 1024, "the log holds {} bytes for 10 MB of arguments", text.len());
+}

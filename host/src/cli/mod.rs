@@ -5,6 +5,7 @@ mod progress_bar;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use std::io::IsTerminal;
 
@@ -95,6 +96,10 @@ pub enum Command {
         /// (repeatable; adds to [serve] allowed_origins).
         #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = |s: &str| crate::config::ServeConfig::check_origin(s).map(|()| s.to_string()))]
         allowed_origins: Vec<String>,
+        /// Append one JSON line per tool call to FILE: time, client session, tool, arguments,
+        /// outcome, duration (an audit log; off by default).
+        #[arg(long, value_name = "FILE")]
+        call_log: Option<PathBuf>,
     },
 }
 
@@ -163,6 +168,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             max_queued_calls,
             body_timeout,
             allowed_origins,
+            call_log,
         } => {
             let mut limits = host.config().serve.clone();
             if let Some(n) = max_sessions {
@@ -178,7 +184,14 @@ pub async fn run(cli: Cli) -> ExitCode {
                 limits.body_timeout = t.0;
             }
             limits.allowed_origins.extend(allowed_origins);
-            serve(host, stdio, http, limits, insecure_http).await
+            let log = match call_log.as_deref().map(crate::mcp::call_log::CallLog::open).transpose() {
+                Ok(log) => log.map(Arc::new),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            serve(host, stdio, http, limits, insecure_http, log).await
         }
         Command::Check => {
             let tools = host.tools();
@@ -300,6 +313,7 @@ async fn serve(
     http: Option<std::net::SocketAddr>,
     limits: crate::config::ServeConfig,
     insecure_http: bool,
+    log: Option<Arc<crate::mcp::call_log::CallLog>>,
 ) -> ExitCode {
     let _watcher = match crate::watch::watch(host.clone()) {
         Ok(w) => w,
@@ -309,10 +323,10 @@ async fn serve(
         }
     };
     let result = match (stdio, http) {
-        (true, _) => crate::mcp::stdio::serve_stdio(host, limits.max_queued_calls).await,
+        (true, _) => crate::mcp::stdio::serve_stdio(host, limits.max_queued_calls, log).await,
         (false, Some(addr)) => {
             let token = std::env::var(crate::mcp::http::TOKEN_ENV).ok();
-            let options = crate::mcp::http::HttpOptions { addr, token, limits, insecure_http };
+            let options = crate::mcp::http::HttpOptions { addr, token, limits, insecure_http, call_log: log };
             match crate::mcp::http::HttpServer::bind(host, options).await {
                 Err(e) => Err(e),
                 Ok(server) => {

@@ -18,6 +18,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::bindings::ToolOutput;
 use crate::instance::CallError;
+use crate::mcp::call_log::{self, CallLog};
 use crate::mcp::notify::Peers;
 use crate::registry::{Registry, ToolEntry};
 
@@ -30,6 +31,9 @@ pub struct QuarryMcp {
     /// Calls of this session waiting or running, and how many it may have.
     calls: Arc<std::sync::atomic::AtomicUsize>,
     max_calls: usize,
+    /// The call log (`--call-log`), if any, and this session's number in it.
+    log: Option<Arc<CallLog>>,
+    session: u64,
 }
 
 /// Counts one call of a session while it lives.
@@ -45,7 +49,14 @@ impl QuarryMcp {
     /// A handler for `host`; handshake-era sessions register in `peers` to hear of swaps.
     pub fn new(host: Arc<Registry>, peers: Arc<Peers>) -> Self {
         let max_calls = crate::config::ServeConfig::default().max_queued_calls;
-        QuarryMcp { host, peers, calls: Arc::default(), max_calls }
+        QuarryMcp { host, peers, calls: Arc::default(), max_calls, log: None, session: 0 }
+    }
+
+    /// The same, writing every call to `log`.
+    pub fn with_call_log(mut self, log: Option<Arc<CallLog>>) -> Self {
+        self.session = log.as_ref().map_or(0, |l| l.session());
+        self.log = log;
+        self
     }
 
     /// The same, allowing each session `max` calls waiting or running.
@@ -56,7 +67,8 @@ impl QuarryMcp {
 
     /// A handler for a new session: the same host, its own count of calls.
     pub fn for_session(&self) -> Self {
-        QuarryMcp { calls: Arc::default(), ..self.clone() }
+        let session = self.log.as_ref().map_or(0, |l| l.session());
+        QuarryMcp { calls: Arc::default(), session, ..self.clone() }
     }
 
     /// The MCP tools, sorted by name.
@@ -141,23 +153,48 @@ impl ServerHandler for QuarryMcp {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let start = std::time::Instant::now();
+        let arguments = request.arguments.unwrap_or_default();
         let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _slot = CallSlot(self.calls.clone());
-        if waiting >= self.max_calls {
+        let response = if waiting >= self.max_calls {
             let message = format!(
                 "this session already has {waiting} tool calls waiting or running, its maximum ([serve] max_queued_calls); wait for their answers"
             );
-            return Ok(tool_error("busy", message).into());
+            Ok(tool_error("busy", message))
+        } else {
+            let args = serde_json::to_string(&arguments).unwrap_or_default();
+            // A `notifications/cancelled` for this request cancels `context.ct`: a call still
+            // waiting for its instance is dropped from the queue; one already running finishes
+            // (its answer is then ignored), since stopping it would cost the instance a restart.
+            let outcome = self.host.call_unless(&request.name, &args, context.ct.cancelled()).await;
+            if let Err(e) = &outcome {
+                tracing::info!(target: "quarry::mcp", tool = %crate::text::cut(&request.name, 256), "call failed: {e}");
+            }
+            to_response(outcome)
+        };
+        if let Some(log) = &self.log {
+            let client = context.peer.peer_info().map(|i| format!("{} {}", i.client_info.name, i.client_info.version));
+            let (outcome, error) = match &response {
+                Ok(r) if r.is_error == Some(true) => {
+                    let error = r.structured_content.as_ref().and_then(|s| s["error"]["message"].as_str());
+                    let kind = r.structured_content.as_ref().and_then(|s| s["error"]["kind"].as_str());
+                    (call_log::Outcome::Error(kind.unwrap_or("tool")), error)
+                }
+                Ok(_) => (call_log::Outcome::Ok, None),
+                Err(e) => (call_log::Outcome::Rejected, Some(e.message.as_ref())),
+            };
+            log.record(&call_log::Entry {
+                session: self.session,
+                client,
+                tool: &request.name,
+                arguments: &arguments,
+                outcome,
+                error,
+                duration: start.elapsed(),
+            });
         }
-        let args = serde_json::Value::Object(request.arguments.unwrap_or_default()).to_string();
-        // A `notifications/cancelled` for this request cancels `context.ct`: a call still
-        // waiting for its instance is dropped from the queue; one already running finishes (its
-        // answer is then ignored), since stopping it would cost the instance a restart.
-        let outcome = self.host.call_unless(&request.name, &args, context.ct.cancelled()).await;
-        if let Err(e) = &outcome {
-            tracing::info!(target: "quarry::mcp", tool = %crate::text::cut(&request.name, 256), "call failed: {e}");
-        }
-        to_response(outcome).map(Into::into)
+        response.map(Into::into)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -34,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
 use crate::mcp::ServeError;
+use crate::mcp::call_log::CallLog;
 use crate::mcp::handler::QuarryMcp;
 use crate::mcp::notify::{Peers, fan_out};
 use crate::registry::Registry;
@@ -62,12 +63,14 @@ pub struct HttpOptions {
     pub limits: ServeConfig,
     /// Serve a token beyond loopback over plain HTTP anyway (`--insecure-http`).
     pub insecure_http: bool,
+    /// Where every tool call is logged (`--call-log`), if anywhere.
+    pub call_log: Option<Arc<CallLog>>,
 }
 
 impl HttpOptions {
     /// Options for `addr` with the default limits, no token.
     pub fn new(addr: SocketAddr) -> Self {
-        HttpOptions { addr, token: None, limits: ServeConfig::default(), insecure_http: false }
+        HttpOptions { addr, token: None, limits: ServeConfig::default(), insecure_http: false, call_log: None }
     }
 }
 
@@ -115,7 +118,9 @@ impl HttpServer {
             config = config.disable_allowed_hosts();
         }
         let peers = Arc::new(Peers::default());
-        let handler = QuarryMcp::new(host.clone(), peers.clone()).with_queue_cap(options.limits.max_queued_calls);
+        let handler = QuarryMcp::new(host.clone(), peers.clone())
+            .with_queue_cap(options.limits.max_queued_calls)
+            .with_call_log(options.call_log.clone());
         let mut sessions = LocalSessionManager::default();
         sessions.session_config.keep_alive = Some(SESSION_IDLE);
         let sessions = Arc::new(sessions);

@@ -10,8 +10,10 @@
 //!   metadata), where list changes ride a `subscriptions/listen` stream.
 //!
 //! [`handler`] maps the registry to MCP tools and results; [`notify`] tells
-//! connected clients when a hot swap changed the tools.
+//! connected clients when a hot swap changed the tools; [`call_log`] is the opt-in audit log
+//! of every tool call.
 
+pub mod call_log;
 pub mod handler;
 pub mod http;
 pub mod notify;

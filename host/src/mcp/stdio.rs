@@ -13,6 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::mpsc;
 
 use crate::mcp::ServeError;
+use crate::mcp::call_log::CallLog;
 use crate::mcp::handler::QuarryMcp;
 use crate::mcp::notify::{Peers, fan_out};
 use crate::registry::Registry;
@@ -22,12 +23,18 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// Serves `host` on this process's stdin/stdout until the client closes stdin; the client may
 /// have `max_calls` tool calls waiting or running.
-pub async fn serve_stdio(host: Arc<Registry>, max_calls: usize) -> Result<(), ServeError> {
-    serve(host, tokio::io::stdin(), tokio::io::stdout(), max_calls).await
+pub async fn serve_stdio(host: Arc<Registry>, max_calls: usize, log: Option<Arc<CallLog>>) -> Result<(), ServeError> {
+    serve(host, tokio::io::stdin(), tokio::io::stdout(), max_calls, log).await
 }
 
 /// Serves `host` over any pair of byte streams (stdio, or a pipe in tests).
-pub async fn serve<R, W>(host: Arc<Registry>, input: R, output: W, max_calls: usize) -> Result<(), ServeError>
+pub async fn serve<R, W>(
+    host: Arc<Registry>,
+    input: R,
+    output: W,
+    max_calls: usize,
+    log: Option<Arc<CallLog>>,
+) -> Result<(), ServeError>
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -43,6 +50,7 @@ where
     let result = async {
         let running = QuarryMcp::new(host, peers)
             .with_queue_cap(max_calls)
+            .with_call_log(log)
             .serve((rmcp_in, rmcp_out))
             .await
             .map_err(|e| ServeError::Stdio(e.to_string()))?;
