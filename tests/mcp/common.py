@@ -80,12 +80,17 @@ def load_expected(path: str) -> list[dict[str, Any]]:
 
 
 def null_types(schema: Any, where: str = "$") -> list[str]:
-    """Every place a schema uses `type: [..., "null"]` (CrewAI issue #7280)."""
+    """Every place a schema makes a value nullable: `type: [..., "null"]`, `type: "null"`, an
+    `anyOf`/`oneOf` with a null branch, or `nullable: true` (CrewAI issue #7280)."""
     found = []
     if isinstance(schema, dict):
         t = schema.get("type")
-        if isinstance(t, list) and "null" in t:
+        if (isinstance(t, list) and "null" in t) or t == "null" or schema.get("nullable") is True:
             found.append(where)
+        for union in ("anyOf", "oneOf"):
+            branches = schema.get(union)
+            if isinstance(branches, list) and any(isinstance(b, dict) and b.get("type") == "null" for b in branches):
+                found.append(f"{where}.{union}")
         for k, v in schema.items():
             found += null_types(v, f"{where}.{k}")
     elif isinstance(schema, list):
