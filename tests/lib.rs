@@ -186,6 +186,17 @@ pub fn shared_data() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
 }
 
+/// The Python of venv `name`, made by tests/mcp/venvs.sh (`make test` runs it).
+pub fn venv_python(name: &str) -> PathBuf {
+    let root = std::env::var_os("QUARRY_VENVS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/venvs"));
+    let python = root.join(name).join("bin/python");
+    assert!(python.is_file(), "{} is missing: run tests/mcp/venvs.sh (`make test` does)", python.display());
+    python
+}
+
 /// What a child process did: [`run_with_timeout`].
 pub struct ProcessOutput {
     /// Exited with status 0 in time.

@@ -7,6 +7,7 @@ mod chapter_rag;
 mod cli;
 mod config_errors;
 mod couchbase;
+mod crew;
 mod docx_search;
 mod embedder;
 mod embedder_onnx;

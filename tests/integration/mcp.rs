@@ -13,19 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use quarry_tests::{
-    CHAPTER_RAG, DOCX_SEARCH, ECHO_V1, ECHO_V2, HOSTILE, TOY_EMBEDDER, TestEnv, quarry_bin, shared_data,
+    CHAPTER_RAG, DOCX_SEARCH, ECHO_V1, ECHO_V2, HOSTILE, TOY_EMBEDDER, TestEnv, quarry_bin, shared_data, venv_python,
 };
-
-/// The Python of venv `name`, made by tests/mcp/venvs.sh.
-fn venv_python(name: &str) -> PathBuf {
-    let root = std::env::var_os("QUARRY_VENVS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/venvs"));
-    let python = root.join(name).join("bin/python");
-    assert!(python.is_file(), "{} is missing: run tests/mcp/venvs.sh (`make test` does)", python.display());
-    python
-}
 
 fn scripts() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp")
