@@ -98,35 +98,21 @@ class TreeArgs(BaseModel):
 
 
 class Counted(BaseTool):
-    """A Quarry tool passed through unchanged, counted for its stage."""
-
-    _tool: Any = PrivateAttr()
-    _stage: str = PrivateAttr()
-
-    def __init__(self, tool: BaseTool, stage: str, **data: Any) -> None:
-        super().__init__(**data)
-        self._tool = tool
-        self._stage = stage
-
-    def _run(self, **kwargs: Any) -> str:
-        METER.stages[self._stage]["tool_calls"] += 1
-        return self._tool.run(**{k: v for k, v in kwargs.items() if v is not None})
-
-
-class Counting(BaseTool):
-    """Counts the calls of a scoped tool for its stage."""
+    """A tool passed through unchanged (name, description and schema may be restated for the
+    agent), its calls counted for its stage."""
 
     _inner: Any = PrivateAttr()
     _stage: str = PrivateAttr()
 
-    def __init__(self, inner: BaseTool, stage: str) -> None:
-        super().__init__(name=inner.name, description=inner.description, args_schema=inner.args_schema)
+    def __init__(self, inner: BaseTool, stage: str, **restated: Any) -> None:
+        fields = {"name": inner.name, "description": inner.description, "args_schema": inner.args_schema}
+        super().__init__(**{**fields, **restated})
         self._inner = inner
         self._stage = stage
 
     def _run(self, **kwargs: Any) -> str:
         METER.stages[self._stage]["tool_calls"] += 1
-        return self._inner._run(**kwargs)
+        return self._inner.run(**{k: v for k, v in kwargs.items() if v is not None})
 
 
 class Run:
@@ -262,7 +248,7 @@ def build(tools: dict[str, BaseTool], run: Run, scope: Scope, question: str, end
         role="Searcher, who retrieves passages from given chapters",
         goal="Find the passages of the routed chapters that answer the user's question",
         backstory="You search only inside the chapters the router chose, and never widen the search yourself.",
-        tools=[Counting(ScopedSearch(tools["search_chapter_content"], scope), "searcher")],
+        tools=[Counted(ScopedSearch(tools["search_chapter_content"], scope), "searcher")],
         llm=llm("searcher", endpoint["searcher"], temperature=0),
         max_iter=6,
     )
@@ -282,7 +268,7 @@ def build(tools: dict[str, BaseTool], run: Run, scope: Scope, question: str, end
         goal="Answer accurately from the search report, citing the chapter of every point",
         backstory="You answer strictly from the retrieved passages. When they do not hold the answer you "
         "say what is missing rather than invent it. You cite full chapter ids.",
-        tools=[Counting(CheckedCitations(tools["validate_citations"], scope), "answerer")],
+        tools=[Counted(CheckedCitations(tools["validate_citations"], scope), "answerer")],
         llm=llm("answerer", endpoint["answerer"], temperature=0.2),
         max_iter=4,
     )

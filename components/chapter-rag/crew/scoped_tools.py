@@ -30,13 +30,25 @@ class Scope:
         return any(within(chapter_id.strip(), c) for c in self.chapters)
 
 
+class _Scoped(BaseTool):
+    """A Quarry tool (over MCP) seen through the route's scope."""
+
+    _tool: Any = PrivateAttr()
+    _scope: Scope = PrivateAttr()
+
+    def __init__(self, tool: BaseTool, scope: Scope, **data: Any) -> None:
+        super().__init__(**data)
+        self._tool = tool
+        self._scope = scope
+
+
 class SearchArgs(BaseModel):
     chapter_id: str = Field(description="One of the routed chapter ids (or a section of one), e.g. \"3.4\"")
     query: str = Field(description="What to look for: the user's question, or part of it")
     top_k: int = Field(default=5, ge=1, le=10, description="How many passages to return")
 
 
-class ScopedSearch(BaseTool):
+class ScopedSearch(_Scoped):
     """Quarry's `search_chapter_content`, refused outside the routed chapters."""
 
     name: str = "search_chapter_content"
@@ -46,14 +58,6 @@ class ScopedSearch(BaseTool):
         "Only the chapters the router chose may be searched."
     )
     args_schema: type[BaseModel] = SearchArgs
-    _tool: Any = PrivateAttr()
-    _scope: Scope = PrivateAttr()
-
-    def __init__(self, tool: BaseTool, scope: Scope, **data: Any) -> None:
-        super().__init__(**data)
-        self._tool = tool
-        self._scope = scope
-
     def _run(self, chapter_id: str, query: str, top_k: int = 5) -> str:
         if not self._scope.allows(chapter_id):
             allowed = ", ".join(self._scope.chapters) or "none yet"
@@ -72,7 +76,7 @@ class CitationArgs(BaseModel):
     cited: list[str] = Field(description="The chapter ids your answer cites, e.g. [\"3.4\", \"3.5.1\"]")
 
 
-class CheckedCitations(BaseTool):
+class CheckedCitations(_Scoped):
     """Quarry's `validate_citations`, with the routed chapters as the candidates (the model
     names only what it cites, so it cannot widen the candidates)."""
 
@@ -82,14 +86,6 @@ class CheckedCitations(BaseTool):
         "Call it with every id you cite before you answer; cite only ids it reports valid."
     )
     args_schema: type[BaseModel] = CitationArgs
-    _tool: Any = PrivateAttr()
-    _scope: Scope = PrivateAttr()
-
-    def __init__(self, tool: BaseTool, scope: Scope, **data: Any) -> None:
-        super().__init__(**data)
-        self._tool = tool
-        self._scope = scope
-
     def _run(self, cited: list[str]) -> str:
         result = self._tool.run(cited=[str(c).strip() for c in cited], candidates=list(self._scope.chapters))
         self._scope.validations.append({"cited": cited, "candidates": list(self._scope.chapters), "result": parse(result)})
