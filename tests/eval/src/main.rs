@@ -152,6 +152,13 @@ fn main() -> Result<()> {
     );
 
     let verbose = std::env::var_os("QUARRY_EVAL_VERBOSE").is_some();
+    // QUARRY_EVAL_PRF=M,BETA: dense pseudo-relevance feedback (Rocchio), for measuring it: the
+    // question's vector moves toward the mean of its best M hybrid hits, with weight BETA, and
+    // every retriever uses the moved vector. Measured and not adopted (chapter-rag's README).
+    let prf: Option<(usize, f32)> = std::env::var("QUARRY_EVAL_PRF").ok().and_then(|v| {
+        let (m, b) = v.split_once(',')?;
+        Some((m.parse().ok()?, b.parse().ok()?))
+    });
     let mut tallies: [Tally; 3] = Default::default();
     let (mut route_ms, mut search_ms) = (Vec::new(), Vec::new());
     // Where a query's time goes: embedding the question, and the rest of a routed search.
@@ -161,8 +168,21 @@ fn main() -> Result<()> {
     let mut buckets = [(0usize, 0usize); 4];
     for q in &questions {
         let t = Instant::now();
-        let qv = tool.query(&env, "eval", &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut qv = tool.query(&env, "eval", &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
         embed_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        if let Some((m, beta)) = prf {
+            let built = tool.built();
+            let top = search::hybrid(built, &qv, m, 0.0, None).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut v = qv.vector.clone();
+            for h in &top {
+                for (a, b) in v.iter_mut().zip(built.index.vector(h.chunk)) {
+                    *a += beta * b / top.len() as f32;
+                }
+            }
+            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+            v.iter_mut().for_each(|x| *x /= n);
+            qv.vector = v;
+        }
         let t = Instant::now();
         tool.routed_search_for(&qv, 10).map_err(|e| anyhow::anyhow!("{e}"))?;
         rest_ms.push(t.elapsed().as_secs_f64() * 1e3);
@@ -177,7 +197,11 @@ fn main() -> Result<()> {
         tool.route(&env, &q.text).map_err(|e| anyhow::anyhow!("{e}"))?;
         route_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        let (route, found) = tool.routed_search(&env, &q.text, 10).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (route, found) = if prf.is_some() {
+            tool.routed_search_for(&qv, 10).map_err(|e| anyhow::anyhow!("{e}"))?
+        } else {
+            tool.routed_search(&env, &q.text, 10).map_err(|e| anyhow::anyhow!("{e}"))?
+        };
         search_ms.push(t.elapsed().as_secs_f64() * 1e3);
         let built = tool.built();
         let f = fragments(built, &found);
