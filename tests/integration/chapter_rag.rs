@@ -130,6 +130,29 @@ async fn six_tools_over_the_rclone_manual() {
     assert!(s.text.starts_with("Routed to: "), "{}", s.text);
     assert!((1..=10).contains(&s.hits.len()), "{}", s.hits.len());
     assert!(s.text.contains("[1] "));
+    // Fragments are spread over sections: each section's best fragment comes before any
+    // section's second one. The same question inside the top chapter, unspread
+    // (search_chapter_content), gives a second fragment of a section before a new section.
+    let sections = |hits: &[quarry::bindings::Hit]| -> Vec<String> {
+        hits.iter()
+            .map(|h| serde_json::from_str::<Value>(&h.metadata).unwrap()["chapter_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let spread_ok = |ids: &[String]| {
+        let first_repeat = (0..ids.len()).find(|&i| ids[..i].contains(&ids[i])).unwrap_or(ids.len());
+        ids[first_repeat..].iter().all(|id| ids[..first_repeat].contains(id))
+    };
+    let got = sections(&s.hits);
+    assert!(spread_ok(&got), "{got:?}");
+    let top = s.text.lines().next().unwrap().trim_start_matches("Routed to: ").split(' ').next().unwrap().to_string();
+    let plain = call(
+        &host,
+        "search_chapter_content",
+        json!({"chapter_id": top, "query": "bwlimit bandwidth timetable", "top_k": 10}),
+    )
+    .await
+    .unwrap();
+    assert!(!spread_ok(&sections(&plain.hits)), "{:?}", sections(&plain.hits));
 
     // A section of a candidate is inside it.
     let v = call(&host, "validate_citations", json!({"cited": [format!("{id}.1")], "candidates": [id.clone()]}))

@@ -525,7 +525,8 @@ impl ChapterTool {
             .collect()
     }
 
-    /// Routes `question` and searches inside the routed chapters (the `search` tool's work).
+    /// Routes `question` and searches inside the routed chapters (the `search` tool's work); the
+    /// fragments are spread over sections ([`rag_core::hybrid::spread`]).
     pub fn routed_search(
         &mut self,
         env: &dyn Env,
@@ -544,8 +545,10 @@ impl ChapterTool {
             return Ok((route, Vec::new()));
         }
         let allowed = self.inside(&nodes);
-        let found = search::hybrid(&mut self.built, q, limit, self.threshold, Some(&|i| allowed[i]))?;
-        Ok((route, found))
+        let pool = limit.saturating_mul(rag_core::hybrid::DIVERSITY_POOL);
+        let found = search::hybrid(&mut self.built, q, pool, self.threshold, Some(&|i| allowed[i]))?;
+        let chunks = &self.built.chunks;
+        Ok((route, rag_core::hybrid::spread(found, limit, |s| chunks[s.chunk].chapter)))
     }
 
     fn search(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {

@@ -526,10 +526,15 @@ impl<E: Env> DocxTool<E> {
                     .collect();
                 let index = &self.index;
                 let score = |i: usize| rag_core::score::from_cosine(rag_core::score::dot(qv, index.vector(i)));
-                Ok(hybrid::fuse(&by_vector, &by_keyword, how.limit, how.threshold, score)
-                    .into_iter()
-                    .map(|f| (f.position, f.score))
-                    .collect())
+                let pool = how.limit.saturating_mul(hybrid::DIVERSITY_POOL);
+                let fused = hybrid::fuse(&by_vector, &by_keyword, pool, how.threshold, score);
+                // One passage per section (document and heading path) first.
+                let chunks = index.chunks();
+                let section = |f: &hybrid::Fused| {
+                    let c = &chunks[f.position];
+                    (c.source.clone(), c.meta.get("heading_path").map(Value::to_string))
+                };
+                Ok(hybrid::spread(fused, how.limit, section).into_iter().map(|f| (f.position, f.score)).collect())
             }
         }
     }
