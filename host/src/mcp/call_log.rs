@@ -130,7 +130,8 @@ impl Entry<'_> {
             },
             "duration_ms": (self.duration.as_secs_f64() * 1e6).round() / 1e3,
         });
-        let args = Value::Object(self.arguments.clone()).to_string();
+        // Measured without a copy of the map: it may hold megabytes.
+        let args = serde_json::to_string(self.arguments).unwrap_or_default();
         if args.len() <= MAX_ARGS {
             v["arguments"] = Value::Object(self.arguments.clone());
         } else {
