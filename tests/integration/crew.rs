@@ -399,3 +399,35 @@ fn the_crews_own_checks() {
     let out = quarry_tests::run_with_timeout(cmd, Duration::from_secs(120));
     assert!(out.success, "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
 }
+
+#[test]
+fn a_quarry_that_cannot_start_is_a_clear_error() {
+    let env = TestEnv::new();
+    std::fs::write(env.path("broken.toml"), "[tools.x\n").unwrap();
+    std::fs::write(env.path("ok.toml"), "").unwrap();
+    let cases = [
+        (env.path("missing.toml"), quarry_bin(), "no Quarry config at"),
+        (env.path("broken.toml"), quarry_bin(), "is not a valid TOML config"),
+        (env.path("ok.toml"), env.path("no-quarry"), "cannot run the quarry binary"),
+    ];
+    for (config, quarry, says) in cases {
+        let mut cmd = Command::new(venv_python("crewai"));
+        cmd.current_dir(crew_dir())
+            .arg("crew.py")
+            .arg(QUESTION)
+            .arg("--config")
+            .arg(&config)
+            .arg("--quarry")
+            .arg(&quarry)
+            .arg("--runs")
+            .arg(env.path("runs"))
+            .envs([
+                ("CREWAI_DISABLE_TELEMETRY", "true"),
+                ("OTEL_SDK_DISABLED", "true"),
+                ("ANONYMIZED_TELEMETRY", "False"),
+            ]);
+        let out = quarry_tests::run_with_timeout(cmd, Duration::from_secs(120));
+        assert!(!out.success && out.stderr.contains(says), "{says}: {}", out.stderr);
+        assert!(!env.path("runs").exists(), "no run folder for a run that never started");
+    }
+}

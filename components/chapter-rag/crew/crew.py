@@ -28,8 +28,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -294,6 +296,19 @@ def build(tools: dict[str, BaseTool], run: Run, scope: Scope, question: str, end
     )
 
 
+def startup_problem(config: Path, quarry: str) -> str | None:
+    """Why `quarry serve --stdio` would exit at once, when it can be told without starting it."""
+    if not config.is_file():
+        return f"no Quarry config at {config}: pass --config (or set QUARRY_CONFIG)"
+    try:
+        tomllib.loads(config.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        return f"{config} is not a valid TOML config: {e}"
+    if shutil.which(quarry) is None:
+        return f"cannot run the quarry binary {quarry!r}: pass --quarry (or set QUARRY_BIN); `make host` builds it"
+    return None
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("question")
@@ -303,7 +318,16 @@ def main() -> int:
     p.add_argument("--http", metavar="URL", help="a running `quarry serve --http`, e.g. http://127.0.0.1:8765/mcp")
     p.add_argument("--call-log", metavar="FILE", help="have the quarry it starts log every tool call to FILE")
     p.add_argument("--runs", default="runs", help="where each run's folder goes (default ./runs)")
+    p.add_argument("--connect-timeout", type=int, default=300, metavar="SECONDS",
+                   help="how long quarry may take to start; a manual's first start builds its index (default 300)")
     a = p.parse_args()
+    # The adapter does not notice a quarry that exits at start (it waits out the connect
+    # timeout), so the mistakes that make it exit are caught here first.
+    if not a.http:
+        problem = startup_problem(Path(a.config), a.quarry)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
     endpoint = {
         "base_url": os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
         "api_key": os.environ.get("OPENAI_API_KEY", ""),
@@ -323,7 +347,14 @@ def main() -> int:
     scope = Scope()
     launched = time.perf_counter()
     outcome = "answered"
-    with MCPServerAdapter(server) as adapter:
+    try:
+        adapter_cm = MCPServerAdapter(server, connect_timeout=a.connect_timeout)
+    except Exception as e:  # the adapter wraps whatever stopped quarry in a RuntimeError
+        target = a.http or f"{a.quarry} --config {a.config}"
+        print(f"error: cannot start or reach quarry ({target}): {e}; check --config and --quarry, or --http",
+              file=sys.stderr)
+        return 2
+    with adapter_cm as adapter:
         # Quarry's start (and, the first time, its index build) is not the crew's cost.
         started = time.perf_counter()
         prefix = a.tools + "_"
