@@ -20,7 +20,8 @@ Each run writes router.json, search.json, answer.json and run.json to its own fo
 
 Any OpenAI-compatible endpoint: OPENAI_BASE_URL and OPENAI_API_KEY, and a model per agent in
 CREW_ROUTER_MODEL and CREW_SEARCHER_MODEL (default gpt-4o-mini) and CREW_ANSWER_MODEL (default
-gpt-4o). Exit status: 0 answered, 1 a stage failed (the message says which), 2 bad usage.
+gpt-4o); CREW_LLM_TIMEOUT bounds each LLM request (seconds, default 120).
+Exit status: 0 answered, 1 a stage failed (the message says which), 2 bad usage.
 """
 
 from __future__ import annotations
@@ -213,7 +214,9 @@ def build(tools: dict[str, BaseTool], run: Run, scope: Scope, question: str, end
     cite = guards.citation("3.4", chinese)
 
     def llm(stage: str, model: str, **kw: Any) -> MeteredLLM:
-        return MeteredLLM(model=model, base_url=endpoint["base_url"], api_key=endpoint["api_key"], **kw).for_stage(stage)
+        return MeteredLLM(
+            model=model, base_url=endpoint["base_url"], api_key=endpoint["api_key"], timeout=endpoint["timeout"], **kw
+        ).for_stage(stage)
 
     tree = Counted(
         tools["list_chapter_tree"],
@@ -321,6 +324,9 @@ def main() -> int:
     p.add_argument("--connect-timeout", type=int, default=300, metavar="SECONDS",
                    help="how long quarry may take to start; a manual's first start builds its index (default 300)")
     a = p.parse_args()
+    if not a.question.strip():
+        print("error: the question is empty; ask one, e.g. crew.py \"How do I limit bandwidth?\"", file=sys.stderr)
+        return 2
     # The adapter does not notice a quarry that exits at start (it waits out the connect
     # timeout), so the mistakes that make it exit are caught here first.
     if not a.http:
@@ -334,7 +340,17 @@ def main() -> int:
         "router": os.environ.get("CREW_ROUTER_MODEL", "gpt-4o-mini"),
         "searcher": os.environ.get("CREW_SEARCHER_MODEL", "gpt-4o-mini"),
         "answerer": os.environ.get("CREW_ANSWER_MODEL", "gpt-4o"),
+        # Each LLM request is bounded (the client retries twice more on failure).
+        "timeout": os.environ.get("CREW_LLM_TIMEOUT", "120"),
     }
+    try:
+        endpoint["timeout"] = float(endpoint["timeout"])
+    except ValueError:
+        endpoint["timeout"] = 0.0
+    if not endpoint["timeout"] > 0:
+        print(f"error: CREW_LLM_TIMEOUT={os.environ.get('CREW_LLM_TIMEOUT')!r} is not a number of seconds above 0",
+              file=sys.stderr)
+        return 2
     if not endpoint["api_key"]:
         # Local servers (Ollama, llama.cpp, vLLM) take any key; the SDK insists on one.
         endpoint["api_key"] = "unused"
