@@ -146,7 +146,10 @@ def router_guard(run: Run, scope: Scope, check_ids: BaseTool):
         try:
             route = guards.parse_router(raw)
             answer = parse(check_ids.run(cited=route.chapters, candidates=route.chapters))
-            bad = [c for c in answer.get("cited", []) if not c.get("valid")] if isinstance(answer, dict) else []
+            if not isinstance(answer, dict):
+                # Never pass ids that were not checked.
+                raise guards.RouterError(f"Quarry could not check the chapter ids: {str(answer)[:300]}")
+            bad = [c for c in answer.get("cited", []) if not c.get("valid")]
             if bad:
                 raise guards.RouterError(
                     "these chapter ids are not in the manual: "
