@@ -69,6 +69,30 @@ impl TestEnv {
     }
 }
 
+/// The toy embedder as instance `toy` (64 dimensions, a 256-token window, one instance), the
+/// `[embedders.toy]` section of a config whose tools use `embedder = "toy"`; the component is
+/// `plugins/toy.wasm` ([`TestEnv::with_chapter_rag`] puts it there).
+pub const TOY_SECTION: &str = r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 256 }
+pool = 1
+"#;
+
+impl TestEnv {
+    /// A test environment for chapter RAG: the toy embedder and chapter-rag as
+    /// `plugins/toy.wasm` and `plugins/chapters.wasm`, and empty `docs/` and `index/`.
+    pub fn with_chapter_rag() -> TestEnv {
+        let env = TestEnv::new();
+        env.plugin(TOY_EMBEDDER, "toy");
+        env.plugin(CHAPTER_RAG, "chapters");
+        for d in ["docs", "index"] {
+            std::fs::create_dir_all(env.path(d)).expect("docs and index dirs");
+        }
+        env
+    }
+}
+
 impl Default for TestEnv {
     fn default() -> Self {
         Self::new()

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use quarry_tests::{CHAPTER_RAG, TOY_EMBEDDER, TestEnv, within};
+use quarry_tests::{TOY_SECTION, TestEnv, within};
 use serde_json::{Value, json};
 
 fn rclone_manual() -> PathBuf {
@@ -16,23 +16,12 @@ fn rclone_manual() -> PathBuf {
 
 /// A test environment with `docs/` (read-only as /docs) and `index/` (read-write as /index).
 fn env() -> TestEnv {
-    let env = TestEnv::new();
-    env.plugin(TOY_EMBEDDER, "toy");
-    env.plugin(CHAPTER_RAG, "chapters");
-    for d in ["docs", "index"] {
-        std::fs::create_dir_all(env.path(d)).unwrap();
-    }
-    env
+    TestEnv::with_chapter_rag()
 }
 
 fn config(tool_config: &str) -> String {
     format!(
-        r#"
-[embedders.toy]
-component = "plugins/toy.wasm"
-config = {{ dimension = 64, max_tokens = 256 }}
-pool = 1
-
+        r#"{TOY_SECTION}
 [tools.manual]
 component = "plugins/chapters.wasm"
 embedder = "toy"

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use quarry_tests::{CHAPTER_RAG, TOY_EMBEDDER, TestEnv, quarry_bin, venv_python};
+use quarry_tests::{TOY_SECTION, TestEnv, quarry_bin, venv_python};
 use serde_json::{Value, json};
 
 const QUESTION: &str = "Our nightly upload saturates the office line. Can rclone go slowly during working hours?";
@@ -113,17 +113,10 @@ fn run_crew(script: &Value) -> CrewRun {
 }
 
 fn run_crew_over(script: &Value, transport: Transport) -> CrewRun {
-    let env = TestEnv::new();
-    env.plugin(TOY_EMBEDDER, "toy");
-    env.plugin(CHAPTER_RAG, "chapters");
-    std::fs::create_dir_all(env.path("index")).unwrap();
+    let env = TestEnv::with_chapter_rag();
     let manual = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../host/demo/rclone");
     let config = env.config(&format!(
-        r#"
-[embedders.toy]
-component = "plugins/toy.wasm"
-config = {{ dimension = 64, max_tokens = 256 }}
-
+        r#"{TOY_SECTION}
 [tools.rclone]
 component = "plugins/chapters.wasm"
 embedder = "toy"

@@ -1,7 +1,7 @@
 //! `quarry eval`: a configured chapter-rag tool scored on labelled questions by the binary, as a
 //! user runs it on their own manual.
 
-use quarry_tests::{CHAPTER_RAG, TOY_EMBEDDER, TestEnv, run_quarry as run};
+use quarry_tests::{TOY_SECTION, TestEnv, run_quarry as run};
 use serde_json::Value;
 
 /// Five sections, each long enough to be chunks of its own, each with words of its own.
@@ -17,24 +17,11 @@ fn manual() -> String {
     )
 }
 
-/// The toy embedder, for a config.
-const TOY: &str = r#"
-[embedders.toy]
-component = "plugins/toy.wasm"
-config = { dimension = 64, max_tokens = 256 }
-pool = 1
-"#;
-
 fn env() -> TestEnv {
-    let env = TestEnv::new();
-    env.plugin(TOY_EMBEDDER, "toy");
-    env.plugin(CHAPTER_RAG, "chapters");
-    for d in ["docs", "index"] {
-        std::fs::create_dir_all(env.path(d)).unwrap();
-    }
+    let env = TestEnv::with_chapter_rag();
     std::fs::write(env.path("docs/m.md"), manual()).unwrap();
     env.config(&format!(
-        r#"{TOY}
+        r#"{TOY_SECTION}
 [tools.manual]
 component = "plugins/chapters.wasm"
 embedder = "toy"
@@ -122,7 +109,7 @@ fn scores_docx_search_by_heading_path() {
     let fixture = quarry_tests::shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
     std::fs::copy(&fixture, env.path("docs/tables.docx")).unwrap_or_else(|e| panic!("{}: {e}", fixture.display()));
     env.config(&format!(
-        r#"{TOY}
+        r#"{TOY_SECTION}
 [tools.tables]
 component = "plugins/docx.wasm"
 embedder = "toy"
