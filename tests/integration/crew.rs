@@ -398,12 +398,15 @@ fn a_quarry_that_cannot_start_is_a_clear_error() {
     let env = TestEnv::new();
     std::fs::write(env.path("broken.toml"), "[tools.x\n").unwrap();
     std::fs::write(env.path("ok.toml"), "").unwrap();
+    std::fs::write(env.path("a-file"), "").unwrap();
+    let runs = env.path("runs");
     let cases = [
-        (env.path("missing.toml"), quarry_bin(), "no Quarry config at"),
-        (env.path("broken.toml"), quarry_bin(), "is not a valid TOML config"),
-        (env.path("ok.toml"), env.path("no-quarry"), "cannot run the quarry binary"),
+        (env.path("missing.toml"), quarry_bin(), runs.clone(), "no Quarry config at"),
+        (env.path("broken.toml"), quarry_bin(), runs.clone(), "is not a valid TOML config"),
+        (env.path("ok.toml"), env.path("no-quarry"), runs.clone(), "cannot run the quarry binary"),
+        (env.path("ok.toml"), quarry_bin(), env.path("a-file/runs"), "cannot make a run folder under"),
     ];
-    for (config, quarry, says) in cases {
+    for (config, quarry, runs_dir, says) in cases {
         let mut cmd = Command::new(venv_python("crewai"));
         cmd.current_dir(crew_dir())
             .arg("crew.py")
@@ -413,7 +416,7 @@ fn a_quarry_that_cannot_start_is_a_clear_error() {
             .arg("--quarry")
             .arg(&quarry)
             .arg("--runs")
-            .arg(env.path("runs"))
+            .arg(&runs_dir)
             .envs([
                 ("CREWAI_DISABLE_TELEMETRY", "true"),
                 ("OTEL_SDK_DISABLED", "true"),
@@ -421,6 +424,6 @@ fn a_quarry_that_cannot_start_is_a_clear_error() {
             ]);
         let out = quarry_tests::run_with_timeout(cmd, Duration::from_secs(120));
         assert!(!out.success && out.stderr.contains(says), "{says}: {}", out.stderr);
-        assert!(!env.path("runs").exists(), "no run folder for a run that never started");
+        assert!(!runs.exists(), "no run folder for a run that never started");
     }
 }

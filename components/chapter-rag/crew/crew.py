@@ -121,14 +121,18 @@ class Counted(BaseTool):
 class Run:
     """One question's run: its folder and what each stage produced."""
 
-    def __init__(self, runs: Path, question: str) -> None:
+    def __init__(self, runs: Path) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        runs.mkdir(parents=True, exist_ok=True)
         n = 1
-        while (runs / f"{stamp}-{n}").exists():
-            n += 1
+        while True:
+            # mkdir, not a check first: two runs started in the same second get their own folders.
+            try:
+                (runs / f"{stamp}-{n}").mkdir()
+                break
+            except FileExistsError:
+                n += 1
         self.dir = runs / f"{stamp}-{n}"
-        self.dir.mkdir(parents=True)
-        self.question = question
         self.router: dict[str, Any] = {"attempts": []}
         self.answer: dict[str, Any] = {"attempts": []}
 
@@ -362,7 +366,12 @@ def main() -> int:
     else:
         args = ["--config", a.config, "serve", "--stdio"] + (["--call-log", a.call_log] if a.call_log else [])
         server = StdioServerParameters(command=a.quarry, args=args, env=dict(os.environ))
-    run = Run(Path(a.runs), a.question)
+    try:
+        run = Run(Path(a.runs))
+    except OSError as e:
+        print(f"error: cannot make a run folder under {a.runs}: {e}; pass --runs a directory you can write",
+              file=sys.stderr)
+        return 2
     scope = Scope()
     launched = time.perf_counter()
     outcome = "answered"
