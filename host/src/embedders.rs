@@ -21,6 +21,10 @@ use crate::runtime::engine::QuarryEngine;
 use crate::runtime::guarded::{GuestCall, new_store, run_guarded};
 use crate::runtime::store::StoreState;
 
+/// Fault lines of embedders, all together: a hostile embedder can fault on every call.
+static FAULTS_LOG: crate::log_budget::LogBudget =
+    crate::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
+
 /// An embedder component: a pool of instances, each in its own store, each
 /// having run `model.load(config)`. A batch is split into contiguous chunks of at
 /// most [`MAX_CHUNK`] texts, run in parallel on the pool, so ingest uses every core;
@@ -32,6 +36,8 @@ pub struct ComponentEmbedder {
     config: Arc<InstanceConfig>,
     engine: QuarryEngine,
     pre: EmbedderHostPre<StoreState>,
+    /// Keeps the compiled component in the engine's memory while this version serves.
+    _component: Arc<wasmtime::component::Component>,
     info: ModelInfo,
     /// SHA-256 of the component version.
     pub hash: [u8; 32],
@@ -86,7 +92,7 @@ impl ComponentEmbedder {
         let info = info.ok_or_else(|| link("empty pool".into()))?;
         tracing::info!(target: "quarry::embedder", embedder = %config.name, pool = size, model = %info.id, "embedder ready");
         let queue = FairQueue::new(members.len());
-        Ok(ComponentEmbedder { config, engine: engine.clone(), pre, info, hash, members, queue })
+        Ok(ComponentEmbedder { config, engine: engine.clone(), pre, _component: component, info, hash, members, queue })
     }
 
     /// Embeds `texts` for `client`, whose call must end by `deadline`, splitting a large batch
@@ -168,6 +174,16 @@ impl ComponentEmbedder {
                 Box::pin(async move { bindings.quarry_retrieval_embedder().call_embed(store, &texts, kind).await })
             })
             .await?;
+        // Checked as each part arrives, before the parts of a batch are held together: a
+        // vector of another width than the model's is a faulty (or hostile) embedder.
+        let dimension = self.info.dimension as usize;
+        if let Some(bad) = out.iter().find(|e| e.vector.len() != dimension) {
+            return Err(EmbedError::Internal(format!(
+                "embedder {:?} answered a vector of {} dimensions for a model of {dimension}; it is faulty",
+                self.config.name,
+                bad.vector.len()
+            )));
+        }
         Ok(out.into_iter().map(|e| Embedding { vector: e.vector, truncated: e.truncated }).collect())
     }
 
@@ -198,10 +214,11 @@ impl ComponentEmbedder {
         deadline: Option<Instant>,
         texts: Vec<String>,
     ) -> Result<Vec<Vec<TokenSpan>>, EmbedError> {
-        let lens: Vec<usize> = texts.iter().map(String::len).collect();
         let name = self.config.name.clone();
         let run = move |me: Arc<Self>, client: String, part: Vec<String>| -> PartCall<Vec<TokenSpan>> {
+            let name = name.clone();
             Box::pin(async move {
+                let lens: Vec<usize> = part.iter().map(String::len).collect();
                 let out = me
                     .on_member(&client, deadline, move |store, bindings| {
                         Box::pin(
@@ -209,15 +226,16 @@ impl ComponentEmbedder {
                         )
                     })
                     .await?;
-                Ok(out
+                let out: Vec<Vec<TokenSpan>> = out
                     .into_iter()
                     .map(|spans| spans.into_iter().map(|s| TokenSpan { start: s.start, end: s.end }).collect())
-                    .collect())
+                    .collect();
+                // Checked as each part arrives, before the parts are held together.
+                check_spans(&name, &lens, &out)?;
+                Ok(out)
             })
         };
-        let out = self.split(client, texts, MAX_TOKENISE_PART, run).await?;
-        check_spans(&name, &lens, &out)?;
-        Ok(out)
+        self.split(client, texts, MAX_TOKENISE_PART, run).await
     }
 
     /// Runs one export call on the next pool member `client` is given (restarting it if a
@@ -257,7 +275,9 @@ impl ComponentEmbedder {
         let _ = live.store.data().take_denials();
         match outcome {
             Err(fault) => {
-                tracing::warn!(target: "quarry::embedder", embedder = %name, "{fault}; recycling the instance");
+                if let Some(held) = FAULTS_LOG.take() {
+                    tracing::warn!(target: "quarry::embedder", embedder = %name, "{fault}; recycling the instance{}", crate::log_budget::held_note(held));
+                }
                 Err(EmbedError::Unavailable(format!("embedder {name:?} {fault}; it was recycled")))
             }
             Ok(result) => {
@@ -301,9 +321,10 @@ async fn start(
     .await
     .map_err(fault)?;
     match loaded {
-        Ok(i) => {
-            Ok((Live { store, bindings }, ModelInfo { id: i.id, dimension: i.dimension, max_tokens: i.max_tokens }))
-        }
+        Ok(i) => Ok((
+            Live { store, bindings },
+            ModelInfo { id: crate::text::cut(&i.id, MAX_MODEL_ID), dimension: i.dimension, max_tokens: i.max_tokens },
+        )),
         Err(e) => {
             let reason = match e {
                 ex::EmbedError::InvalidInput(m) | ex::EmbedError::Unavailable(m) | ex::EmbedError::Internal(m) => m,
@@ -368,6 +389,14 @@ impl EmbedderBackend for EmbedderSlot {
 /// Checks an embedder's `token-spans` answer for texts of byte lengths `lens`: one list per
 /// text, each span inside its text, spans in order. A tool sizes chunks by binary search over
 /// the spans, so a faulty tokenizer is stopped here rather than sizing chunks wrongly.
+/// The longest model id kept (an embedder names its model; the host keeps the name for the
+/// life of the embedder and shows it in logs and `quarry list`).
+const MAX_MODEL_ID: usize = 256;
+
+/// Spans a text may have beyond one per byte: the special tokens (`[CLS]`, `[SEP]`, ...) that
+/// a tokenizer adds with empty spans.
+const MAX_EMPTY_SPANS: usize = 16;
+
 fn check_spans(embedder: &str, lens: &[usize], spans: &[Vec<TokenSpan>]) -> Result<(), EmbedError> {
     let fault = |what: String| {
         EmbedError::Internal(format!("embedder {embedder:?} answered token spans that {what}; its tokenizer is faulty"))
@@ -376,6 +405,11 @@ fn check_spans(embedder: &str, lens: &[usize], spans: &[Vec<TokenSpan>]) -> Resu
         return Err(fault(format!("cover {} texts of {}", spans.len(), lens.len())));
     }
     for (i, (text, &len)) in spans.iter().zip(lens).enumerate() {
+        // A token covers at least one byte, but for the few special tokens a tokenizer adds
+        // with empty spans: more spans than that is a tokenizer making up tokens.
+        if text.len() > len.saturating_add(MAX_EMPTY_SPANS) {
+            return Err(fault(format!("number {} for text {i} of {len} bytes", text.len())));
+        }
         let mut last = 0;
         for s in text {
             if s.start > s.end || s.end as usize > len {
@@ -409,6 +443,7 @@ mod tests {
             (vec![5], vec![spans(&[(0, 3), (4, 7)])], "outside text 0 (4..7 of 5 bytes)"),
             (vec![9], vec![spans(&[(5, 3)])], "outside text 0"),
             (vec![9], vec![spans(&[(4, 5), (0, 3)])], "out of order in text 0"),
+            (vec![2], vec![spans(&[(0, 0); 100])], "number 100 for text 0 of 2 bytes"),
         ];
         for (lens, got, want) in bad {
             let e = check_spans("e", &lens, &got).unwrap_err().describe();

@@ -214,6 +214,9 @@ pub struct StoreParts<'a> {
     pub instance: &'a str,
     /// When the running call must end.
     pub deadline: Instant,
+    /// The instance's memory grant (`grants.memory`), in bytes: what a capability holds for it
+    /// is sized against it.
+    pub memory: usize,
 }
 
 /// A store the capabilities can be linked into. The store implements it; no capability names

@@ -139,6 +139,7 @@ impl CapabilityStore for StoreState {
             wasi: &mut self.wasi,
             instance: &self.instance,
             deadline: self.call_deadline,
+            memory: self.limiter.limit(),
         }
     }
 }

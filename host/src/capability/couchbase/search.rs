@@ -13,6 +13,37 @@ use crate::bindings::quarry::retrieval::couchbase::{
     CouchbaseError, IndexScope, SearchIndex, SearchRow, VectorField, VectorSearch,
 };
 
+/// The widest query vector sent (the Search service indexes vectors of at most 4096
+/// dimensions).
+pub const MAX_VECTOR_DIMS: usize = 4096;
+/// The most stored fields a search may ask for.
+pub const MAX_FIELDS: usize = 256;
+/// The longest field name (the vector field's, or a stored field's).
+pub const MAX_FIELD_NAME: usize = 512;
+/// The longest prefilter query.
+pub const MAX_PREFILTER: usize = 64 << 10;
+
+/// Checks what a search carries before the host copies and encodes it: each part is bounded,
+/// so a request holds at most about 100 KiB besides its names.
+fn check_request_size(q: &VectorSearch) -> std::result::Result<(), String> {
+    if q.vector.len() > MAX_VECTOR_DIMS {
+        return Err(format!(
+            "the query vector has {} dimensions; the Search service indexes at most {MAX_VECTOR_DIMS}",
+            q.vector.len()
+        ));
+    }
+    if q.fields.len() > MAX_FIELDS {
+        return Err(format!("{} fields asked for; ask for at most {MAX_FIELDS}, or [\"*\"] for all", q.fields.len()));
+    }
+    if let Some(f) = std::iter::once(&q.field).chain(&q.fields).find(|f| f.len() > MAX_FIELD_NAME) {
+        return Err(format!("a field name of {} bytes is over {MAX_FIELD_NAME}", f.len()));
+    }
+    if let Some(p) = q.prefilter.as_ref().filter(|p| p.len() > MAX_PREFILTER) {
+        return Err(format!("the prefilter is {} bytes, over {MAX_PREFILTER}; filter with a shorter query", p.len()));
+    }
+    Ok(())
+}
+
 impl Client {
     /// The search indexes at `at`.
     pub(super) async fn search_indexes(&self, at: &IndexScope) -> Result<Vec<SearchIndex>> {
@@ -85,6 +116,7 @@ impl Client {
         if q.vector.is_empty() {
             return Err(CouchbaseError::InvalidRequest("the query vector is empty".into()).into());
         }
+        check_request_size(q).map_err(CouchbaseError::InvalidRequest)?;
         if q.limit == 0 || q.k == 0 {
             return Err(CouchbaseError::InvalidRequest("limit and k must be at least 1".into()).into());
         }
@@ -276,6 +308,26 @@ pub fn vector_fields(def: &Value) -> Vec<VectorField> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_search_request_is_bounded_before_it_is_encoded() {
+        let q = |dims: usize, fields: Vec<String>, prefilter: Option<String>| VectorSearch {
+            at: IndexScope::Cluster,
+            index: "i".into(),
+            field: "v".into(),
+            vector: vec![0.0; dims],
+            k: 1,
+            limit: 1,
+            fields,
+            prefilter,
+        };
+        assert!(check_request_size(&q(384, vec!["*".into()], Some("+a:b".into()))).is_ok());
+        let e = check_request_size(&q(MAX_VECTOR_DIMS + 1, vec![], None)).unwrap_err();
+        assert!(e.contains("4097 dimensions"), "{e}");
+        assert!(check_request_size(&q(8, vec!["f".into(); MAX_FIELDS + 1], None)).is_err());
+        assert!(check_request_size(&q(8, vec!["f".repeat(MAX_FIELD_NAME + 1)], None)).is_err());
+        assert!(check_request_size(&q(8, vec![], Some("p".repeat(MAX_PREFILTER + 1)))).is_err());
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -45,11 +45,19 @@ impl State {
 pub struct View<'a> {
     state: &'a mut State,
     deadline: Instant,
+    /// The calling tool's memory grant: an answer larger than it could not be handed over.
+    memory: usize,
 }
 
 /// The [`View`] of a store.
 pub fn view(parts: super::StoreParts<'_>) -> View<'_> {
-    View { state: &mut parts.states.embedder, deadline: parts.deadline }
+    View { state: &mut parts.states.embedder, deadline: parts.deadline, memory: parts.memory }
+}
+
+/// What the answer of an embed of `texts` texts of a `dimension`-wide model holds, in bytes
+/// (each vector's floats, its list and its record).
+pub fn answer_bytes(texts: usize, dimension: u32) -> usize {
+    texts.saturating_mul((dimension as usize).saturating_mul(4).saturating_add(16))
 }
 
 struct HasView;
@@ -84,7 +92,19 @@ impl wit::Host for View<'_> {
         kind: InputKind,
     ) -> wasmtime::Result<Result<Vec<Embedding>, EmbedError>> {
         match &self.state.backend {
-            Some(e) => Ok(e.embed_for(self.caller(), texts, kind).await),
+            Some(e) => {
+                // The whole batch's answer is held by the host until it is handed to the tool,
+                // whose memory must then hold it: sized against the tool's grant first.
+                let held = answer_bytes(texts.len(), e.info().dimension);
+                if held > self.memory {
+                    return Ok(Err(EmbedError::InvalidInput(format!(
+                        "the vectors of {} texts would take {held} bytes, over this tool's grants.memory of {} bytes; embed fewer texts at once",
+                        texts.len(),
+                        self.memory
+                    ))));
+                }
+                Ok(e.embed_for(self.caller(), texts, kind).await)
+            }
             None => Ok(Err(no_embedder())),
         }
     }
@@ -120,7 +140,7 @@ mod tests {
     #[tokio::test]
     async fn without_a_backend_calls_say_what_to_configure() {
         let mut state = State::new(None, "t");
-        let mut s = View { state: &mut state, deadline: std::time::Instant::now() };
+        let mut s = View { state: &mut state, deadline: std::time::Instant::now(), memory: 64 << 20 };
         let e = s.embed(vec!["x".into()], InputKind::Query).await.unwrap().unwrap_err();
         assert!(matches!(&e, EmbedError::Unavailable(m) if m.contains("embedder = \"NAME\"")), "{e:?}");
         assert!(s.count_tokens(vec![]).await.unwrap().is_err());

@@ -23,9 +23,10 @@
 //! the call's error says which grant would allow it.
 //!
 //! Files: `grant` (`http`, `private_networks`, `http_timeout`), `allowlist`, `policy`, `send`
-//! (the hooks), `refusals`; here, the per-store [`State`], its view and the linker call.
+//! (the hooks), `bounds` (what a guest may store in a request), `refusals`; here, the per-store [`State`], its view and the linker call.
 
 mod allowlist;
+mod bounds;
 mod grant;
 mod policy;
 mod refusals;
@@ -39,6 +40,7 @@ use wasmtime_wasi_http::{WasiHttp, WasiHttpCtx, WasiHttpCtxView};
 use super::StoreParts;
 
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
+pub use bounds::{MAX_METHOD, MAX_PATH_WITH_QUERY, MAX_REQUEST_STRINGS, MAX_SCHEME};
 pub use grant::{DEFAULT_HTTP_TIMEOUT, grant};
 pub use policy::{Denial, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, special_range};
 pub use refusals::{MAX_KEPT, MAX_REFUSAL_BYTES, Refusals};
@@ -89,5 +91,7 @@ pub fn view(parts: StoreParts<'_>) -> WasiHttpCtxView<'_> {
 pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> WasiHttpCtxView<'_>) -> wasmtime::Result<()> {
     use wasmtime_wasi_http::p2::bindings::{LinkOptions, http};
     http::outgoing_handler::add_to_linker::<_, WasiHttp>(l, get)?;
-    http::types::add_to_linker::<_, WasiHttp>(l, &LinkOptions::default().into(), get)
+    http::types::add_to_linker::<_, WasiHttp>(l, &LinkOptions::default().into(), get)?;
+    // Strings a guest stores in a request are bounded when stored, not when sent.
+    bounds::shadow_setters(l, get)
 }

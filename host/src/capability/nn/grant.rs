@@ -83,6 +83,43 @@ pub fn section(name: &str, raw: RawModel, base: &Path) -> Result<ModelSection, K
 pub struct ModelGrant {
     /// By name.
     pub models: BTreeMap<String, Arc<ModelSection>>,
+    /// The bytes of tensors the instance holds, all its stores together (an embedder's pool
+    /// members, and the stores that replace recycled ones): made once with the grant, so every
+    /// store of the instance shares it.
+    pub tensors: Arc<TensorBudget>,
+}
+
+/// Bytes of tensors held by the stores of one instance.
+#[derive(Debug, Default)]
+pub struct TensorBudget {
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl PartialEq for TensorBudget {
+    /// Budgets are state, not configuration: two grants that say the same are equal.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl TensorBudget {
+    /// Charges `n` bytes if the instance then holds at most `limit`.
+    pub fn charge(&self, n: u64, limit: u64) -> bool {
+        use std::sync::atomic::Ordering;
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| held.checked_add(n).filter(|&t| t <= limit))
+            .is_ok()
+    }
+
+    /// Gives back `n` bytes.
+    pub fn release(&self, n: u64) {
+        self.held.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Bytes held now.
+    pub fn held(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// The `models` key: names of `[models.NAME]` sections; each must exist.
@@ -101,7 +138,7 @@ pub fn grant(names: &[String], sections: &BTreeMap<String, Arc<ModelSection>>) -
         };
         models.insert(name.clone(), section.clone());
     }
-    Ok(ModelGrant { models })
+    Ok(ModelGrant { models, tensors: Arc::default() })
 }
 
 #[cfg(test)]
@@ -133,6 +170,18 @@ mod tests {
         let e = section("minilm", raw(None), Path::new("/")).unwrap_err();
         assert_eq!(e.key, "dir");
         assert!(e.message.contains(MANIFEST_FILE) && e.message.contains("make models"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_tensor_budget_is_shared_and_bounded() {
+        let g = ModelGrant::default();
+        let copy = g.clone();
+        assert!(g.tensors.charge(60, 100));
+        assert!(!copy.tensors.charge(50, 100), "the clone shares the budget");
+        assert!(copy.tensors.charge(40, 100));
+        g.tensors.release(100);
+        assert_eq!(copy.tensors.held(), 0);
+        assert!(!g.tensors.charge(u64::MAX, u64::MAX - 1));
     }
 
     #[test]

@@ -14,8 +14,13 @@
 //!   other callers, within the deadline of the call that asked: the embedder's own call, or the
 //!   tool call it is embedding for ([`State::set_caller`]).
 //! - **Bounded.** A tensor's size is checked against its data before anything is allocated; a
-//!   store holds at most [`MAX_GRAPHS`] graphs, [`MAX_CONTEXTS`] execution contexts and
-//!   [`MAX_TENSOR_BYTES`] of tensors. A forged handle traps in the component ABI.
+//!   store holds at most [`MAX_GRAPHS`] graphs and [`MAX_CONTEXTS`] execution contexts, and an
+//!   instance (every store of an embedder's pool together) at most its `grants.memory` of
+//!   tensors, and never more than [`MAX_TENSOR_BYTES`]. A forged handle traps in the component
+//!   ABI. An inference that has started when its call's deadline passes runs to its end on its
+//!   inference thread (tract cannot be stopped part-way): the call fails at its deadline, the
+//!   thread's slot stays taken until then, and what bounds the run is the model and the size of
+//!   its inputs (a tensor is at most 16M elements); no inference starts past a deadline.
 //!
 //! Files: `grant.rs` (the section and the grant), `native.rs` (tract, the shared models),
 //! `pool.rs` (the inference threads).
@@ -57,7 +62,8 @@ use wit::wasi::nn::tensor::{TensorData, TensorDimensions, TensorType};
 pub const MAX_GRAPHS: usize = 4;
 /// Execution contexts one store may hold at once.
 pub const MAX_CONTEXTS: usize = 16;
-/// Bytes of tensors (inputs waiting for `compute`, outputs not yet dropped) one store may hold.
+/// Bytes of tensors (inputs waiting for `compute`, outputs not yet dropped) one instance may
+/// hold, whatever its grant.
 pub const MAX_TENSOR_BYTES: u64 = 256 << 20;
 
 /// A loaded graph, as the guest holds it.
@@ -81,7 +87,32 @@ pub struct State {
     caller: Option<(String, Instant)>,
     graphs: usize,
     contexts: usize,
+    /// This store's share of the instance's tensor budget (given back when the store goes).
     tensor_bytes: u64,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // A recycled store's tensors go with it, never dropped one by one by the guest.
+        self.grant.tensors.release(self.tensor_bytes);
+    }
+}
+
+impl State {
+    /// Charges `n` bytes of tensors to the instance, within `limit`.
+    fn charge(&mut self, n: u64, limit: u64) -> bool {
+        let ok = self.grant.tensors.charge(n, limit);
+        if ok {
+            self.tensor_bytes += n;
+        }
+        ok
+    }
+
+    /// Gives back `n` bytes of tensors.
+    fn release(&mut self, n: u64) {
+        self.tensor_bytes -= n;
+        self.grant.tensors.release(n);
+    }
 }
 
 impl State {
@@ -114,11 +145,14 @@ pub struct View<'a> {
     state: &'a mut State,
     table: &'a mut ResourceTable,
     deadline: Instant,
+    /// The most tensors the instance may hold: its memory grant, at most [`MAX_TENSOR_BYTES`].
+    tensor_limit: u64,
 }
 
 /// The [`View`] of a store.
 pub fn view(parts: super::StoreParts<'_>) -> View<'_> {
-    View { state: &mut parts.states.nn, table: parts.table, deadline: parts.deadline }
+    let tensor_limit = (parts.memory as u64).min(MAX_TENSOR_BYTES);
+    View { state: &mut parts.states.nn, table: parts.table, deadline: parts.deadline, tensor_limit }
 }
 
 struct HasView;
@@ -243,7 +277,7 @@ impl wit::wasi::nn::inference::HostGraphExecutionContext for View<'_> {
         for (name, t) in inputs {
             // The tensors move to the host with the call, as wasi-nn says: taken out of the table.
             let t = self.table.delete(t)?;
-            self.state.tensor_bytes -= t.0.as_ref().map_or(0, |t| t.data.len() as u64);
+            self.state.release(t.0.as_ref().map_or(0, |t| t.data.len() as u64));
             match t.0 {
                 Ok(t) => given.push((name, t)),
                 Err(e) => refused = refused.or(Some(e)),
@@ -265,13 +299,15 @@ impl wit::wasi::nn::inference::HostGraphExecutionContext for View<'_> {
             Err(e) => return self.fail(e),
         };
         let bytes: u64 = outputs.iter().map(|(_, t)| t.data.len() as u64).sum();
-        if self.state.tensor_bytes + bytes > MAX_TENSOR_BYTES {
+        if !self.state.charge(bytes, self.tensor_limit) {
             return self.fail(NnError::new(
                 Code::TooLarge,
-                format!("the outputs ({bytes} bytes) would pass the {MAX_TENSOR_BYTES} bytes of tensors an instance may hold; drop tensors first"),
+                format!(
+                    "the outputs ({bytes} bytes) would pass the {} bytes of tensors this instance may hold (its grants.memory, all its stores together); drop tensors first",
+                    self.tensor_limit
+                ),
             ));
         }
-        self.state.tensor_bytes += bytes;
         let mut named = Vec::with_capacity(outputs.len());
         for (name, t) in outputs {
             named.push((name, self.table.push(Tensor(Ok(t)))?));
@@ -299,23 +335,20 @@ impl wit::wasi::nn::tensor::HostTensor for View<'_> {
         // data) and fails the `compute` it is given to.
         let ty = ty_of(ty);
         let len = data.len() as u64;
+        let limit = self.tensor_limit;
         let checked = RawTensor::check(&dims, ty, data.len()).and_then(|()| {
-            if self.state.tensor_bytes + len > MAX_TENSOR_BYTES {
+            if self.state.charge(len, limit) {
+                Ok(())
+            } else {
                 Err(NnError::new(
                     Code::TooLarge,
-                    format!("an instance may hold {MAX_TENSOR_BYTES} bytes of tensors; drop tensors or compute in smaller batches"),
+                    format!(
+                        "this instance may hold {limit} bytes of tensors (its grants.memory, all its stores together); drop tensors or compute in smaller batches"
+                    ),
                 ))
-            } else {
-                Ok(())
             }
         });
-        let tensor = match checked {
-            Ok(()) => {
-                self.state.tensor_bytes += len;
-                Ok(RawTensor { dims, ty, data })
-            }
-            Err(e) => Err(e),
-        };
+        let tensor = checked.map(|()| RawTensor { dims, ty, data });
         Ok(self.table.push(Tensor(tensor))?)
     }
 
@@ -333,7 +366,7 @@ impl wit::wasi::nn::tensor::HostTensor for View<'_> {
 
     async fn drop(&mut self, t: Resource<Tensor>) -> wasmtime::Result<()> {
         let t = self.table.delete(t)?;
-        self.state.tensor_bytes -= t.0.as_ref().map_or(0, |t| t.data.len() as u64);
+        self.state.release(t.0.as_ref().map_or(0, |t| t.data.len() as u64));
         Ok(())
     }
 }
