@@ -42,6 +42,11 @@ impl LogBudget {
     }
 }
 
+/// What to add to a log line that `held` lines were held back before it: nothing for none.
+pub fn held_note(held: usize) -> String {
+    if held == 0 { String::new() } else { format!(" ({held} more not logged before this one)") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

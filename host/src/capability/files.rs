@@ -20,8 +20,11 @@
 //! measured when an instance first uses it, shared by every instance granted the same
 //! directory, and charged as above. A charge that would pass the quota measures the directory
 //! again first (at most once a second), so deletions and overwrites count, then refuses with
-//! `insufficient-space` (`ENOSPC`, as a full disk or a filesystem out of inodes would; a
-//! stream write can report no other code), and the host logs that the quota was reached. Within one call a guest can therefore pass the quota by at most one
+//! `insufficient-space` (`ENOSPC`, as a full disk or a filesystem out of inodes would), and the
+//! host logs that the quota was reached (under a rate budget). A wasi-libc guest sees ENOSPC
+//! from `write` at an offset, `ftruncate` and creating a file; a write through a stream (what
+//! Rust's `std::fs::File::write` uses) reports only that the operation failed, which wasi-libc
+//! turns into EIO. Within one call a guest can therefore pass the quota by at most one
 //! write (a stream write is at most 4 KiB to 1 MiB) and never create a file past it; it can
 //! still read, overwrite within the sizes it has, truncate and delete.
 
@@ -49,6 +52,8 @@ use crate::values::{ByteSize, KeyError, expand_path};
 pub const DEFAULT_QUOTA_BYTES: u64 = 1 << 30;
 /// Files, directories and links a read-write grant may hold when its config gives no quota.
 pub const DEFAULT_QUOTA_FILES: u64 = 10_000;
+/// Log lines of refused writes and opens, all instances together: a guest repeats them at will.
+static REFUSALS_LOG: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new(10, Duration::from_secs(1));
 /// How often a directory may be measured again when a charge would pass its quota.
 const REMEASURE_EVERY: Duration = Duration::from_secs(1);
 
@@ -287,13 +292,16 @@ impl QuotaGrant {
                 self.usage.measure(self.quota);
             }
             if !fits(&self.usage) {
-                tracing::warn!(
-                    target: "quarry::sandbox",
-                    dir = %self.usage.root.display(),
-                    "a write was refused: the directory is at its grants.dirs quota ({} bytes, {} files); raise `quota` on the grant if the work is legitimate",
-                    self.quota.bytes,
-                    self.quota.files
-                );
+                if let Some(held) = REFUSALS_LOG.take() {
+                    tracing::warn!(
+                        target: "quarry::sandbox",
+                        dir = %self.usage.root.display(),
+                        "a write was refused: the directory is at its grants.dirs quota ({} bytes, {} files); raise `quota` on the grant if the work is legitimate{}",
+                        self.quota.bytes,
+                        self.quota.files,
+                        crate::log_budget::held_note(held)
+                    );
+                }
                 return Err(ErrorCode::InsufficientSpace);
             }
         }
@@ -409,13 +417,16 @@ pub fn link<T: Send + 'static>(linker: &mut Linker<T>, get: fn(&mut T) -> View<'
                             DescriptorType::RegularFile | DescriptorType::Directory | DescriptorType::SymbolicLink
                         );
                         if !openable {
-                            tracing::warn!(
-                                target: "quarry::sandbox",
-                                instance,
-                                "refused to open {}: it is a {:?}, not a regular file or directory",
-                                crate::text::quoted_prefix(&path, 200),
-                                stat.type_
-                            );
+                            if let Some(held) = REFUSALS_LOG.take() {
+                                tracing::warn!(
+                                    target: "quarry::sandbox",
+                                    instance,
+                                    "refused to open {}: it is a {:?}, not a regular file or directory{}",
+                                    crate::text::quoted_prefix(&path, 200),
+                                    stat.type_,
+                                    crate::log_budget::held_note(held)
+                                );
+                            }
                             return Ok((Err(ErrorCode::NotPermitted),));
                         }
                         true

@@ -70,8 +70,13 @@ pub(crate) fn new_store(
 ) -> Result<Store<StoreState>, SandboxError> {
     let mut state = StoreState::new(config, embedder)?;
     state.yields = engine.yields();
+    let memory = state.memory_limit();
     let mut store = Store::new(engine.engine(), state);
     store.limiter(StoreState::limiter);
+    // What one lift from the guest may make the host allocate (a call's strings and lists, an
+    // export's results): wasmtime's default is 128 MiB whatever the grant, and lists that all
+    // alias one buffer lift to many times the guest's memory.
+    store.set_hostcall_fuel(memory.clamp(1 << 20, DEFAULT_HOSTCALL_FUEL));
     if engine.yields() {
         // Yielding at each tick lets the runtime's other tasks (other calls, the MCP server's
         // accept loop, timers) run beside a long call on as few as two worker threads; the
@@ -117,9 +122,7 @@ pub(crate) type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elaps
 /// logging what the guest wrote to stderr.
 fn into_outcome<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
     let stderr = store.data().stderr.take();
-    for line in stderr.lines().filter(|l| !l.trim().is_empty()) {
-        tracing::info!(target: "quarry::guest", "{line}");
-    }
+    log_stderr(&stderr);
     let err = match res {
         Err(_) => return Err(Fault::Deadline(deadline)),
         Ok(Ok(v)) => return Ok(v),
@@ -150,8 +153,34 @@ fn into_outcome<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed
     }
 }
 
-/// The guest's last two meaningful stderr lines: for a Rust panic, where it
-/// panicked and the message.
+/// wasmtime's own hostcall fuel: the most a lift may allocate when the grant is larger.
+const DEFAULT_HOSTCALL_FUEL: usize = 128 << 20;
+/// Most lines of one call's guest stderr logged, and the longest logged.
+const STDERR_LINES_PER_CALL: usize = 16;
+const STDERR_LINE_BYTES: usize = 1024;
+/// The most of a guest's last words a fault carries.
+const LAST_WORDS_BYTES: usize = 1024;
+/// Guest stderr lines, all instances together: a guest writes as much as it likes.
+static STDERR_LOG: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new(32, Duration::from_millis(100));
+
+/// Logs a call's guest stderr: at most [`STDERR_LINES_PER_CALL`] lines of at most
+/// [`STDERR_LINE_BYTES`], under the host's budget for guest lines, with a count of the rest.
+fn log_stderr(stderr: &str) {
+    let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
+    for line in lines.by_ref().take(STDERR_LINES_PER_CALL) {
+        if let Some(held) = STDERR_LOG.take() {
+            let note = crate::log_budget::held_note(held);
+            tracing::info!(target: "quarry::guest", "{}{note}", crate::text::cut(line, STDERR_LINE_BYTES));
+        }
+    }
+    let rest = lines.count();
+    if rest > 0 && STDERR_LOG.take().is_some() {
+        tracing::info!(target: "quarry::guest", "{rest} more lines of this call's stderr not logged");
+    }
+}
+
+/// The guest's last two meaningful stderr lines, cut to [`LAST_WORDS_BYTES`]: for a Rust
+/// panic, where it panicked and the message.
 fn last_words(stderr: &str) -> Option<String> {
     let lines: Vec<&str> = stderr
         .lines()
@@ -159,5 +188,5 @@ fn last_words(stderr: &str) -> Option<String> {
         .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
         .collect();
     let tail = &lines[lines.len().saturating_sub(2)..];
-    (!tail.is_empty()).then(|| tail.join(" "))
+    (!tail.is_empty()).then(|| crate::text::cut(&tail.join(" "), LAST_WORDS_BYTES))
 }
