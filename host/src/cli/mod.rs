@@ -89,6 +89,10 @@ pub enum Command {
         /// max_queued_calls; default 32).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
         max_queued_calls: Option<u32>,
+        /// Bytes of requests held at once, all clients together, e.g. 128MiB (overrides
+        /// [serve] max_request_bytes).
+        #[arg(long, value_name = "SIZE", value_parser = |s: &str| crate::values::ByteSize::parse(s).and_then(|b| crate::config::ServeConfig::check_request_bytes(b.0)))]
+        max_request_bytes: Option<usize>,
         /// Time a client has to send a request body, e.g. 30s (overrides [serve] body_timeout).
         #[arg(long, value_name = "DURATION", value_parser = |s: &str| crate::values::HumanDuration::parse(s))]
         body_timeout: Option<crate::values::HumanDuration>,
@@ -166,6 +170,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             max_sessions,
             max_connections,
             max_queued_calls,
+            max_request_bytes,
             body_timeout,
             allowed_origins,
             call_log,
@@ -179,6 +184,9 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
             if let Some(n) = max_queued_calls {
                 limits.max_queued_calls = n as usize;
+            }
+            if let Some(n) = max_request_bytes {
+                limits.max_request_bytes = n;
             }
             if let Some(t) = body_timeout {
                 limits.body_timeout = t.0;

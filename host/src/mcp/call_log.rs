@@ -65,8 +65,8 @@ pub struct Entry<'a> {
     pub client: Option<String>,
     /// The MCP tool name the client asked for.
     pub tool: &'a str,
-    /// The arguments as the client sent them.
-    pub arguments: &'a serde_json::Map<String, Value>,
+    /// The arguments as the client sent them, as JSON text.
+    pub arguments: &'a str,
     /// How it ended.
     pub outcome: Outcome<'a>,
     /// The error message, when it failed.
@@ -130,13 +130,15 @@ impl Entry<'_> {
             },
             "duration_ms": (self.duration.as_secs_f64() * 1e6).round() / 1e3,
         });
-        // Measured without a copy of the map: it may hold megabytes.
-        let args = serde_json::to_string(self.arguments).unwrap_or_default();
-        if args.len() <= MAX_ARGS {
-            v["arguments"] = Value::Object(self.arguments.clone());
-        } else {
-            v["arguments"] = Value::String(crate::text::cut(&args, MAX_ARGS));
-            v["arguments_cut"] = Value::Bool(true);
+        // The arguments arrive as their JSON text: a tree of them is built only when it is small.
+        let args = self.arguments;
+        match (args.len() <= MAX_ARGS).then(|| serde_json::from_str::<Value>(args)) {
+            Some(Ok(tree)) => v["arguments"] = tree,
+            _ => {
+                v["arguments"] = Value::String(crate::text::cut(args, MAX_ARGS));
+                // Too long, or not whole: the head of arguments refused for their size.
+                v["arguments_cut"] = Value::Bool(true);
+            }
         }
         if let Outcome::Error(kind) = self.outcome {
             v["error_kind"] = Value::String(kind.to_string());
@@ -152,7 +154,7 @@ impl Entry<'_> {
 mod tests {
     use super::*;
 
-    fn entry<'a>(args: &'a serde_json::Map<String, Value>, tool: &'a str) -> Entry<'a> {
+    fn entry<'a>(args: &'a str, tool: &'a str) -> Entry<'a> {
         Entry {
             session: 3,
             client: Some("crewai 1.0".into()),
@@ -166,8 +168,7 @@ mod tests {
 
     #[test]
     fn a_line_has_the_call_and_nothing_unbounded() {
-        let mut args = serde_json::Map::new();
-        args.insert("question".into(), json!("how?"));
+        let args = json!({"question": "how?"}).to_string();
         let v = entry(&args, "manual.search").to_json(SystemTime::UNIX_EPOCH);
         assert_eq!(v["time"], "1970-01-01T00:00:00Z");
         assert_eq!(v["session"], 3);
@@ -178,8 +179,7 @@ mod tests {
         assert!(v.get("arguments_cut").is_none() && v.get("error").is_none());
 
         // A hostile client's megabyte of arguments and name are cut, and the line stays JSON.
-        let mut big = serde_json::Map::new();
-        big.insert("question".into(), json!("x".repeat(1 << 20)));
+        let big = json!({"question": "x".repeat(1 << 20)}).to_string();
         let name = "n".repeat(1 << 16);
         let line = entry(&big, &name).to_json(SystemTime::UNIX_EPOCH).to_string();
         assert!(line.len() < MAX_ARGS + MAX_NAME + 512, "{} bytes", line.len());
@@ -195,12 +195,12 @@ mod tests {
         std::fs::write(&path, "{\"earlier\":true}\n").unwrap();
         let log = CallLog::open(&path).unwrap();
         assert_eq!((log.session(), log.session()), (1, 2));
-        let args = serde_json::Map::new();
-        let mut e = entry(&args, "a.b");
+        let args = "{}";
+        let mut e = entry(args, "a.b");
         e.outcome = Outcome::Error("invalid-args");
         e.error = Some("bad \"question\"\nline");
         log.record(&e);
-        log.record(&entry(&args, "a.c"));
+        log.record(&entry(args, "a.c"));
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 3, "{text}");

@@ -18,9 +18,14 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::bindings::ToolOutput;
 use crate::instance::CallError;
+use crate::mcp::budget::Budget;
 use crate::mcp::call_log::{self, CallLog};
 use crate::mcp::notify::Peers;
 use crate::registry::{Registry, ToolEntry};
+
+/// Lines for failed calls: a client can send failing calls as fast as it likes.
+static FAILURES_LOG: crate::log_budget::LogBudget =
+    crate::log_budget::LogBudget::new(20, std::time::Duration::from_millis(100));
 
 /// Serves one host's tools. Cheap to clone: the HTTP transport makes one per session
 /// ([`QuarryMcp::for_session`]).
@@ -34,7 +39,16 @@ pub struct QuarryMcp {
     /// The call log (`--call-log`), if any, and this session's number in it.
     log: Option<Arc<CallLog>>,
     session: u64,
+    /// What the server holds of requests, all clients together: a call's arguments are
+    /// charged while it waits and runs.
+    budget: Budget,
 }
+
+/// Cancelled when the connection a request came on closes before its answer was sent. The
+/// HTTP transport puts it in the request's extensions; rmcp hands the request's
+/// `http::request::Parts` to the handler.
+#[derive(Clone, Debug)]
+pub struct ClientGone(pub tokio_util::sync::CancellationToken);
 
 /// Counts one call of a session while it lives.
 struct CallSlot(Arc<std::sync::atomic::AtomicUsize>);
@@ -48,8 +62,22 @@ impl Drop for CallSlot {
 impl QuarryMcp {
     /// A handler for `host`; handshake-era sessions register in `peers` to hear of swaps.
     pub fn new(host: Arc<Registry>, peers: Arc<Peers>) -> Self {
-        let max_calls = crate::config::ServeConfig::default().max_queued_calls;
-        QuarryMcp { host, peers, calls: Arc::default(), max_calls, log: None, session: 0 }
+        let limits = crate::config::ServeConfig::default();
+        QuarryMcp {
+            host,
+            peers,
+            calls: Arc::default(),
+            max_calls: limits.max_queued_calls,
+            log: None,
+            session: 0,
+            budget: Budget::new(limits.max_request_bytes),
+        }
+    }
+
+    /// The same, charging calls' arguments to `budget` (shared with the transport).
+    pub fn with_budget(mut self, budget: Budget) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// The same, writing every call to `log`.
@@ -154,25 +182,61 @@ impl ServerHandler for QuarryMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
+        // The arguments wait and run as their JSON text, charged to the server's budget: a
+        // tree of them costs many times their size, and is dropped here.
         let arguments = request.arguments.unwrap_or_default();
+        let refused = crate::mcp::scan::refused_arguments(&arguments).map(|(n, head)| (n, head.to_string()));
+        let args = match &refused {
+            Some((_, head)) => head.clone(),
+            None => serde_json::to_string(&arguments).unwrap_or_default(),
+        };
+        drop(arguments);
+        // Cancelled when the client closes the connection this call came on (HTTP).
+        let gone = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<ClientGone>())
+            .map(|g| g.0.clone())
+            .unwrap_or_default();
         let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _slot = CallSlot(self.calls.clone());
+        let held = self.budget.take(args.len());
         let response = if waiting >= self.max_calls {
             let message = format!(
                 "this session already has {waiting} tool calls waiting or running, its maximum ([serve] max_queued_calls); wait for their answers"
             );
             Ok(tool_error("busy", message))
+        } else if let Some((size, _)) = refused {
+            let tool = crate::text::cut(&request.name, 256);
+            to_response(Err(CallError::ArgsTooLarge { tool, size, limit: crate::registry::MAX_ARGS_BYTES }))
+        } else if held.is_none() {
+            let message = format!(
+                "the server holds its maximum of {} bytes of requests from all clients ([serve] max_request_bytes); try again when earlier calls have answered",
+                self.budget.total()
+            );
+            Ok(tool_error("busy", message))
         } else {
-            let args = serde_json::to_string(&arguments).unwrap_or_default();
-            // A `notifications/cancelled` for this request cancels `context.ct`: a call still
-            // waiting for its instance is dropped from the queue; one already running finishes
-            // (its answer is then ignored), since stopping it would cost the instance a restart.
-            let outcome = self.host.call_unless(&request.name, &args, context.ct.cancelled()).await;
-            if let Err(e) = &outcome {
-                tracing::info!(target: "quarry::mcp", tool = %crate::text::cut(&request.name, 256), "call failed: {e}");
+            // A `notifications/cancelled` for this request cancels `context.ct`, and a closed
+            // connection cancels `gone`: a call still waiting for its instance is dropped from
+            // the queue; one already running finishes (its answer is then ignored), since
+            // stopping it would cost the instance a restart.
+            let cancelled = async {
+                tokio::select! {
+                    () = context.ct.cancelled() => {}
+                    () = gone.cancelled() => {}
+                }
+            };
+            let outcome = self.host.call_unless(&request.name, &args, cancelled).await;
+            if let Err(e) = &outcome
+                && let Some(held) = FAILURES_LOG.take()
+            {
+                let e = crate::text::cut(&e.to_string(), 1024);
+                let tool = crate::text::cut(&request.name, 256);
+                tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::log_budget::held_note(held));
             }
             to_response(outcome)
         };
+        drop(held);
         if let Some(log) = &self.log {
             let client = context.peer.peer_info().map(|i| format!("{} {}", i.client_info.name, i.client_info.version));
             let (outcome, error) = match &response {
@@ -188,7 +252,7 @@ impl ServerHandler for QuarryMcp {
                 session: self.session,
                 client,
                 tool: &request.name,
-                arguments: &arguments,
+                arguments: &args,
                 outcome,
                 error,
                 duration: start.elapsed(),

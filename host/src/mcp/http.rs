@@ -12,14 +12,28 @@
 //!   connections (one more is answered 503 and closed), sessions (a new `initialize` beyond the
 //!   cap gets 503 with a JSON-RPC error) and tool calls waiting or running per session (one
 //!   more is a tool error).
+//! - What every client together makes the server hold is bounded by `[serve] max_request_bytes`
+//!   ([`crate::mcp::budget`]): a body is charged as it arrives, and the tree it will be parsed
+//!   into is charged before it is built ([`crate::mcp::scan`]); a `tools/call` whose arguments
+//!   are over [`crate::registry::MAX_ARGS_BYTES`] is refused before any tree. One that does not
+//!   fit gets 503 with a JSON-RPC error.
+//! - A connection that has not yet sent one request the server accepts (past the token check)
+//!   has [`UNACCEPTED_TIMEOUT`] to do so, and when every connection slot is taken, the oldest
+//!   such connection is closed to make room: clients without a token cannot hold the slots.
+//! - A call whose client closes its connection before the answer is dropped if it is still
+//!   waiting for its instance.
 //! - A request carrying an `Origin` header (a browser) is refused with 403 unless the origin
 //!   is in `[serve] allowed_origins`, as the MCP specification requires of servers.
 //! - A bearer token over plain HTTP beyond loopback travels in clear: that needs
 //!   `--insecure-http`, and TLS belongs in a proxy in front.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -34,8 +48,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ServeConfig;
 use crate::mcp::ServeError;
+use crate::mcp::budget::{Budget, Held};
 use crate::mcp::call_log::CallLog;
-use crate::mcp::handler::QuarryMcp;
+use crate::mcp::handler::{ClientGone, QuarryMcp};
 use crate::mcp::notify::{Peers, fan_out};
 use crate::registry::Registry;
 
@@ -51,6 +66,9 @@ pub const MAX_BODY_BYTES: usize = 16 << 20;
 pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
 /// How long a client may take to send its request headers.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a new connection may take to send a request the server accepts (its headers in
+/// full, past the token check): a client that has not authenticated holds a slot no longer.
+pub const UNACCEPTED_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How to serve.
 #[derive(Debug, Clone)]
@@ -83,6 +101,7 @@ pub struct HttpServer {
     peers: Arc<Peers>,
     stop: CancellationToken,
     connections: Arc<tokio::sync::Semaphore>,
+    unaccepted: Arc<Unaccepted>,
 }
 
 /// What every connection's requests need.
@@ -91,6 +110,51 @@ struct Shared {
     sessions: Arc<LocalSessionManager>,
     token: Option<String>,
     limits: ServeConfig,
+    budget: Budget,
+}
+
+/// Connections that have not yet sent a request the server accepted, oldest first: the first
+/// to be closed when every slot is taken.
+#[derive(Default)]
+struct Unaccepted {
+    next: AtomicU64,
+    queue: Mutex<VecDeque<(u64, CancellationToken)>>,
+}
+
+impl Unaccepted {
+    fn add(&self, close: CancellationToken) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back((id, close));
+        id
+    }
+
+    /// The connection sent a request that was accepted, or ended: it is no longer shed first.
+    fn remove(&self, id: u64) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != id);
+    }
+
+    /// Closes the oldest unaccepted connection; false when there is none.
+    fn shed_oldest(&self) -> bool {
+        let oldest = self.queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+        oldest.map(|(_, close)| close.cancel()).is_some()
+    }
+}
+
+/// One connection's standing, seen by its requests.
+struct Connection {
+    id: u64,
+    unaccepted: Arc<Unaccepted>,
+    accepted: tokio::sync::Notify,
+    was_accepted: std::sync::atomic::AtomicBool,
+}
+
+impl Connection {
+    fn accept(&self) {
+        if !self.was_accepted.swap(true, Ordering::AcqRel) {
+            self.unaccepted.remove(self.id);
+            self.accepted.notify_one();
+        }
+    }
 }
 
 impl HttpServer {
@@ -118,8 +182,10 @@ impl HttpServer {
             config = config.disable_allowed_hosts();
         }
         let peers = Arc::new(Peers::default());
+        let budget = Budget::new(options.limits.max_request_bytes);
         let handler = QuarryMcp::new(host.clone(), peers.clone())
             .with_queue_cap(options.limits.max_queued_calls)
+            .with_budget(budget.clone())
             .with_call_log(options.call_log.clone());
         let mut sessions = LocalSessionManager::default();
         sessions.session_config.keep_alive = Some(SESSION_IDLE);
@@ -127,8 +193,8 @@ impl HttpServer {
         // One handler per session, each with its own count of calls.
         let service = StreamableHttpService::new(move || Ok(handler.for_session()), sessions.clone(), config);
         let connections = Arc::new(tokio::sync::Semaphore::new(options.limits.max_connections));
-        let shared = Arc::new(Shared { service, sessions, token, limits: options.limits });
-        Ok(HttpServer { listener, shared, host, peers, stop, connections })
+        let shared = Arc::new(Shared { service, sessions, token, limits: options.limits, budget });
+        Ok(HttpServer { listener, shared, host, peers, stop, connections, unaccepted: Arc::default() })
     }
 
     /// The address actually bound.
@@ -157,7 +223,19 @@ impl HttpServer {
                     }
                 },
             };
-            let Ok(permit) = self.connections.clone().try_acquire_owned() else {
+            let permit = match self.connections.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                // Every slot is taken: make room by closing the oldest connection that has not
+                // sent an accepted request, if there is one (its slot comes back as its task ends).
+                Err(_) if self.unaccepted.shed_oldest() => {
+                    tokio::time::timeout(Duration::from_secs(1), self.connections.clone().acquire_owned())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                }
+                Err(_) => None,
+            };
+            let Some(permit) = permit else {
                 if let Some(held) = REFUSALS_LOG.take() {
                     tracing::warn!(target: "quarry::mcp", %remote, "refused a connection: {} are open ([serve] max_connections); {held} more refused since the last line", self.shared.limits.max_connections);
                 }
@@ -171,22 +249,46 @@ impl HttpServer {
             }
             let shared = self.shared.clone();
             let stop = self.stop.clone();
+            let shed = CancellationToken::new();
+            let connection = Arc::new(Connection {
+                id: self.unaccepted.add(shed.clone()),
+                unaccepted: self.unaccepted.clone(),
+                accepted: tokio::sync::Notify::new(),
+                was_accepted: false.into(),
+            });
             tokio::spawn(async move {
                 let _permit = permit;
+                let this = connection.clone();
                 let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
                     let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(route(&shared, req).await) }
+                    let this = this.clone();
+                    async move { Ok::<_, Infallible>(route(&shared, &this, req).await) }
                 });
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
                     .serve_connection(TokioIo::new(stream), svc);
+                let unaccepted_for_too_long = async {
+                    if tokio::time::timeout(UNACCEPTED_TIMEOUT, connection.accepted.notified()).await.is_err()
+                        && !connection.was_accepted.load(Ordering::Acquire)
+                    {
+                        return;
+                    }
+                    std::future::pending::<()>().await
+                };
                 tokio::select! {
                     res = conn => if let Err(e) = res {
                         tracing::debug!(target: "quarry::mcp", %remote, "connection ended: {e}");
                     },
                     () = stop.cancelled() => {}
+                    () = shed.cancelled() => {
+                        tracing::debug!(target: "quarry::mcp", %remote, "closed an unaccepted connection to make room");
+                    }
+                    () = unaccepted_for_too_long => {
+                        tracing::debug!(target: "quarry::mcp", %remote, "closed a connection that sent no accepted request within {UNACCEPTED_TIMEOUT:?}");
+                    }
                 }
+                connection.unaccepted.remove(connection.id);
             });
         }
         fan.abort();
@@ -208,7 +310,11 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
 }
 
-async fn route(shared: &Shared, req: Request<Incoming>) -> Response<BoxBody<Bytes, Infallible>> {
+async fn route(
+    shared: &Shared,
+    connection: &Connection,
+    req: Request<Incoming>,
+) -> Response<BoxBody<Bytes, Infallible>> {
     let service = &shared.service;
     if req.uri().path() != PATH {
         return plain(StatusCode::NOT_FOUND, &format!("not found; the MCP endpoint is {PATH}"));
@@ -227,11 +333,8 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Response<BoxBody<Byte
         }
     }
     if let Some(expected) = shared.token.as_deref() {
-        let sent = req
-            .headers()
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
+        let sent =
+            req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_credentials);
         if !sent.is_some_and(|s| same(s.as_bytes(), expected.as_bytes())) {
             let mut r =
                 plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
@@ -239,32 +342,37 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Response<BoxBody<Byte
             return r;
         }
     }
+    connection.accept();
     let ends_session = req.method() == hyper::Method::DELETE;
+    // Cancelled when the client is gone: when this future is dropped (the connection closed
+    // before the answer), or when the answer's body is (sent, or the connection closed then).
+    let gone = CancellationToken::new();
+    let guard = gone.clone().drop_guard();
     let response = if req.method() == hyper::Method::POST {
-        let (parts, body) = req.into_parts();
-        match read_message(body, shared.limits.body_timeout).await {
-            Ok(bytes) => {
-                if !parts.headers.contains_key("mcp-session-id")
-                    && is_initialize(&bytes)
-                    && shared.sessions.sessions.read().await.len() >= shared.limits.max_sessions
-                {
-                    let msg = format!(
-                        "the server holds its maximum of {} sessions; end idle ones (HTTP DELETE with their Mcp-Session-Id) or raise [serve] max_sessions",
-                        shared.limits.max_sessions
-                    );
-                    let id = serde_json::from_slice::<serde_json::Value>(&bytes)
-                        .ok()
-                        .and_then(|v| v.get("id").cloned())
-                        .unwrap_or(serde_json::Value::Null);
-                    return rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &msg, id);
-                }
-                service.handle(Request::from_parts(parts, Full::new(bytes))).await
-            }
+        let (mut parts, body) = req.into_parts();
+        // Held until rmcp has parsed the message and handed it on.
+        let (bytes, _held, initialize) = match read_message(body, &parts.headers, shared).await {
+            Ok(read) => read,
             Err(refusal) => return refusal,
+        };
+        if !parts.headers.contains_key("mcp-session-id")
+            && initialize.is_some()
+            && shared.sessions.sessions.read().await.len() >= shared.limits.max_sessions
+        {
+            let msg = format!(
+                "the server holds its maximum of {} sessions; end idle ones (HTTP DELETE with their Mcp-Session-Id) or raise [serve] max_sessions",
+                shared.limits.max_sessions
+            );
+            return rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &msg, initialize.unwrap_or_default());
         }
+        parts.extensions.insert(ClientGone(gone.clone()));
+        service.handle(Request::from_parts(parts, Full::new(bytes))).await
     } else {
         service.handle(req).await
     };
+    // The answer's body lives as long as the client waits for it: when it is dropped (sent, or
+    // the connection closed), a call still waiting for its instance is dropped too.
+    let response = response.map(|body| Guarded { body, _gone: guard }.boxed());
     if ends_session && response.status() == StatusCode::ACCEPTED {
         // rmcp acknowledges a session's end with 202; the Python SDK 1.x (CrewAI's) logs
         // "Session termination failed" on anything but 200 or 204.
@@ -275,52 +383,152 @@ async fn route(shared: &Shared, req: Request<Incoming>) -> Response<BoxBody<Byte
     response
 }
 
-/// Reads a POST body (at most [`MAX_BODY_BYTES`]) and checks it is one JSON-RPC message.
+/// A response body that cancels a token when it is dropped.
+struct Guarded {
+    body: BoxBody<Bytes, Infallible>,
+    _gone: tokio_util::sync::DropGuard,
+}
+
+impl http_body::Body for Guarded {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+type Refusal = Response<BoxBody<Bytes, Infallible>>;
+
+/// Reads a POST body (at most [`MAX_BODY_BYTES`], charged to the server's budget as it
+/// arrives) and checks it is one JSON-RPC message, building no tree for one that is refused.
+/// Returns the body, what it holds of the budget (its bytes and the tree rmcp will build), and
+/// for an `initialize` request its `id`.
 ///
 /// rmcp answers a body that is not JSON, or not a JSON-RPC message, with a bare
 /// `415 Unsupported Media Type`; a JSON-RPC client should get a JSON-RPC error it can read:
 /// parse error (-32700) or invalid request (-32600), with `id` when one can be found.
-async fn read_message(body: Incoming, timeout: Duration) -> Result<Bytes, Response<BoxBody<Bytes, Infallible>>> {
-    let read = tokio::time::timeout(timeout, http_body_util::Limited::new(body, MAX_BODY_BYTES).collect()).await;
-    let Ok(read) = read else {
-        let msg = format!("the request body did not arrive within {timeout:?}; send it at once");
-        return Err(rpc_error(StatusCode::REQUEST_TIMEOUT, -32600, &msg, serde_json::Value::Null));
+async fn read_message(
+    mut body: Incoming,
+    headers: &hyper::HeaderMap,
+    shared: &Shared,
+) -> Result<(Bytes, Held, Option<serde_json::Value>), Refusal> {
+    use http_body_util::BodyExt as _;
+    let timeout = shared.limits.body_timeout;
+    let budget = &shared.budget;
+    let too_large = || {
+        let msg = format!("the request is over {MAX_BODY_BYTES} bytes; send less");
+        rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &msg, serde_json::Value::Null)
     };
-    let bytes = match read {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            let msg = format!("the request is over {MAX_BODY_BYTES} bytes; send less");
-            return Err(rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &msg, serde_json::Value::Null));
+    let busy = |id: serde_json::Value| {
+        let msg = format!(
+            "the server holds its maximum of {} bytes of requests from all clients ([serve] max_request_bytes); try again in a moment",
+            budget.total()
+        );
+        let mut r = rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &msg, id);
+        r.headers_mut().insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from_static("1"));
+        r
+    };
+    let mut held = Held::none();
+    // A declared length is refused or charged whole before a byte is read.
+    let declared =
+        headers.get(hyper::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if let Some(n) = declared {
+        if n > MAX_BODY_BYTES {
+            return Err(too_large());
         }
+        if !budget.charge(&mut held, n) {
+            return Err(busy(serde_json::Value::Null));
+        }
+    }
+    let read = async {
+        let mut buf = bytes::BytesMut::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                let msg = format!("cannot read the request body: {e}");
+                rpc_error(StatusCode::BAD_REQUEST, -32600, &msg, serde_json::Value::Null)
+            })?;
+            let Ok(data) = frame.into_data() else { continue };
+            if buf.len() + data.len() > MAX_BODY_BYTES {
+                return Err(too_large());
+            }
+            let uncharged = (buf.len() + data.len()).saturating_sub(held.bytes());
+            if !budget.charge(&mut held, uncharged) {
+                return Err(busy(serde_json::Value::Null));
+            }
+            buf.extend_from_slice(&data);
+        }
+        Ok(buf.freeze())
+    };
+    let bytes = match tokio::time::timeout(timeout, read).await {
+        Ok(read) => read?,
+        Err(_) => {
+            let msg = format!("the request body did not arrive within {timeout:?}; send it at once");
+            return Err(rpc_error(StatusCode::REQUEST_TIMEOUT, -32600, &msg, serde_json::Value::Null));
+        }
+    };
+    let envelope = match crate::mcp::scan::envelope(&bytes) {
+        Ok(e) => e,
+        Err(crate::mcp::scan::ScanError::Syntax(e)) => {
+            let msg = format!("parse error: the body is not JSON ({e})");
+            return Err(rpc_error(StatusCode::BAD_REQUEST, -32700, &msg, serde_json::Value::Null));
+        }
+        Err(crate::mcp::scan::ScanError::Shape(e)) => {
+            let msg =
+                format!("invalid request: the body is not a JSON-RPC 2.0 request, notification or response ({e})");
+            return Err(rpc_error(StatusCode::BAD_REQUEST, -32600, &msg, crate::mcp::scan::id_of(&bytes)));
+        }
+    };
+    let id = envelope.id_value();
+    // Arguments over the limit are answered as before (a tool error, in the call log) from a
+    // small stand-in, never parsed.
+    let (bytes, tree) = match crate::mcp::scan::refuse_large_arguments(&bytes, &envelope) {
+        Some(smaller) => {
+            let smaller = Bytes::from(smaller);
+            let tree = crate::mcp::scan::nodes(&smaller) * crate::mcp::scan::NODE_BYTES;
+            drop(envelope);
+            (smaller, tree)
+        }
+        None => {
+            let tree = envelope.tree_bytes();
+            drop(envelope);
+            (bytes, tree)
+        }
+    };
+    // The trees: the check below builds one, and rmcp builds another after it is dropped.
+    if !budget.charge(&mut held, tree) {
+        return Err(busy(id));
+    }
+    let message = match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes) {
+        Ok(m) => m,
         Err(e) => {
-            let msg = format!("cannot read the request body: {e}");
-            return Err(rpc_error(StatusCode::BAD_REQUEST, -32600, &msg, serde_json::Value::Null));
+            let (code, what) = if e.is_syntax() || e.is_eof() {
+                (-32700, "parse error: the body is not JSON")
+            } else {
+                (-32600, "invalid request: the body is not a JSON-RPC 2.0 request, notification or response")
+            };
+            return Err(rpc_error(StatusCode::BAD_REQUEST, code, &format!("{what} ({e})"), id));
         }
     };
-    if let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes) {
-        let (code, what) = if e.is_syntax() || e.is_eof() {
-            (-32700, "parse error: the body is not JSON")
-        } else {
-            (-32600, "invalid request: the body is not a JSON-RPC 2.0 request, notification or response")
-        };
-        let id = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("id").cloned())
-            .filter(|id| id.is_string() || id.is_number())
-            .unwrap_or(serde_json::Value::Null);
-        return Err(rpc_error(StatusCode::BAD_REQUEST, code, &format!("{what} ({e})"), id));
-    }
-    Ok(bytes)
-}
-
-/// Whether a body is an `initialize` request (which opens a session).
-fn is_initialize(bytes: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Method<'a> {
-        #[serde(borrow)]
-        method: Option<&'a str>,
-    }
-    serde_json::from_slice::<Method>(bytes).is_ok_and(|m| m.method == Some("initialize"))
+    // An `initialize` as rmcp decoded it, whatever escapes spell its method.
+    let initialize = matches!(
+        &message,
+        rmcp::model::JsonRpcMessage::Request(r) if matches!(r.request, rmcp::model::ClientRequest::InitializeRequest(_))
+    )
+    .then_some(id);
+    drop(message);
+    Ok((bytes, held, initialize))
 }
 
 fn rpc_error(
@@ -334,6 +542,13 @@ fn rpc_error(
     *r.status_mut() = status;
     r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
     r
+}
+
+/// The credentials of an `Authorization` value in the Bearer scheme. The scheme name is
+/// case-insensitive and may be followed by more than one space (RFC 9110 §11.1, §11.4).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim_start_matches(' '))
 }
 
 /// Compares in time that depends only on the lengths, so the token can't be guessed byte by byte.
@@ -351,7 +566,17 @@ fn plain(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, Infallibl
 
 #[cfg(test)]
 mod tests {
-    use super::same;
+    use super::{bearer_credentials, same};
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for v in ["Bearer tok", "bearer tok", "BEARER tok", "BeArEr   tok"] {
+            assert_eq!(bearer_credentials(v), Some("tok"), "{v}");
+        }
+        for v in ["Basic tok", "Bearertok", "Bearer", "Bearer\ttok", "tok"] {
+            assert_eq!(bearer_credentials(v), None, "{v}");
+        }
+    }
 
     #[test]
     fn token_comparison() {

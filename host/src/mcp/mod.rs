@@ -13,10 +13,12 @@
 //! connected clients when a hot swap changed the tools; [`call_log`] is the opt-in audit log
 //! of every tool call.
 
+pub mod budget;
 pub mod call_log;
 pub mod handler;
 pub mod http;
 pub mod notify;
+pub mod scan;
 pub mod stdio;
 
 pub use handler::QuarryMcp;

@@ -4,7 +4,9 @@
 //! SDKs do) and an over-long one. A client that sent either would wait forever for an
 //! answer, so a filter sits in front: a line that is not JSON gets a JSON-RPC parse
 //! error (-32700), a line over [`MAX_MESSAGE_BYTES`] an invalid-request error (-32600),
-//! and the session goes on. Everything else reaches rmcp untouched.
+//! and the session goes on. A `tools/call` whose arguments are over the limit reaches rmcp
+//! with a small stand-in for them ([`crate::mcp::scan::refuse_large_arguments`]), so that no
+//! tree of them is built. Everything else reaches rmcp untouched.
 
 use std::sync::Arc;
 
@@ -99,6 +101,11 @@ async fn filter_input<R: AsyncRead + Unpin>(
             let _ = replies.send(error_line(-32700, &msg)).await;
             continue;
         }
+        // Arguments over the limit reach rmcp as a small stand-in, so no tree of them is built
+        // (the handler answers it as a tool error).
+        let smaller =
+            crate::mcp::scan::envelope(body).ok().and_then(|e| crate::mcp::scan::refuse_large_arguments(body, &e));
+        let body = smaller.as_deref().unwrap_or(body);
         if to_rmcp.write_all(body).await.is_err() || to_rmcp.write_all(b"\n").await.is_err() {
             return;
         }

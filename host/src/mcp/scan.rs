@@ -1,0 +1,242 @@
+//! A look at a JSON-RPC message before any JSON tree is built from it.
+//!
+//! A parsed JSON tree costs many times its text: every number, string, array and object is a
+//! 32-byte node, and arrays and maps grow by doubling (an 8 MiB body peaked at 114× its size
+//! when it was parsed by the server, again by rmcp, and its arguments serialised again). So
+//! the server reads a message's envelope with borrowed values (`method` decoded as rmcp decodes
+//! it, `id`, the raw text of `params.arguments`), counts its nodes in one pass over the bytes,
+//! and refuses what is too large before any tree exists.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::registry::MAX_ARGS_BYTES;
+
+/// What the host charges for one node of a parsed JSON tree: its 32-byte value, its share of
+/// a vector or map grown by doubling, and a map entry's key. Measured with `make bench-hostile`
+/// (the "dense arguments" rows).
+pub const NODE_BYTES: usize = 96;
+
+/// A message's envelope, read without building a tree.
+#[derive(Debug)]
+pub struct Envelope<'a> {
+    /// `method`, decoded (`"initializ\u0065"` is `initialize`, as rmcp reads it).
+    pub method: Option<Cow<'a, str>>,
+    /// `id`, as written (a string or a number for a request).
+    pub id: Option<&'a RawValue>,
+    /// `params.arguments` as written, for `tools/call`.
+    pub arguments: Option<&'a RawValue>,
+    /// Nodes of the tree the message would parse into.
+    pub nodes: usize,
+}
+
+impl Envelope<'_> {
+    /// Bytes of `params.arguments` as written (0 without them).
+    pub fn arguments_len(&self) -> usize {
+        self.arguments.map_or(0, |a| a.get().len())
+    }
+
+    /// Whether this is a `tools/call` request.
+    pub fn is_call(&self) -> bool {
+        self.method.as_deref() == Some("tools/call")
+    }
+
+    /// The `id` as a JSON value, for an error answer (null when it is not a string or number).
+    pub fn id_value(&self) -> serde_json::Value {
+        self.id
+            .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
+            .filter(|id| id.is_string() || id.is_number())
+            .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// What parsing the message into a tree would cost, by [`NODE_BYTES`].
+    pub fn tree_bytes(&self) -> usize {
+        self.nodes.saturating_mul(NODE_BYTES)
+    }
+}
+
+/// Why a message could not be read.
+#[derive(Debug, PartialEq)]
+pub enum ScanError {
+    /// Not JSON at all (-32700).
+    Syntax(String),
+    /// JSON, but not one JSON-RPC message object (-32600).
+    Shape(String),
+}
+
+#[derive(Deserialize)]
+struct RawEnvelope<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawCallParams<'a> {
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// The `id` of a message whose envelope could not be read (its `method` is not a string, say),
+/// when it has a string or number one; null otherwise. Builds no tree.
+pub fn id_of(bytes: &[u8]) -> serde_json::Value {
+    #[derive(Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+    }
+    let id = serde_json::from_slice::<IdOnly<'_>>(bytes).ok().and_then(|m| m.id);
+    Envelope { method: None, id, arguments: None, nodes: 0 }.id_value()
+}
+
+/// Reads the envelope of `bytes`. Validates the JSON's syntax in full (without a tree) and
+/// counts its nodes.
+pub fn envelope(bytes: &[u8]) -> Result<Envelope<'_>, ScanError> {
+    let raw: RawEnvelope<'_> = serde_json::from_slice(bytes).map_err(|e| {
+        if e.is_syntax() || e.is_eof() { ScanError::Syntax(e.to_string()) } else { ScanError::Shape(e.to_string()) }
+    })?;
+    let arguments = match (&raw.method, raw.params) {
+        (Some(m), Some(params)) if m == "tools/call" => {
+            serde_json::from_str::<RawCallParams<'_>>(params.get())
+                .map_err(|e| ScanError::Shape(format!("params: {e}")))?
+                .arguments
+        }
+        _ => None,
+    };
+    Ok(Envelope { method: raw.method, id: raw.id, arguments, nodes: nodes(bytes) })
+}
+
+/// The key of the object that stands in for arguments refused for their size: a `tools/call`
+/// whose arguments are over [`MAX_ARGS_BYTES`] reaches the handler with
+/// `{ARGUMENTS_REFUSED: {"bytes": N, "head": "<their first bytes>"}}` instead, so that it is
+/// answered and logged as before without a tree of them ever being built. A client that sends
+/// this object itself only gets its own call refused.
+pub const ARGUMENTS_REFUSED: &str = "\u{0}quarry:arguments-refused";
+/// How much of refused arguments is kept for the call log (its own cut).
+const HEAD_BYTES: usize = crate::mcp::call_log::MAX_ARGS;
+
+/// `bytes` with the arguments of a `tools/call` over [`MAX_ARGS_BYTES`] replaced by the
+/// [`ARGUMENTS_REFUSED`] object; `None` when they fit.
+pub fn refuse_large_arguments(bytes: &[u8], envelope: &Envelope<'_>) -> Option<Vec<u8>> {
+    let args = envelope.arguments?.get();
+    if args.len() <= MAX_ARGS_BYTES {
+        return None;
+    }
+    // The raw value borrows from `bytes`: its place there is the difference of the pointers.
+    let start = (args.as_ptr() as usize).checked_sub(bytes.as_ptr() as usize)?;
+    let end = start.checked_add(args.len()).filter(|&e| e <= bytes.len())?;
+    let mut cut = HEAD_BYTES;
+    while !args.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let stand_in = serde_json::json!({ ARGUMENTS_REFUSED: { "bytes": args.len(), "head": &args[..cut] } }).to_string();
+    let mut out = Vec::with_capacity(bytes.len() - args.len() + stand_in.len());
+    out.extend_from_slice(&bytes[..start]);
+    out.extend_from_slice(stand_in.as_bytes());
+    out.extend_from_slice(&bytes[end..]);
+    Some(out)
+}
+
+/// The size and head of arguments refused by [`refuse_large_arguments`], when `arguments` is
+/// its stand-in.
+pub fn refused_arguments(arguments: &serde_json::Map<String, serde_json::Value>) -> Option<(usize, &str)> {
+    let refused = arguments.get(ARGUMENTS_REFUSED).filter(|_| arguments.len() == 1)?;
+    let bytes = refused.get("bytes")?.as_u64()?;
+    Some((usize::try_from(bytes).unwrap_or(usize::MAX), refused.get("head")?.as_str().unwrap_or_default()))
+}
+
+/// The nodes of the tree `json` parses into, counted from its bytes: one for the top value, and
+/// one more for each `,`, `[`, `{` and `:` outside strings (each starts a value or a map entry).
+pub fn nodes(json: &[u8]) -> usize {
+    let (mut n, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b',' | b'[' | b'{' | b':' => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_method_is_decoded_as_rmcp_decodes_it() {
+        let e = envelope(br#"{"jsonrpc":"2.0","id":1,"method":"initializ\u0065","params":{}}"#).unwrap();
+        assert_eq!(e.method.as_deref(), Some("initialize"));
+        assert_eq!(e.id_value(), serde_json::json!(1));
+    }
+
+    #[test]
+    fn arguments_are_measured_without_a_tree() {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{{"name":"t","arguments":{{"text":"{}"}}}}}}"#,
+            "x".repeat(1000)
+        );
+        let e = envelope(body.as_bytes()).unwrap();
+        assert!(e.is_call());
+        assert_eq!(e.arguments_len(), r#"{"text":""}"#.len() + 1000);
+        assert_eq!(e.id_value(), serde_json::json!("a"));
+        assert!(refuse_large_arguments(body.as_bytes(), &e).is_none(), "they fit");
+        // Other methods' params are not looked into.
+        let e = envelope(br#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"arguments":[1,2]}}"#).unwrap();
+        assert_eq!(e.arguments_len(), 0);
+    }
+
+    #[test]
+    fn large_arguments_are_replaced_by_a_small_stand_in() {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"a.b","arguments":{{"text":"é{}"}},"_meta":{{}}}}}}"#,
+            "x".repeat(MAX_ARGS_BYTES)
+        );
+        let e = envelope(body.as_bytes()).unwrap();
+        let out = refuse_large_arguments(body.as_bytes(), &e).unwrap();
+        assert!(out.len() < HEAD_BYTES + 200, "{} bytes", out.len());
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!((v["id"].clone(), v["params"]["name"].clone()), (serde_json::json!(7), serde_json::json!("a.b")));
+        assert!(v["params"]["_meta"].is_object());
+        let (bytes, head) = refused_arguments(v["params"]["arguments"].as_object().unwrap()).unwrap();
+        assert_eq!(bytes, e.arguments_len());
+        assert!(head.starts_with(r#"{"text":"éxx"#) && head.len() <= HEAD_BYTES, "{}", head.len());
+        // Ordinary arguments are not mistaken for it.
+        assert!(refused_arguments(serde_json::json!({"bytes": 5}).as_object().unwrap()).is_none());
+    }
+
+    #[test]
+    fn nodes_count_values_not_string_contents() {
+        assert_eq!(nodes(b"1"), 1);
+        assert_eq!(nodes(b"[0,0,0]"), 4);
+        assert_eq!(nodes(br#"{"a":[1,2],"b":{}}"#), 8);
+        // Commas, brackets and escaped quotes inside strings are text.
+        assert_eq!(nodes(br#"["a,[{:\",b"]"#), 2);
+        // A dense array is many nodes for few bytes.
+        let dense = format!("[{}0]", "0,".repeat(1000));
+        assert_eq!(nodes(dense.as_bytes()), 1002);
+    }
+
+    #[test]
+    fn bad_messages_are_told_apart() {
+        assert!(matches!(envelope(b"{not json"), Err(ScanError::Syntax(_))));
+        assert!(matches!(envelope(b"[1,2]"), Err(ScanError::Shape(_))));
+        assert!(matches!(envelope(br#"{"method":5}"#), Err(ScanError::Shape(_))));
+        assert_eq!(id_of(br#"{"jsonrpc":"2.0","id":77,"method":42}"#), serde_json::json!(77));
+        assert_eq!(id_of(br#"{"id":{"a":1}}"#), serde_json::Value::Null);
+    }
+}
