@@ -26,6 +26,10 @@ pub use crate::runtime::guarded::Fault;
 use crate::runtime::guarded::{new_store, run_guarded};
 use crate::runtime::store::StoreState;
 
+/// Fault lines, all instances together: a hostile component can fault on every call.
+static FAULTS_LOG: crate::log_budget::LogBudget =
+    crate::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
+
 /// The longest tool error message passed on (it is also cut to `max_output`).
 pub const MAX_ERROR_BYTES: usize = 64 << 10;
 /// The longest message of a component that rejected its config, kept for later hints.
@@ -49,6 +53,8 @@ pub struct ComponentVersion {
     /// Whether it imports the embedder.
     pub imports_embedder: bool,
     pre: ToolHostPre<StoreState>,
+    /// Keeps the compiled component in the engine's memory while this version serves.
+    _component: Arc<Component>,
 }
 
 /// Why a component could not be loaded or an instance opened.
@@ -198,12 +204,23 @@ pub enum CallError {
     },
 }
 
-/// Reads and compiles (or loads from cache) the component at `path`; returns it with its content hash.
+/// Reads and compiles (or loads from cache) the component at `path`; returns it with its content
+/// hash. A file over the engine's [`QuarryEngine::max_component_bytes`] is refused before it is
+/// compiled: compiling takes time and memory in proportion to its size.
 pub(crate) async fn compile(
     engine: &QuarryEngine,
     path: &Path,
-) -> Result<(Component, [u8; 32], CacheOutcome), OpenError> {
-    let bytes = tokio::fs::read(path).await.map_err(|source| EngineError::Read { path: path.to_path_buf(), source })?;
+) -> Result<(Arc<Component>, [u8; 32], CacheOutcome), OpenError> {
+    use tokio::io::AsyncReadExt as _;
+    let read_error = |source| EngineError::Read { path: path.to_path_buf(), source };
+    let max = engine.max_component_bytes();
+    let file = tokio::fs::File::open(path).await.map_err(read_error)?;
+    let mut bytes = Vec::new();
+    // Read one byte past the cap, so a file that grows while it is read is caught too.
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes).await.map_err(read_error)?;
+    if bytes.len() as u64 > max {
+        return Err(EngineError::TooLarge { path: path.to_path_buf(), limit: max }.into());
+    }
     let hash = ComponentCache::content_hash(&bytes);
     let (engine2, path2) = (engine.clone(), path.to_path_buf());
     let (component, outcome) = tokio::task::spawn_blocking(move || engine2.load_component(&path2, &bytes))
@@ -227,7 +244,14 @@ impl ComponentVersion {
         let pre = ToolHostPre::new(pre).map_err(|e| {
             link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.2.0`; see wit/)"))
         })?;
-        Ok(Arc::new(ComponentVersion { path: path.to_path_buf(), hash, outcome, imports_embedder, pre }))
+        Ok(Arc::new(ComponentVersion {
+            path: path.to_path_buf(),
+            hash,
+            outcome,
+            imports_embedder,
+            pre,
+            _component: component,
+        }))
     }
 }
 
@@ -325,7 +349,9 @@ impl ToolInstance {
         let max_output = self.config.grants.max_output;
         match outcome {
             Err(fault) => {
-                tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance");
+                if let Some(held) = FAULTS_LOG.take() {
+                    tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance{}", crate::log_budget::held_note(held));
+                }
                 Err(CallError::Fault { tool: qualified, fault })
             }
             Ok(Err(error)) => {

@@ -13,6 +13,10 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_OUTPUT: u64 = 16 << 20;
 /// The largest memory limit a grant may ask for (the pooling allocator reserves this per memory).
 pub const MAX_MEMORY: u64 = 4 << 30;
+/// The largest component file compiled unless `[host] max_component_size` says otherwise:
+/// compiling takes time and memory in proportion to the size. The largest of Quarry's own (the
+/// ONNX embedder) is about 22 MiB.
+pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 64 << 20;
 
 /// How long a host call may take inside a call's `deadline`: a second less, or half of a short
 /// one. Time blocked in a host call is not counted by epochs, so a host call still waiting when

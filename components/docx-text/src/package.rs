@@ -8,10 +8,11 @@
 //!
 //! docx-rs also reads nested elements by recursion (a table in a cell of a table, and so on),
 //! so a document nesting them thousands deep overflows the stack of whoever reads it. Every
-//! XML part is scanned first, streaming, and one nesting elements more than [`MAX_DEPTH`] deep
-//! is refused.
+//! XML part (by its content, UTF-8 or UTF-16, or its name, whatever the relationships call it)
+//! is scanned first, streaming, and one nesting elements more than [`MAX_DEPTH`] deep is
+//! refused.
 
-use std::io::{Cursor, Read};
+use std::io::{BufRead, Cursor, Read};
 
 /// The largest part (one file inside the archive) unpacked.
 pub const MAX_PART: u64 = 128 << 20;
@@ -154,13 +155,95 @@ pub fn vet_with(bytes: &[u8], max_part: u64, max_total: u64) -> Result<String, D
     if head.windows(STRICT_NS.len()).any(|w| w == STRICT_NS) {
         return Err(DocxError::Strict);
     }
-    for name in names.iter().filter(|n| n.ends_with(".xml") || n.ends_with(".rels")) {
+    // Every part that is XML, whatever it is called: docx-rs finds its parts through the
+    // relationships, so the main part may be `word/document.XML` or `main.dat`.
+    for name in &names {
         let part = archive.by_name(name).map_err(|e| DocxError::Damaged(zip_reason(&e)))?;
-        if nesting_exceeds(std::io::BufReader::new(part), MAX_DEPTH) {
+        if part.is_dir() {
+            continue;
+        }
+        let mut reader = std::io::BufReader::new(part);
+        let head = reader.fill_buf().map_err(|e| DocxError::Damaged(format!("part {name}: {e}")))?;
+        let lower = name.to_ascii_lowercase();
+        let named_xml = *name == main || lower.ends_with(".xml") || lower.ends_with(".rels");
+        let deep = match sniff(head) {
+            Some(Encoding::Utf16 { little_endian }) => {
+                nesting_exceeds(std::io::BufReader::new(Utf16ToUtf8::new(reader, little_endian)), MAX_DEPTH)
+            }
+            Some(Encoding::Utf8) => nesting_exceeds(reader, MAX_DEPTH),
+            None if named_xml => nesting_exceeds(reader, MAX_DEPTH),
+            None => false,
+        };
+        if deep {
             return Err(DocxError::TooDeep { part: name.clone(), limit: MAX_DEPTH });
         }
     }
     Ok(main)
+}
+
+/// How a part that looks like XML is encoded.
+#[derive(Debug, PartialEq)]
+enum Encoding {
+    Utf8,
+    Utf16 { little_endian: bool },
+}
+
+/// Whether `head` (a part's first bytes) starts as XML does: `<` after an optional byte-order
+/// mark and white space, in UTF-8 or UTF-16.
+fn sniff(head: &[u8]) -> Option<Encoding> {
+    match head {
+        [0xFF, 0xFE, ..] | [b'<', 0, ..] => return Some(Encoding::Utf16 { little_endian: true }),
+        [0xFE, 0xFF, ..] | [0, b'<', ..] => return Some(Encoding::Utf16 { little_endian: false }),
+        _ => {}
+    }
+    let body = head.strip_prefix(&[0xEF, 0xBB, 0xBF][..]).unwrap_or(head);
+    let first = body.iter().find(|b| !b.is_ascii_whitespace())?;
+    (*first == b'<').then_some(Encoding::Utf8)
+}
+
+/// Reads UTF-16 as UTF-8, for the nesting scan (unpaired surrogates become U+FFFD).
+struct Utf16ToUtf8<R> {
+    inner: R,
+    little_endian: bool,
+    carry: Option<u8>,
+    out: Vec<u8>,
+    at: usize,
+}
+
+impl<R: Read> Utf16ToUtf8<R> {
+    fn new(inner: R, little_endian: bool) -> Self {
+        Utf16ToUtf8 { inner, little_endian, carry: None, out: Vec::new(), at: 0 }
+    }
+}
+
+impl<R: Read> Read for Utf16ToUtf8<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.out.len() {
+            let mut raw = [0u8; 8192];
+            let n = self.inner.read(&mut raw)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            let mut bytes: Vec<u8> = self.carry.take().into_iter().chain(raw[..n].iter().copied()).collect();
+            if bytes.len() % 2 == 1 {
+                self.carry = bytes.pop();
+            }
+            let le = self.little_endian;
+            let units = bytes
+                .chunks_exact(2)
+                .map(|c| if le { u16::from_le_bytes([c[0], c[1]]) } else { u16::from_be_bytes([c[0], c[1]]) });
+            self.out.clear();
+            self.at = 0;
+            for c in char::decode_utf16(units) {
+                let mut utf8 = [0u8; 4];
+                self.out.extend_from_slice(c.unwrap_or('\u{fffd}').encode_utf8(&mut utf8).as_bytes());
+            }
+        }
+        let n = buf.len().min(self.out.len() - self.at);
+        buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// Whether the XML read from `xml` nests elements more than `limit` deep. Streams in constant
@@ -320,6 +403,47 @@ mod tests {
         let e = vet(&docx(&nested(200_000))).unwrap_err();
         assert_eq!(e, DocxError::TooDeep { part: "word/document.xml".into(), limit: MAX_DEPTH });
         assert!(e.to_string().contains("more than 256 deep"), "{e}");
+
+        // The main part under any name the relationships give it, and in UTF-16.
+        let renamed = |main: &str, xml: &[u8]| {
+            let rels = format!(
+                r#"<Relationships><Relationship Id="r1" Type="http://schemas.openxmlformats.org/officeDocument/2006/relationships/officeDocument" Target="{main}"/></Relationships>"#
+            );
+            zip_of(&[("[Content_Types].xml", b"<Types/>"), ("_rels/.rels", rels.as_bytes()), (main, xml)])
+        };
+        let deep = nested(1000);
+        let utf16: Vec<u8> = [0xFF, 0xFE].into_iter().chain(deep.encode_utf16().flat_map(u16::to_le_bytes)).collect();
+        for (main, xml) in
+            [("word/document.XML", deep.as_bytes()), ("main.dat", deep.as_bytes()), ("main.dat", &utf16[..])]
+        {
+            assert_eq!(
+                vet(&renamed(main, xml)),
+                Err(DocxError::TooDeep { part: main.into(), limit: MAX_DEPTH }),
+                "{main}"
+            );
+        }
+        // Shallow, they pass; a part that is not XML is not scanned.
+        assert_eq!(vet(&renamed("main.dat", nested(16).as_bytes())), Ok("main.dat".into()));
+        let png = zip_of(&[
+            ("[Content_Types].xml", b"<Types/>"),
+            ("_rels/.rels", b"<Relationships/>"),
+            ("word/document.xml", nested(16).as_bytes()),
+            ("word/media/a.png", b"\x89PNG<a><b><c>"),
+        ]);
+        assert!(vet(&png).is_ok());
+    }
+
+    #[test]
+    fn parts_are_sniffed_as_xml() {
+        assert_eq!(sniff(b"\xEF\xBB\xBF  <?xml"), Some(Encoding::Utf8));
+        assert_eq!(sniff(b"\n<w:document"), Some(Encoding::Utf8));
+        assert_eq!(sniff(b"\xFF\xFE<\0"), Some(Encoding::Utf16 { little_endian: true }));
+        assert_eq!(sniff(b"\0<\0?"), Some(Encoding::Utf16 { little_endian: false }));
+        assert_eq!(sniff(b"\x89PNG"), None);
+        let be: Vec<u8> = "<a>é𝄞</a>".encode_utf16().flat_map(u16::to_be_bytes).collect();
+        let mut text = String::new();
+        Utf16ToUtf8::new(&be[..], false).read_to_string(&mut text).unwrap();
+        assert_eq!(text, "<a>é𝄞</a>");
     }
 
     #[test]

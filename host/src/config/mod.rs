@@ -4,6 +4,7 @@
 //! ```toml
 //! [host]
 //! cache_dir = "/var/cache/quarry"   # precompiled components; default: $XDG_CACHE_HOME/quarry
+//! max_component_size = "64MiB"      # larger component files are refused before compiling
 //!
 //! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
 //! component = "plugins/chapter-rag.wasm"   # relative to this file
@@ -93,6 +94,8 @@ pub struct Config {
     /// Where precompiled components are cached; `None` when there is nowhere private to
     /// put them (they are compiled at every start).
     pub cache_dir: Option<PathBuf>,
+    /// The largest component file compiled (`[host] max_component_size`).
+    pub max_component_bytes: u64,
     /// Tool instances by name.
     pub tools: BTreeMap<String, InstanceConfig>,
     /// Embedder instances by name.
@@ -168,6 +171,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawHost {
     cache_dir: Option<PathBuf>,
+    max_component_size: Option<crate::values::ByteSize>,
 }
 
 #[derive(Deserialize)]
@@ -207,6 +211,16 @@ impl Config {
         let cache_dir = match raw.host.cache_dir {
             Some(dir) => Some(base.join(expand_path(&dir).map_err(|m| invalid(KeyError::new("host.cache_dir", m)))?)),
             None => default_cache_dir(),
+        };
+        let max_component_bytes = match raw.host.max_component_size {
+            None => crate::limits::DEFAULT_MAX_COMPONENT_BYTES,
+            Some(b) if (1 << 20..=1 << 30).contains(&b.0) => b.0,
+            Some(b) => {
+                return Err(invalid(KeyError::new(
+                    "host.max_component_size",
+                    format!("{} bytes is out of range: between 1MiB and 1GiB", b.0),
+                )));
+            }
         };
         let sections = Sections::parse(capability::RawSections { couchbase: raw.couchbase, models: raw.models }, &base)
             .map_err(invalid)?;
@@ -251,7 +265,8 @@ impl Config {
             tools.insert(name, cfg);
         }
         let serve = raw.serve.map_or_else(|| Ok(ServeConfig::default()), serve::RawServe::validate).map_err(invalid)?;
-        let config = Config { path: path.to_path_buf(), cache_dir, tools, embedders, sections, serve };
+        let config =
+            Config { path: path.to_path_buf(), cache_dir, max_component_bytes, tools, embedders, sections, serve };
         config.check_overlaps(&base).map_err(invalid)?;
         Ok(config)
     }
@@ -271,12 +286,21 @@ fn default_cache_dir_from(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> O
 }
 
 impl Config {
-    /// Refuses a read-write directory grant that holds code or config the host trusts: the
-    /// precompiled cache (native code), a component's directory (hot swap would load what a
-    /// guest wrote there, with every instance's grants) or the config file's directory.
+    /// Refuses a read-write directory grant that holds code, models or config the host trusts:
+    /// the precompiled cache (native code), a component's directory (hot swap would load what a
+    /// guest wrote there, with every instance's grants), a `[models.NAME]` directory (the host's
+    /// native ONNX parser reads it) or the config file's directory. A model directory is also
+    /// refused the other way round: a read-write grant inside it could add what its manifest
+    /// names.
     fn check_overlaps(&self, config_dir: &Path) -> Result<(), KeyError> {
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let mut protected: Vec<(String, PathBuf)> = vec![("the config file's directory".into(), canon(config_dir))];
+        let models: Vec<(String, PathBuf)> = self
+            .sections
+            .models
+            .iter()
+            .map(|(name, m)| (format!("the directory of models.{name}"), canon(&m.dir)))
+            .collect();
         if let Some(c) = &self.cache_dir {
             protected.push(("the precompiled-component cache (host.cache_dir)".into(), canon(c)));
         }
@@ -290,11 +314,16 @@ impl Config {
         for (section, instances) in [("tools", &self.tools), ("embedders", &self.embedders)] {
             for (name, inst) in instances {
                 for (i, d) in inst.grants.dirs.iter().enumerate().filter(|(_, d)| d.writable) {
-                    if let Some((what, path)) = protected.iter().find(|(_, p)| p.starts_with(&d.host)) {
+                    let granted = canon(&d.host);
+                    let held = protected
+                        .iter()
+                        .find(|(_, p)| p.starts_with(&granted))
+                        .or_else(|| models.iter().find(|(_, p)| p.starts_with(&granted) || granted.starts_with(p)));
+                    if let Some((what, path)) = held {
                         return Err(KeyError::new(
                             format!("{section}.{name}.grants.dirs[{i}].host"),
                             format!(
-                                "the read-write grant of {} holds {what} ({}): a component could rewrite what the host loads and runs; grant a directory that holds none of these, or make this grant read-only",
+                                "the read-write grant of {} reaches {what} ({}): a component could rewrite what the host loads and runs; grant a directory that holds none of these and is in none of the model directories, or make this grant read-only",
                                 d.host.display(),
                                 path.display()
                             ),

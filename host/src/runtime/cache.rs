@@ -5,8 +5,14 @@
 //! wasmtime's own compatibility hash (its version and every setting that
 //! affects code generation). Loading a cached file takes about a millisecond;
 //! compiling a large component takes seconds. Within a process, components are
-//! also kept in memory by content hash, so the same bytes are never compiled
-//! twice, whichever instances share them.
+//! also kept in memory by content hash while an instance uses them, so the same
+//! bytes are never compiled twice, whichever instances share them; a version that
+//! no instance uses any more (swapped out) is forgotten.
+//!
+//! Compiling is bounded: one component compiles at a time (wasmtime already spreads one
+//! compilation over every core, and its peak memory grows with them), two loads of the same
+//! new bytes wait for one compilation, and no lock is held across it that a load of other
+//! bytes (from memory or disk) would wait on.
 //!
 //! Files are written to a temporary name and renamed into place, so a crash
 //! never leaves a half-written entry. An unreadable or incompatible entry is
@@ -26,7 +32,7 @@ use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -47,7 +53,12 @@ pub struct ComponentCache {
     /// `None`: compile in memory only.
     dir: Option<PathBuf>,
     engine_key: String,
-    memo: Mutex<HashMap<[u8; 32], Component>>,
+    /// Components some instance holds, by content hash.
+    memo: Mutex<HashMap<[u8; 32], Weak<Component>>>,
+    /// One gate per content hash being loaded: loads of the same bytes take turns.
+    gates: Mutex<HashMap<[u8; 32], Arc<Mutex<()>>>>,
+    /// Held while compiling: one compilation at a time.
+    compiling: Mutex<()>,
 }
 
 /// Why a directory or an entry is not trusted with native code.
@@ -74,7 +85,32 @@ impl ComponentCache {
                 "no cache directory (HOME, XDG_CACHE_HOME and QUARRY_CACHE_DIR are unset): components are compiled at every start; set QUARRY_CACHE_DIR or [host] cache_dir"
             );
         }
-        ComponentCache { dir, engine_key: format!("{:016x}", h.finish()), memo: Mutex::new(HashMap::new()) }
+        ComponentCache {
+            dir,
+            engine_key: format!("{:016x}", h.finish()),
+            memo: Mutex::default(),
+            gates: Mutex::default(),
+            compiling: Mutex::default(),
+        }
+    }
+
+    /// Components held in memory now (by some instance).
+    pub fn in_memory(&self) -> usize {
+        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+        memo.retain(|_, c| c.strong_count() > 0);
+        memo.len()
+    }
+
+    fn remembered(&self, hash: &[u8; 32]) -> Option<Arc<Component>> {
+        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+        memo.retain(|_, c| c.strong_count() > 0);
+        memo.get(hash).and_then(Weak::upgrade)
+    }
+
+    fn remember(&self, hash: [u8; 32], c: Component) -> Arc<Component> {
+        let c = Arc::new(c);
+        self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(hash, Arc::downgrade(&c));
+        c
     }
 
     /// The cache directory, created `0700` if missing, if it may be trusted; else why not.
@@ -125,13 +161,19 @@ impl ComponentCache {
     }
 
     /// Loads `bytes` as a component; see the module docs. The error is wasmtime's reason.
-    pub fn load(&self, engine: &wasmtime::Engine, bytes: &[u8]) -> Result<(Component, CacheOutcome), String> {
+    /// The component stays in memory while the returned `Arc` (or a clone) lives.
+    pub fn load(&self, engine: &wasmtime::Engine, bytes: &[u8]) -> Result<(Arc<Component>, CacheOutcome), String> {
         let hash = Self::content_hash(bytes);
-        // Held across compilation on purpose: two loads of the same new bytes
-        // must not both compile them.
-        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = memo.get(&hash) {
-            return Ok((c.clone(), CacheOutcome::Memory));
+        // Two loads of the same new bytes must not both compile them: they take turns at this
+        // gate, and the second finds the first's component in memory.
+        let gate = {
+            let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+            gates.retain(|_, g| Arc::strong_count(g) > 1);
+            gates.entry(hash).or_default().clone()
+        };
+        let _turn = gate.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.remembered(&hash) {
+            return Ok((c, CacheOutcome::Memory));
         }
         let path = self.trusted_dir().map(|dir| self.entry_path(dir, &hash));
         if let Some(path) = &path {
@@ -146,10 +188,7 @@ impl ComponentCache {
                 // its directory, whose entries are written only by `store` below; wasmtime also
                 // checks the header, version and engine settings before using the code.
                 Ok(Ok(())) => match unsafe { Component::deserialize_file(engine, path) } {
-                    Ok(c) => {
-                        memo.insert(hash, c.clone());
-                        return Ok((c, CacheOutcome::Disk));
-                    }
+                    Ok(c) => return Ok((self.remember(hash, c), CacheOutcome::Disk)),
                     Err(e) => {
                         tracing::warn!(target: "quarry::cache", "discarding unusable cache entry {}: {e}", path.display());
                         let _ = std::fs::remove_file(path);
@@ -157,7 +196,10 @@ impl ComponentCache {
                 },
             }
         }
-        let compiled = engine.precompile_component(bytes).map_err(|e| format!("{e:#}"))?;
+        let compiled = {
+            let _slot = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+            engine.precompile_component(bytes).map_err(|e| format!("{e:#}"))?
+        };
         if let Some(path) = &path
             && let Err(e) = Self::store(path, &compiled)
         {
@@ -165,8 +207,7 @@ impl ComponentCache {
         }
         // SAFETY: `compiled` was produced by this engine just now.
         let c = unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
-        memo.insert(hash, c.clone());
-        Ok((c, CacheOutcome::Compiled))
+        Ok((self.remember(hash, c), CacheOutcome::Compiled))
     }
 
     fn store(path: &Path, compiled: &[u8]) -> std::io::Result<()> {

@@ -17,7 +17,7 @@ use wasmtime::component::Component;
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{CacheOutcome, ComponentCache};
-use crate::limits::MAX_MEMORY;
+use crate::limits::{DEFAULT_MAX_COMPONENT_BYTES, MAX_MEMORY};
 
 /// How often the epoch advances.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -38,6 +38,16 @@ pub enum EngineError {
         /// Why.
         source: std::io::Error,
     },
+    /// The component file is over `[host] max_component_size`.
+    #[error(
+        "{path} is over {limit} bytes, [host] max_component_size: compiling it would take minutes and gigabytes; raise the limit if you trust this component"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, in bytes.
+        limit: u64,
+    },
     /// The bytes are not a valid component for this engine.
     #[error("{path} is not a valid WebAssembly component: {message}")]
     Compile {
@@ -54,6 +64,7 @@ pub struct QuarryEngine {
     engine: wasmtime::Engine,
     cache: Arc<ComponentCache>,
     yields: bool,
+    max_component_bytes: u64,
 }
 
 impl QuarryEngine {
@@ -82,7 +93,18 @@ impl QuarryEngine {
         let engine = wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         start_ticker(engine.weak());
         let cache = Arc::new(ComponentCache::new(cache_dir, &engine));
-        Ok(QuarryEngine { engine, cache, yields: true })
+        Ok(QuarryEngine { engine, cache, yields: true, max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES })
+    }
+
+    /// The same engine, refusing component files over `bytes`.
+    pub fn with_max_component_bytes(mut self, bytes: u64) -> Self {
+        self.max_component_bytes = bytes;
+        self
+    }
+
+    /// The largest component file this engine compiles.
+    pub fn max_component_bytes(&self) -> u64 {
+        self.max_component_bytes
     }
 
     /// The same engine whose stores trap at their deadline without yielding their thread at
@@ -110,10 +132,15 @@ impl QuarryEngine {
         &self,
         path: &std::path::Path,
         bytes: &[u8],
-    ) -> Result<(Component, CacheOutcome), EngineError> {
+    ) -> Result<(Arc<Component>, CacheOutcome), EngineError> {
         self.cache
             .load(&self.engine, bytes)
             .map_err(|message| EngineError::Compile { path: path.to_path_buf(), message })
+    }
+
+    /// Components held in memory now (those some instance uses).
+    pub fn components_in_memory(&self) -> usize {
+        self.cache.in_memory()
     }
 
     /// Number of epoch ticks covering `d`, plus one so a deadline never fires early.
