@@ -27,19 +27,30 @@ pub fn quoted_prefix(s: &str, max: usize) -> String {
     }
 }
 
-/// `s` with every control character (C0, DEL, C1) but newline and tab written as a visible
-/// escape (`\x1b`, `\u{9b}`), so printing it cannot drive the terminal.
+/// `s` with every control character (C0, DEL, C1) but newline and tab, and every
+/// bidirectional control ([`is_bidi_control`]), written as a visible escape (`\x1b`,
+/// `\u{9b}`, `\u{202e}`), so printing it can neither drive the terminal nor make the text
+/// read in another order than it is stored (Trojan Source, CVE-2021-42574).
 pub fn for_terminal(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
             '\n' | '\t' => out.push(c),
             c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c if ('\u{80}'..='\u{9f}').contains(&c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if ('\u{80}'..='\u{9f}').contains(&c) || is_bidi_control(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32))
+            }
             c => out.push(c),
         }
     }
     out
+}
+
+/// Whether `c` is one of Unicode's bidirectional formatting characters: the embeddings,
+/// overrides and isolates (U+202A–U+202E, U+2066–U+2069), the marks (U+200E, U+200F) and the
+/// Arabic letter mark (U+061C).
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 #[cfg(test)]
@@ -63,5 +74,11 @@ mod tests {
         assert_eq!(safe, "title\\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J\\x0d\\u{9b}31m\nnext\tcol");
         assert!(!safe.chars().any(|c| c.is_control() && c != '\n' && c != '\t'));
         assert_eq!(for_terminal("plain, 中文 ok"), "plain, 中文 ok");
+        // Bidirectional controls, which reorder what the reader sees.
+        assert_eq!(
+            for_terminal("a\u{202e}cba\u{2066}x\u{2069}\u{200f}\u{61c}"),
+            "a\\u{202e}cba\\u{2066}x\\u{2069}\\u{200f}\\u{61c}"
+        );
+        assert_eq!(for_terminal("עברית العربية"), "עברית العربية");
     }
 }
