@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use quarry_tests::{HOSTILE, TestEnv};
+use quarry_tests::{EMBED_PROBE, HOSTILE, TOY_EMBEDDER, TestEnv};
 use serde_json::json;
 
 /// Resident memory (MiB), open file descriptors and threads of this process.
@@ -93,9 +93,36 @@ async fn main() {
     std::fs::write(env.path("data/ok.txt"), "ok").unwrap();
     std::process::Command::new("mkfifo").arg(env.path("data/fifo")).status().unwrap();
     env.plugin(HOSTILE, "hostile");
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(EMBED_PROBE, "probe");
+    // A model for the wasi-nn rows, when `make models` has fetched one.
+    let models = std::env::var_os("HOME")
+        .map(|h| std::path::PathBuf::from(h).join(".cache/quarry/models/all-minilm-l6-v2"))
+        .filter(|d| d.join("quarry-model.json").is_file());
+    let model_section = models.as_ref().map(|d| format!("[models.m]\ndir = {:?}\n", d.display())).unwrap_or_default();
+    let model_grant = if models.is_some() { r#"models = ["m"]"# } else { "" };
     let host = env
         .host(&format!(
             r#"
+{model_section}
+[embedders.alias]
+component = "plugins/toy.wasm"
+config = {{ dimension = 8, alias_floats = 1048576 }}
+pool = 1
+[embedders.alias.grants]
+memory = "16MiB"
+
+[tools.alias_probe]
+component = "plugins/probe.wasm"
+embedder = "alias"
+
+[tools.n]
+component = "plugins/hostile.wasm"
+[tools.n.grants]
+memory = "48MiB"
+deadline = "60s"
+{model_grant}
+
 [tools.h]
 component = "plugins/hostile.wasm"
 [tools.h.grants]
@@ -136,6 +163,9 @@ private_networks = ["127.0.0.1/32"]
         ("writes of 64 MiB into a 16 MiB quota x 3", "h.fill", json!({"path": "/scratch/f", "mb": 64}), 3),
         ("300,000 empty hits x 3", "h.many_hits", json!({"n": 300_000}), 3),
         ("a 20 MiB error message x 3", "h.big_error", json!({"mb": 20}), 3),
+        ("unsent requests, 1 MiB strings, 20 a call x 5", "h.hoard_requests", json!({"n": 20, "len": 1 << 20}), 5),
+        ("aliased embedder answers, 32 x 4 MiB x 5", "alias_probe", json!({"texts": vec!["t"; 32]}), 5),
+        ("a panic after 64 KiB of stderr x 20", "h.shout_and_panic", json!({"kib": 64}), 20),
     ];
     for (name, tool, args, times) in floods {
         let before = sample();
@@ -145,6 +175,26 @@ private_networks = ["127.0.0.1/32"]
             outcome = call(tool, args.clone()).await;
         }
         report(name, before, &outcome, t.elapsed());
+    }
+
+    if models.is_some() {
+        // 48 MiB granted; 16 MiB tensors asked for past it (the cap used to be 256 MiB a store).
+        let before = sample();
+        let t = Instant::now();
+        let mut outcome = String::new();
+        for _ in 0..3 {
+            call("n.nn", json!({"op": "hoard_tensors", "n": 18, "mb": 16})).await;
+            outcome = call(
+                "n.nn",
+                json!({"op": "compute", "inputs": [
+                {"name": "input_ids", "dims": [1, 3], "ty": "i64", "tokens": true},
+                {"name": "attention_mask", "dims": [1, 3], "ty": "i64"},
+                {"name": "token_type_ids", "dims": [1, 3], "ty": "i64"}]}),
+            )
+            .await;
+            call("n.nn", json!({"op": "drop_all"})).await;
+        }
+        report("wasi-nn tensors, 18 x 16 MiB (48 MiB grant) x 3", before, &outcome, t.elapsed());
     }
 
     let before = sample();
@@ -202,6 +252,131 @@ private_networks = ["127.0.0.1/32"]
         t.elapsed(),
     );
     drop(idle);
+
+    // Bodies whose parsed trees would be many times their size: dense arrays of 800 KB, 16 at
+    // once, each on its own connection (the server charges their trees before building them).
+    let before = sample_of(&pid);
+    let t = Instant::now();
+    let dense = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"h.echo","arguments":{{"text":"x","pad":[{}0]}}}}}}"#,
+        "0,".repeat(400_000)
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (url, body) = (served.url.clone(), dense.clone().into_bytes());
+        tasks.push(tokio::spawn(async move {
+            let mut c = quarry_tests::mcp_client::McpHttp::open(&url).await.ok()?;
+            c.post(body).await.ok().map(|r| r.status)
+        }));
+    }
+    let mut statuses = std::collections::BTreeMap::new();
+    for t in tasks {
+        *statuses.entry(t.await.ok().flatten().unwrap_or(0)).or_insert(0) += 1;
+    }
+    report_of(&pid, "dense 800 KB bodies, 16 at once", before, &format!("HTTP statuses {statuses:?}"), t.elapsed());
+
+    // Calls queued behind a slow one by clients that then disconnect.
+    let before = sample_of(&pid);
+    let t = Instant::now();
+    let mut main = quarry_tests::mcp_client::McpHttp::open(&served.url).await.unwrap();
+    let session = main.session().unwrap().to_string();
+    let slow = {
+        let (url, session) = (served.url.clone(), session.clone());
+        tokio::spawn(async move {
+            let mut c = quarry_tests::mcp_client::McpHttp::join(&url, &session).await.unwrap();
+            c.request_with_id(1, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": 1000}})).await.ok()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut gone = Vec::new();
+    for i in 0..30u64 {
+        let (url, session) = (served.url.clone(), session.clone());
+        let text = "q".repeat(256 << 10);
+        gone.push(tokio::spawn(async move {
+            let mut c = quarry_tests::mcp_client::McpHttp::join(&url, &session).await.unwrap();
+            let _ = c
+                .request_with_id(10 + i, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": 1, "pad": text}}))
+                .await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gone.iter().for_each(|g| g.abort());
+    let _ = slow.await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ran = main
+        .call("h.ran", json!({}))
+        .await
+        .ok()
+        .and_then(|r| r["result"]["content"][0]["text"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    report_of(
+        &pid,
+        "30 calls of 256 KiB queued, clients gone",
+        before,
+        &format!("{ran} sleeps ran (1 expected)"),
+        t.elapsed(),
+    );
     drop(served);
+
+    // With a token: eight connections that never authenticate, trickling headers, against
+    // `max_connections = 8`; an authenticated client comes after them.
+    let token_config =
+        served_env.config("[serve]\nmax_connections = 8\n\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n");
+    let served = quarry_tests::mcp_client::Served::start_with_env(
+        &quarry_tests::quarry_bin(),
+        &token_config,
+        &[("QUARRY_MCP_TOKEN", "bench-token")],
+    );
+    let pid = served.pid().to_string();
+    let addr = served.url.trim_start_matches("http://").trim_end_matches("/mcp").to_string();
+    let before = sample_of(&pid);
+    let t = Instant::now();
+    let mut trickling = Vec::new();
+    for _ in 0..8 {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await {
+            use tokio::io::AsyncWriteExt;
+            let _ = s.write_all(b"POST /mcp HTTP/1.1\r\nhost: x\r\n").await;
+            trickling.push(s);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut authed = quarry_tests::mcp_client::McpHttp::connect(&served.url).await.unwrap();
+    authed.token = Some("bench-token".into());
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "0"}}});
+    let status = authed
+        .post(init.to_string().into_bytes())
+        .await
+        .map(|r| r.status.to_string())
+        .unwrap_or_else(|e| e.to_string());
+    report_of(
+        &pid,
+        "8 unauthenticated trickling connections (cap 8)",
+        before,
+        &format!("authenticated client: HTTP {status}"),
+        t.elapsed(),
+    );
+    drop(trickling);
+    drop(served);
+
+    // A component over `[host] max_component_size`, hot-swapped in: refused before compiling.
+    let before = sample();
+    let t = Instant::now();
+    let big = std::fs::read(quarry_tests::EMBEDDER_ONNX).unwrap();
+    let swap_env = TestEnv::new();
+    swap_env.plugin(HOSTILE, "hostile");
+    let path = swap_env.config("[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n");
+    let text =
+        std::fs::read_to_string(&path).unwrap().replacen("[host]\n", "[host]\nmax_component_size = \"16MiB\"\n", 1);
+    std::fs::write(&path, text).unwrap();
+    let swap_host = quarry::Registry::new(quarry::Config::load(&path).unwrap()).unwrap();
+    swap_host.load_all().await;
+    let plugin = swap_env.path("plugins/hostile.wasm");
+    swap_env.replace(&plugin, &big);
+    let outcome = match swap_host.reload(&plugin.canonicalize().unwrap()).await {
+        Ok(_) => "swapped".to_string(),
+        Err(e) => quarry::text::cut(&e.to_string(), 90),
+    };
+    report(&format!("hot swap to a {} MiB component (limit 16)", big.len() >> 20), before, &outcome, t.elapsed());
     drop(silent);
 }

@@ -14,8 +14,16 @@ fn same_bytes_compile_once_then_load_from_disk() {
     let path = Path::new(ECHO_V1);
 
     let engine = QuarryEngine::new(dir.path().to_path_buf()).unwrap();
-    assert_eq!(engine.load_component(path, &bytes).unwrap().1, CacheOutcome::Compiled);
-    assert_eq!(engine.load_component(path, &bytes).unwrap().1, CacheOutcome::Memory);
+    let first = engine.load_component(path, &bytes).unwrap();
+    assert_eq!(first.1, CacheOutcome::Compiled);
+    // In memory while an instance holds it...
+    let second = engine.load_component(path, &bytes).unwrap();
+    assert_eq!(second.1, CacheOutcome::Memory);
+    assert_eq!(engine.components_in_memory(), 1);
+    // ...and forgotten once none does (a version swapped out is not kept for the process's life).
+    drop((first, second));
+    assert_eq!(engine.components_in_memory(), 0);
+    assert_eq!(engine.load_component(path, &bytes).unwrap().1, CacheOutcome::Disk);
     let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
     assert_eq!(entries.len(), 1, "one .cwasm per component");
     let name = entries[0].file_name().into_string().unwrap();
@@ -115,4 +123,36 @@ fn a_new_cache_directory_is_private() {
     let bytes = std::fs::read(ECHO_V1).unwrap();
     QuarryEngine::new(dir.clone()).unwrap().load_component(Path::new(ECHO_V1), &bytes).unwrap();
     assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+}
+
+/// A load of other bytes does not wait behind a compilation: while one thread compiles a large
+/// component, another loads a component held in memory three times.
+#[test]
+fn a_compilation_does_not_hold_loads_of_other_components() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = QuarryEngine::new(dir.path().to_path_buf()).unwrap();
+    let small = std::fs::read(ECHO_V1).unwrap();
+    let held = engine.load_component(Path::new(ECHO_V1), &small).unwrap();
+    let big = std::fs::read(quarry_tests::HOSTILE).unwrap();
+    let (started, compiling) =
+        (std::sync::Arc::new(AtomicBool::new(false)), std::sync::Arc::new(AtomicBool::new(true)));
+    let (e2, s2, c2) = (engine.clone(), started.clone(), compiling.clone());
+    let compile = std::thread::spawn(move || {
+        s2.store(true, Ordering::SeqCst);
+        let out = e2.load_component(Path::new("hostile.wasm"), &big).map(|c| c.1);
+        c2.store(false, Ordering::SeqCst);
+        out
+    });
+    while !started.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    // Each load hashes the bytes (slow in a debug build): a few are enough.
+    for _ in 0..3 {
+        assert_eq!(engine.load_component(Path::new(ECHO_V1), &small).unwrap().1, CacheOutcome::Memory);
+    }
+    assert!(compiling.load(Ordering::SeqCst), "the loads waited for the compilation to end");
+    assert_eq!(compile.join().unwrap().unwrap(), CacheOutcome::Compiled);
+    drop(held);
 }

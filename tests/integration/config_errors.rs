@@ -164,9 +164,9 @@ async fn open_rejecting_its_config_is_reported_and_others_serve() {
     assert!(err.contains("did not load") && err.contains("colour"), "{err}");
 }
 
-/// A read-write grant may not hold code or config the host trusts: the precompiled cache (native
-/// code), a component's directory (hot swap would load what a guest wrote, with every instance's
-/// grants) or the config file's directory.
+/// A read-write grant may not hold code, models or config the host trusts: the precompiled cache
+/// (native code), a component's directory (hot swap would load what a guest wrote, with every
+/// instance's grants), a model directory or the config file's directory.
 #[test]
 fn read_write_grants_over_code_the_host_runs_are_refused() {
     let env = echo_env();
@@ -197,6 +197,21 @@ fn read_write_grants_over_code_the_host_runs_are_refused() {
     }
     // A grant beside them is fine.
     std::fs::write(&path, format!("[host]\ncache_dir = \"state/cache\"\n\n{}", rw("data"))).unwrap();
+    quarry::Config::load(&path).unwrap();
+    // A model directory (the host's native ONNX parser reads it), a directory above it, or one
+    // inside it (its manifest names files there).
+    std::fs::create_dir_all(env.path("models/m/sub")).unwrap();
+    std::fs::write(env.path("models/m/model.onnx"), b"not read at load").unwrap();
+    std::fs::write(env.path("models/m/quarry-model.json"), b"{}").unwrap();
+    for host in ["models", "models/m", "models/m/sub"] {
+        std::fs::write(&path, format!("[models.m]\ndir = \"models/m\"\n\n{}", rw(host))).unwrap();
+        let e = quarry::Config::load(&path).unwrap_err().to_string();
+        assert!(e.contains("tools.echo.grants.dirs[0].host") && e.contains("the directory of models.m"), "{host}: {e}");
+        let ro = rw(host).replace(", mode = \"rw\"", "");
+        std::fs::write(&path, format!("[models.m]\ndir = \"models/m\"\n\n{ro}")).unwrap();
+        quarry::Config::load(&path).unwrap();
+    }
+    std::fs::write(&path, format!("[models.m]\ndir = \"models/m\"\n\n{}", rw("data"))).unwrap();
     quarry::Config::load(&path).unwrap();
 }
 

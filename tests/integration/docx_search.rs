@@ -378,8 +378,17 @@ dirs = [{ host = "docs", guest = "/docs" }]
     let err = within(120, host.call("docx_faulty.search_docx", &args.to_string())).await.unwrap_err().to_string();
     assert!(err.contains("embedder \"faulty\" answered token spans that fall outside text 0"), "{err}");
     assert!(err.contains("its tokenizer is faulty"), "{err}");
-    let out = call(&host, args).await.unwrap();
+    let out = call(&host, args.clone()).await.unwrap();
     assert!(out.hits.iter().any(|h| h.content.contains("Merged Cell 1.1")), "{:#?}", out.hits);
+
+    // Spans that all sit at the start, far more of them than the text has bytes: refused too.
+    let config_text = std::fs::read_to_string(env.path("quarry.toml")).unwrap();
+    std::fs::write(env.path("quarry.toml"), config_text.replace("bad_spans = true", "empty_spans = 5000")).unwrap();
+    let host = quarry::Registry::new(quarry::Config::load(&env.path("quarry.toml")).unwrap()).unwrap();
+    assert!(host.load_all().await.is_empty());
+    let err = within(120, host.call("docx_faulty.search_docx", &args.to_string())).await.unwrap_err().to_string();
+    assert!(err.contains("answered token spans that number 5000 for text 0"), "{err}");
+    call(&host, args).await.unwrap();
 }
 
 #[tokio::test]

@@ -67,6 +67,65 @@ embedder = "short"
     assert_eq!(v["vectors"].as_array().unwrap().len(), 2);
 }
 
+/// An embedder answering vectors of another width than its model's is refused as each part
+/// arrives; one whose answers all alias one buffer cannot make the host lift more than the
+/// embedder's memory grant (hostcall fuel), so the lift itself fails. A sound embedder in the
+/// same host serves.
+#[tokio::test]
+async fn hostile_embedder_answers_are_bounded_where_they_arrive() {
+    let env = env();
+    let hostile = r#"
+[embedders.wide]
+component = "plugins/toy.wasm"
+config = { dimension = 8, wide_answers = 1000 }
+pool = 1
+
+[embedders.alias]
+component = "plugins/toy.wasm"
+config = { dimension = 8, alias_floats = 1048576 }
+pool = 1
+[embedders.alias.grants]
+memory = "16MiB"
+
+[tools.wide_probe]
+component = "plugins/probe.wasm"
+embedder = "wide"
+
+[tools.alias_probe]
+component = "plugins/probe.wasm"
+embedder = "alias"
+
+[embedders.broad]
+component = "plugins/toy.wasm"
+config = { dimension = 60000 }
+pool = 1
+
+[tools.small_probe]
+component = "plugins/probe.wasm"
+embedder = "broad"
+[tools.small_probe.grants]
+memory = "4MiB"
+"#;
+    let host = env.host(&format!("{LINKED}{hostile}")).await;
+    let args = serde_json::json!({ "texts": ["hello world", "other text"] }).to_string();
+    let err = within(30, host.call("wide_probe", &args)).await.unwrap_err().to_string();
+    assert!(err.contains("answered a vector of 1000 dimensions for a model of 8; it is faulty"), "{err}");
+    // 32 texts x 4 MiB from one 4 MiB buffer: 128 MiB to lift, over the 16 MiB grant.
+    let many = serde_json::json!({ "texts": vec!["t"; 32] }).to_string();
+    let err = within(60, host.call("alias_probe", &many)).await.unwrap_err().to_string();
+    assert!(err.contains("alias") && err.contains("recycled"), "the lift failed as a fault: {err}");
+    assert!(!err.contains("dimensions"), "the answer was lifted before it was refused: {err}");
+    // A tool's batch whose vectors would not fit the tool's own grant (20 x 240 KB, 4 MiB) is
+    // refused before any embedder runs; a smaller one is served.
+    let twenty = serde_json::json!({ "texts": vec!["t"; 20] }).to_string();
+    let err = within(30, host.call("small_probe", &twenty)).await.unwrap_err().to_string();
+    assert!(err.contains("over this tool's grants.memory of 4194304 bytes"), "{err}");
+    within(30, host.call("small_probe", r#"{"texts": ["t"]}"#)).await.unwrap();
+    let out = within(30, host.call("probe", &args)).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out.text).unwrap();
+    assert_eq!(v["vectors"].as_array().unwrap().len(), 2);
+}
+
 #[tokio::test]
 async fn a_tool_importing_an_embedder_must_name_one() {
     let env = env();

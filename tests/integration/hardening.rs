@@ -65,21 +65,62 @@ async fn hoarded_http_resources_hit_the_memory_grant() {
     }
 }
 
+/// Strings a guest sets on requests it never sends are bounded when they are stored: a 1 MiB
+/// authority, method, path or scheme is refused by its setter, and what is kept is charged as
+/// the request's resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strings_set_on_unsent_requests_are_bounded_where_stored() {
+    let env = TestEnv::new();
+    let host = hostile(&env, "").await;
+    let counts = |text: String| serde_json::from_str::<Value>(&text).unwrap();
+    // At their bounds' side: short strings are kept (a 64-byte method and scheme, a 200-byte
+    // authority, a 64-byte path).
+    let ok = counts(call(&host, "h.hoard_requests", json!({"n": 10, "len": 64})).await.unwrap());
+    assert_eq!(ok, json!({"authority": 10, "method": 10, "path": 10, "scheme": 10}));
+    // Past them: every setter refuses, call after call, and nothing is kept.
+    for _ in 0..5 {
+        let big = counts(call(&host, "h.hoard_requests", json!({"n": 20, "len": 1 << 20})).await.unwrap());
+        assert_eq!(big, json!({"authority": 0, "method": 0, "path": 0, "scheme": 0}));
+    }
+    // Between: an authority over 262 bytes and a path over 8 KiB are refused, a 300-byte path is not.
+    let mid = counts(call(&host, "h.hoard_requests", json!({"n": 3, "len": 300})).await.unwrap());
+    assert_eq!((mid["authority"].as_u64(), mid["path"].as_u64()), (Some(0), Some(3)), "{mid}");
+    let long_path = counts(call(&host, "h.hoard_requests", json!({"n": 1, "len": 9000})).await.unwrap());
+    assert_eq!(long_path["path"], 0, "{long_path}");
+    // The requests kept are resources charged to the grant: hoarding enough of them faults.
+    let mut fault = None;
+    for _ in 0..10 {
+        match call(&host, "h.hoard_requests", json!({"n": 200, "len": 64})).await {
+            Ok(_) => continue,
+            Err(CallError::Fault { fault: f, .. }) => fault = Some(f),
+            Err(other) => panic!("{other}"),
+        }
+        break;
+    }
+    let fault = fault.expect("2,000 hoarded requests fit no 64 MiB grant");
+    assert!(matches!(fault, Fault::ResourceLimit { .. }), "{fault:?}");
+    still_serves(&host).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_of_huge_hosts_are_few_and_short() {
     let env = TestEnv::new();
     // Checking 200 MiB of host names in the debug host takes seconds on a loaded machine; the
     // deadline is not what this test is about.
     let host = env.host(&quarry_tests::hostile_config(&env, "60s", "")).await;
-    // 200 requests, each to a 1 MiB host name: every one refused.
-    let err = tool_error(call(&host, "h.deny_flood", json!({"n": 200, "len": 1 << 20})).await);
+    // 200 requests, each to a 250-byte host name that no grant allows: every one refused.
+    let err = tool_error(call(&host, "h.deny_flood", json!({"n": 200, "len": 250})).await);
     let (kind, msg) = err.parts();
     // A tool error that follows refusals is `denied`, with the refusals noted.
     assert_eq!(kind, "denied", "{}", &msg[..msg.len().min(300)]);
     assert!(msg.starts_with("200 requests refused"), "{}", &msg[..msg.len().min(300)]);
     assert!(msg.len() < 8 << 10, "the error holds {} bytes", msg.len());
-    assert!(msg.contains("its authority is 1048578 bytes"), "{}", &msg[..msg.len().min(600)]);
     assert!(msg.contains(&format!("and {} more refusals", 200 - quarry::http::MAX_KEPT)), "{msg}");
+    // 1 MiB host names never reach the policy: the guest's setter refuses them (the request
+    // goes without an authority and fails), so nothing of them is kept.
+    let err = tool_error(call(&host, "h.deny_flood", json!({"n": 200, "len": 1 << 20})).await);
+    let msg = err.parts().1;
+    assert!(msg.starts_with("200 requests refused") && msg.len() < 1024, "{}", &msg[..msg.len().min(300)]);
     // The records were drained with the call: the next call's error holds none of them.
     let err = tool_error(call(&host, "h.read_file", json!({"path": "/data/missing"})).await);
     assert!(!err.parts().1.contains("[host:"), "{err:?}");
@@ -93,7 +134,7 @@ fn refusal_log_lines_are_rate_limited() {
     let out = quarry_tests::run_with_timeout(
         {
             let mut c = std::process::Command::new(quarry_bin());
-            c.arg("--config").arg(&cfg).args(["call", "h.deny_flood", r#"{"n": 300, "len": 300}"#]);
+            c.arg("--config").arg(&cfg).args(["call", "h.deny_flood", r#"{"n": 300, "len": 200}"#]);
             c.env("RUST_LOG", "warn");
             c
         },
@@ -425,7 +466,8 @@ async fn the_embedder_pool_serves_tools_in_turn() {
 fn guest_text_reaches_the_terminal_escaped() {
     let env = TestEnv::new();
     let cfg = env.config(&config(&env, ""));
-    let hostile_text = "title\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J done";
+    // An OSC 52 clipboard write, a screen clear, and a right-to-left override (Trojan Source).
+    let hostile_text = "title\u{1b}]52;c;ZXZpbA==\u{7}\u{1b}[2J done \u{202e}txt.exe";
     let args = json!({"text": hostile_text}).to_string();
     // Through a pseudo-terminal (util-linux `script`): escaped.
     let cmd =
@@ -433,8 +475,9 @@ fn guest_text_reaches_the_terminal_escaped() {
     let out = std::process::Command::new("script").args(["-qec", &cmd, "/dev/null"]).output().unwrap();
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{shown}");
-    assert!(shown.contains("title\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J done"), "{shown:?}");
+    assert!(shown.contains("title\\x1b]52;c;ZXZpbA==\\x07\\x1b[2J done \\u{202e}txt.exe"), "{shown:?}");
     assert!(!shown.contains('\u{1b}'), "a raw escape reached the terminal: {shown:?}");
+    assert!(!shown.contains('\u{202e}'), "a raw bidi override reached the terminal: {shown:?}");
     // Piped: byte for byte.
     let out = std::process::Command::new(quarry_bin())
         .arg("--config")
@@ -443,4 +486,89 @@ fn guest_text_reaches_the_terminal_escaped() {
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end_matches('\n'), hostile_text);
+}
+
+#[test]
+fn log_lines_in_a_pipe_carry_no_colour_codes() {
+    let env = TestEnv::new();
+    let cfg = env.config(&config(&env, ""));
+    // A refused request is logged at WARN; stderr here is a pipe.
+    let out = std::process::Command::new(quarry_bin())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["call", "h.http_get", r#"{"url": "http://169.254.169.254/latest"}"#])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("WARN"), "the refusal is logged: {err}");
+    assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err:?}");
+}
+
+/// Every log line a guest can cause is under a budget: 200 refused opens of a FIFO and 180
+/// refused creates past a quota, in one call each, log a burst of lines, not one a refusal.
+#[test]
+fn refusals_a_guest_repeats_log_a_few_lines() {
+    let env = TestEnv::new();
+    let cfg = config(&env, "").replace(r#"mode = "rw" }"#, r#"mode = "rw", quota = { files = 20 } }"#);
+    let cfg = env.config(&cfg);
+    std::process::Command::new("mkfifo").arg(env.path("data/fifo")).status().unwrap();
+    for (args, refused, says) in [
+        (json!({"path": "/data/fifo", "n": 200}), "200 refused", "refused to open"),
+        (json!({"path": "/scratch/t", "n": 200, "create": true}), "180 refused", "a write was refused"),
+    ] {
+        let out = std::process::Command::new(quarry_bin())
+            .arg("--config")
+            .arg(&cfg)
+            .args(["call", "h.try_many", &args.to_string()])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains(refused), "{stdout} {stderr}");
+        let lines = stderr.lines().filter(|l| l.contains(says)).count();
+        assert!((1..=12).contains(&lines), "{lines} lines for {refused}: {stderr}");
+    }
+}
+
+/// A fault carries at most a kilobyte of the guest's last words, however much it wrote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_carries_a_bounded_tail_of_stderr() {
+    let env = TestEnv::new();
+    let host = hostile(&env, "").await;
+    match call(&host, "h.shout_and_panic", json!({"kib": 64})).await {
+        Err(CallError::Fault { fault, .. }) => {
+            let text = fault.to_string();
+            assert!(text.contains("its stderr said: ") && text.contains("sssss"), "{}", quarry::text::cut(&text, 300));
+            assert!(text.len() < 2048, "{} bytes", text.len());
+        }
+        other => panic!("expected a fault, got {other:?}"),
+    }
+    still_serves(&host).await;
+}
+
+/// A component file over `[host] max_component_size` is refused before it is compiled, at load
+/// and on a hot swap; the rest of the host serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_over_the_size_limit_is_refused_before_compiling() {
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::ECHO_V1, "echo");
+    // More than the limit, and not a component: compiling would fail too, but later and
+    // otherwise. The echo component is well under the limit.
+    assert!(std::fs::metadata(quarry_tests::ECHO_V1).unwrap().len() < 16 << 20);
+    std::fs::write(env.path("plugins/huge.wasm"), vec![0u8; 17 << 20]).unwrap();
+    let path = env
+        .config("[tools.huge]\ncomponent = \"plugins/huge.wasm\"\n[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n");
+    let text =
+        std::fs::read_to_string(&path).unwrap().replacen("[host]\n", "[host]\nmax_component_size = \"16MiB\"\n", 1);
+    std::fs::write(&path, text).unwrap();
+    let host = quarry::Registry::new(quarry::Config::load(&path).unwrap()).unwrap();
+    let failures = host.load_all().await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let why = failures[0].1.to_string();
+    assert!(why.contains("huge.wasm is over 16777216 bytes, [host] max_component_size"), "{why}");
+    assert_eq!(host.call("echo", r#"{"text":"x"}"#).await.unwrap().text, "hello x [v1]");
+    // Out of range is a config error naming the key.
+    let text = std::fs::read_to_string(&path).unwrap().replace("\"16MiB\"", "\"8GiB\"");
+    std::fs::write(&path, text).unwrap();
+    let e = quarry::Config::load(&path).unwrap_err().to_string();
+    assert!(e.contains("host.max_component_size") && e.contains("between 1MiB and 1GiB"), "{e}");
 }

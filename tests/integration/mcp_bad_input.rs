@@ -223,6 +223,14 @@ async fn bearer_token_when_set_and_required_beyond_loopback() {
     let r = c.post(init.to_string().into_bytes()).await.unwrap();
     assert_eq!(r.status, 200, "right token: {r:?}");
     assert!(r.answer(1).is_some_and(|a| a["result"].is_object()), "{r:?}");
+    // The scheme's name is case-insensitive (RFC 9110 §11.1).
+    c.token = None;
+    c.headers = vec![("authorization".into(), "bearer s3cret".into())];
+    let r = c.post(init.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 200, "lower-case scheme: {r:?}");
+    c.headers = vec![("authorization".into(), "bearer wrong".into())];
+    let r = c.post(init.to_string().into_bytes()).await.unwrap();
+    assert_eq!(r.status, 401, "lower-case scheme, wrong token: {r:?}");
 
     // Beyond loopback, no token is a refusal to start, saying what to do.
     let out = std::process::Command::new(quarry_bin())
@@ -278,9 +286,80 @@ async fn sessions_past_the_cap_are_refused_and_the_others_serve() {
     assert_eq!(r.status, 503, "{r:?}");
     assert_eq!(error_code(&r.messages[0]), -32000);
     assert!(r.body.contains("maximum of 3 sessions") && r.body.contains("max_sessions"), "{}", r.body);
+    // The method spelled with a JSON escape is the same `initialize` to rmcp, and to the cap.
+    let escaped = br#"{"jsonrpc":"2.0","id":2,"method":"initializ\u0065","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#;
+    for _ in 0..5 {
+        let mut c = McpHttp::connect(&served.url).await.unwrap();
+        let r = c.post(escaped.to_vec()).await.unwrap();
+        assert_eq!(r.status, 503, "an escaped initialize opened a session past the cap: {r:?}");
+        assert_eq!(r.messages[0]["id"], json!(2), "{r:?}");
+    }
     for c in &mut open {
         hostile_serves(c).await;
     }
+}
+
+/// Calls queued by a client that then closes its connection are dropped, not run; the server's
+/// budget for requests held (`max_request_bytes`) refuses what does not fit with 503 or `busy`,
+/// and every other client goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_of_a_client_that_left_are_dropped_and_requests_fit_a_budget() {
+    let (_env, config) = limited("max_request_bytes = \"4MiB\"");
+    let served = Served::start(&quarry_bin(), &config);
+    let mut main = McpHttp::open(&served.url).await.unwrap();
+    let session = main.session().unwrap().to_string();
+    // One slow call holds the instance; twenty more wait behind it, each on its own
+    // connection, whose client then goes away.
+    let url = served.url.clone();
+    let first = {
+        let (url, session) = (url.clone(), session.clone());
+        tokio::spawn(async move {
+            let mut c = McpHttp::join(&url, &session).await.unwrap();
+            c.request_with_id(900, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": 1500}})).await.unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut waiting = Vec::new();
+    for id in 0..20u64 {
+        let (url, session) = (url.clone(), session.clone());
+        waiting.push(tokio::spawn(async move {
+            let mut c = McpHttp::join(&url, &session).await.unwrap();
+            let _ =
+                c.request_with_id(910 + id, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": 10}})).await;
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for w in &waiting {
+        w.abort();
+    }
+    assert_eq!(text_of(first.await.unwrap().answer(900).unwrap()), "slept");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ran = main.call("h.ran", json!({})).await.unwrap();
+    assert_eq!(text_of(&ran), "1", "calls whose client left still ran: {ran}");
+
+    // A body larger than the whole budget is refused as it arrives, with 503 and a JSON-RPC
+    // error; dense arguments whose tree would not fit are refused before they are parsed.
+    let big = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "h.echo", "arguments": {"text": "x".repeat(5 << 20)}}});
+    // The server answers from the declared length; the client may still be writing the body.
+    let mut other = McpHttp::join(&url, &session).await.unwrap();
+    match other.post(big.to_string().into_bytes()).await {
+        Ok(r) => {
+            assert_eq!(r.status, 503, "{}", &r.body[..r.body.len().min(300)]);
+            assert!(r.body.contains("max_request_bytes"), "{}", &r.body[..r.body.len().min(300)]);
+        }
+        Err(e) => assert!(format!("{e:#}").contains("error writing a body to connection"), "{e:#}"),
+    }
+    let dense = format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"h.echo","arguments":{{"text":"x","pad":[{}0]}}}}}}"#,
+        "0,".repeat(400_000)
+    );
+    assert!(dense.len() < 1 << 20, "under the arguments limit: only the tree is too large");
+    let mut other = McpHttp::join(&url, &session).await.unwrap();
+    let r = other.post(dense.into_bytes()).await.unwrap();
+    assert_eq!(r.status, 503, "{}", &r.body[..r.body.len().min(300)]);
+    assert_eq!(r.messages[0]["id"], json!(6), "{r:?}");
+    hostile_serves(&mut main).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -301,16 +380,44 @@ async fn connections_past_the_cap_get_503_and_a_body_that_never_comes_times_out(
     assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
     assert!(reply.contains("did not arrive within 1s"), "{reply}");
     drop(slow);
-    // Four idle connections hold every slot; the fifth is answered 503 and closed.
-    let mut idle = Vec::new();
+    // Four clients that have sent a request hold every slot; the fifth connection is answered
+    // 503 and closed.
+    let mut held = Vec::new();
     for _ in 0..4 {
-        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+        held.push(McpHttp::open(&served.url).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut fifth = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let mut reply = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), fifth.read_to_end(&mut reply)).await;
     assert!(String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 503"), "{}", String::from_utf8_lossy(&reply));
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Connections that never send a request (a client without a token, trickling its
+    // headers) do not hold the slots: when they fill them, the oldest is closed to make room,
+    // and a real client is served at once.
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(b"POST /mcp HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+        idle.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut served_anyway = McpHttp::open(&served.url).await.expect("a client is served past idle connections");
+    hostile_serves(&mut served_anyway).await;
+    let mut shed = 0;
+    for s in &mut idle {
+        let mut buf = [0u8; 64];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await {
+            shed += 1;
+        }
+    }
+    assert_eq!(shed, 1, "the oldest idle connection made room");
+    // And one that sends no whole request within 5 s is closed.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(8), idle[3].read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "an idle connection was kept past the 5 s it has to send a request");
+    drop(served_anyway);
     // Once they go, the server takes clients again.
     drop(idle);
     let mut c = None;

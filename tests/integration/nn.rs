@@ -110,8 +110,17 @@ async fn graphs_contexts_and_tensor_bytes_are_capped_per_instance() {
     assert_eq!(out["held"], quarry::nn::MAX_GRAPHS, "{out}");
     assert_error(&out["refused"], "TooLarge", &["graphs"]);
     nn(&host, json!({"op": "drop_all"})).await;
-    // 16 MiB at a time: the host holds at most MAX_TENSOR_BYTES, then refuses (and keeps none
-    // of the refused tensor's data); a compute past the cap says to drop tensors.
+    // 16 MiB at a time: the host holds at most the instance's grants.memory (64 MiB here, not
+    // the 256 MiB ceiling), then refuses (and keeps none of the refused tensor's data); a
+    // compute past the cap says to drop tensors.
+    nn(&host, json!({"op": "hoard_tensors", "n": 3, "mb": 16})).await;
+    computes(&host).await;
+    nn(&host, json!({"op": "hoard_tensors", "n": 4, "mb": 16})).await;
+    let out = nn(&host, json!({"op": "compute", "inputs": good_inputs(3)})).await;
+    assert_error(&out, "TooLarge", &["drop tensors", "grants.memory"]);
+    nn(&host, json!({"op": "drop_all"})).await;
+    computes(&host).await;
+    // Well past the ceiling: the same.
     let n = (quarry::nn::MAX_TENSOR_BYTES >> 24) + 2;
     nn(&host, json!({"op": "hoard_tensors", "n": n, "mb": 16})).await;
     let out = nn(&host, json!({"op": "compute", "inputs": good_inputs(3)})).await;

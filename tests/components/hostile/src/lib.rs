@@ -56,6 +56,7 @@ enum Hoarded {
     Fields(Fields),
     Body(OutgoingRequest, OutgoingBody, wasi::io::streams::OutputStream),
     Response(FutureIncomingResponse),
+    Request(OutgoingRequest),
     Graph(wasi::nn::graph::Graph),
     Context(wasi::nn::graph::GraphExecutionContext),
     Tensor(wasi::nn::tensor::Tensor),
@@ -106,6 +107,21 @@ const TOOLS: &[(&str, &str, &str)] = &[
         "hoard_bodies",
         "Keeps `n` unsent requests, each with a written 60 KiB body, across calls.",
         r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#,
+    ),
+    (
+        "try_many",
+        "Tries `n` times to open `path` (or, with `create`, to create `path`N), counting refusals; never stops at one.",
+        r#"{"type":"object","properties":{"path":{"type":"string"},"n":{"type":"integer"},"create":{"type":"boolean"}},"required":["path","n"]}"#,
+    ),
+    (
+        "shout_and_panic",
+        "Writes `kib` KiB to stderr: one long line, then a panic with a message as long.",
+        r#"{"type":"object","properties":{"kib":{"type":"integer"}},"required":["kib"]}"#,
+    ),
+    (
+        "hoard_requests",
+        "Keeps `n` unsent requests across calls, each given a `len`-byte authority, method, scheme and path; counts the setters that succeeded.",
+        r#"{"type":"object","properties":{"n":{"type":"integer"},"len":{"type":"integer"}},"required":["n","len"]}"#,
     ),
     (
         "deny_flood",
@@ -283,6 +299,24 @@ impl GuestInstance for Hostile {
                 }
                 Ok(text(format!("hoarding {} resources", HOARD.with(|h| h.borrow().len()))))
             }
+            "hoard_requests" => {
+                use wasi::http::types::Method;
+                let len = n("len")? as usize;
+                let host = format!("{}.x", "a".repeat(len.saturating_sub(2)));
+                let path = format!("/{}", "p".repeat(len.saturating_sub(1)));
+                let word = "M".repeat(len);
+                let scheme = "s".repeat(len);
+                let mut set = [0u64; 4];
+                for _ in 0..n("n")? {
+                    let req = OutgoingRequest::new(Fields::new());
+                    set[0] += u64::from(req.set_authority(Some(&host)).is_ok());
+                    set[1] += u64::from(req.set_method(&Method::Other(word.clone())).is_ok());
+                    set[2] += u64::from(req.set_path_with_query(Some(&path)).is_ok());
+                    set[3] += u64::from(req.set_scheme(Some(&Scheme::Other(scheme.clone()))).is_ok());
+                    HOARD.with(|h| h.borrow_mut().push(Hoarded::Request(req)));
+                }
+                Ok(text(json!({"authority": set[0], "method": set[1], "path": set[2], "scheme": set[3]}).to_string()))
+            }
             "deny_flood" => {
                 let host = format!("{}.x", "a".repeat(n("len")? as usize));
                 let mut refused = 0;
@@ -322,6 +356,26 @@ impl GuestInstance for Hostile {
                     f.write_all(&chunk).map_err(|e| ToolError::Denied(format!("write failed after {i} MiB: {e}")))?;
                 }
                 Ok(text("filled".into()))
+            }
+            "try_many" => {
+                let path = s("path")?;
+                let create = args.get("create").and_then(Value::as_bool).unwrap_or(false);
+                let mut refused = 0;
+                for i in 0..n("n")? {
+                    let r = if create {
+                        std::fs::write(format!("{path}{i}"), b"")
+                    } else {
+                        std::fs::File::open(&path).map(drop)
+                    };
+                    refused += u64::from(r.is_err());
+                }
+                Ok(text(format!("{refused} refused")))
+            }
+            "shout_and_panic" => {
+                let half = "s".repeat(n("kib")? as usize * 512);
+                eprintln!("{half}");
+                // The panic message is the other half: the last words a fault keeps.
+                panic!("{half}");
             }
             "touch_many" => {
                 let dir = s("dir")?;

@@ -7,7 +7,11 @@
 //! `delay_ms`, each `embed` call first waits that long on the clock (a host call), so tests can
 //! make the pool busy. With `"bad_spans": true`, `token-spans` answers spans past the end of
 //! each text, as a faulty embedder might (the host must refuse them); with
-//! `"short_answers": true`, `embed` answers one vector fewer than it was given texts.
+//! `"short_answers": true`, `embed` answers one vector fewer than it was given texts. Hostile
+//! answers, for the host's bounds: `"wide_answers": N` answers vectors of N floats whatever
+//! the dimension; `"alias_floats": N` answers vectors of N floats that all share one buffer
+//! (what the host lifts is then texts × N floats, from N floats of guest memory);
+//! `"empty_spans": N` answers N empty spans for every text.
 
 wit_bindgen::generate!({
     path: "../../../wit",
@@ -29,6 +33,14 @@ thread_local! {
     static DELAY_MS: RefCell<u64> = const { RefCell::new(0) };
     static BAD_SPANS: RefCell<bool> = const { RefCell::new(false) };
     static SHORT_ANSWERS: RefCell<bool> = const { RefCell::new(false) };
+    static HOSTILE: RefCell<Hostile> = const { RefCell::new(Hostile { wide: 0, alias: 0, empty_spans: 0 }) };
+}
+
+/// The hostile answers asked for in the config (0: off).
+struct Hostile {
+    wide: usize,
+    alias: usize,
+    empty_spans: usize,
 }
 
 impl ModelGuest for Component {
@@ -48,6 +60,11 @@ impl ModelGuest for Component {
         DELAY_MS.with(|d| *d.borrow_mut() = cfg.get("delay_ms").and_then(|v| v.as_u64()).unwrap_or(0));
         BAD_SPANS.with(|b| *b.borrow_mut() = cfg.get("bad_spans").and_then(|v| v.as_bool()).unwrap_or(false));
         SHORT_ANSWERS.with(|b| *b.borrow_mut() = cfg.get("short_answers").and_then(|v| v.as_bool()).unwrap_or(false));
+        let n = |k: &str| cfg.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+        HOSTILE.with(|h| {
+            *h.borrow_mut() =
+                Hostile { wide: n("wide_answers"), alias: n("alias_floats"), empty_spans: n("empty_spans") }
+        });
         Ok(info)
     }
 }
@@ -68,6 +85,22 @@ impl EmbedderGuest for Component {
             InputKind::Query => "q",
             InputKind::Document => "d",
         };
+        let (wide, alias) = HOSTILE.with(|h| (h.borrow().wide, h.borrow().alias));
+        if alias > 0 {
+            // Every answer's list points at the same floats: the canonical ABI lowers each Vec
+            // as its pointer and length, so nothing is copied here.
+            let shared: &'static mut [f32] = Box::leak(vec![0.5f32; alias].into_boxed_slice());
+            let ptr = shared.as_mut_ptr();
+            return Ok(texts
+                .iter()
+                // SAFETY: deliberately unsound (the lists alias and are freed after the call,
+                // if ever): this component attacks the host.
+                .map(|_| Embedding { vector: unsafe { Vec::from_raw_parts(ptr, alias, alias) }, truncated: false })
+                .collect());
+        }
+        if wide > 0 {
+            return Ok(texts.iter().map(|_| Embedding { vector: vec![0.5; wide], truncated: false }).collect());
+        }
         let answered = if SHORT_ANSWERS.with(|s| *s.borrow()) { texts.len().saturating_sub(1) } else { texts.len() };
         Ok(texts[..answered]
             .iter()
@@ -103,6 +136,10 @@ impl EmbedderGuest for Component {
 
     /// The byte span of each whitespace-separated word.
     fn token_spans(texts: Vec<String>) -> Result<Vec<Vec<TokenSpan>>, EmbedError> {
+        let empty = HOSTILE.with(|h| h.borrow().empty_spans);
+        if empty > 0 {
+            return Ok(texts.iter().map(|_| vec![TokenSpan { start: 0, end: 0 }; empty]).collect());
+        }
         let shift = if BAD_SPANS.with(|b| *b.borrow()) { 1 << 20 } else { 0 };
         Ok(texts
             .iter()
