@@ -95,6 +95,11 @@ embedder = "wide"
 component = "plugins/probe.wasm"
 embedder = "alias"
 
+[embedders.named]
+component = "plugins/toy.wasm"
+config = { dimension = 8, model_id = "MODEL_ID" }
+pool = 1
+
 [embedders.broad]
 component = "plugins/toy.wasm"
 config = { dimension = 60000 }
@@ -106,7 +111,9 @@ embedder = "broad"
 [tools.small_probe.grants]
 memory = "4MiB"
 "#;
-    let host = env.host(&format!("{LINKED}{hostile}")).await;
+    let host = env.host(&format!("{LINKED}{hostile}").replace("MODEL_ID", &"m".repeat(1 << 20))).await;
+    // A model id is kept for the embedder's life: cut.
+    assert!(host.embedder_info("named").unwrap().id.len() < 512);
     let args = serde_json::json!({ "texts": ["hello world", "other text"] }).to_string();
     let err = within(30, host.call("wide_probe", &args)).await.unwrap_err().to_string();
     assert!(err.contains("answered a vector of 1000 dimensions for a model of 8; it is faulty"), "{err}");

@@ -337,6 +337,45 @@ async fn calls_of_a_client_that_left_are_dropped_and_requests_fit_a_budget() {
     let ran = main.call("h.ran", json!({})).await.unwrap();
     assert_eq!(text_of(&ran), "1", "calls whose client left still ran: {ran}");
 
+    // Queued calls hold their arguments as text, charged to the budget: behind a slow call,
+    // six calls of 900 KB fit four (3.6 MB of 4 MiB); the others are refused, as they arrive
+    // (503) or as they queue (a `busy` tool error).
+    let slow = {
+        let (url, session) = (url.clone(), session.clone());
+        tokio::spawn(async move {
+            let mut c = McpHttp::join(&url, &session).await.unwrap();
+            c.request_with_id(950, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": 1500}})).await.unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut queued = Vec::new();
+    for id in 0..6u64 {
+        let (url, session) = (url.clone(), session.clone());
+        queued.push(tokio::spawn(async move {
+            let mut c = McpHttp::join(&url, &session).await.unwrap();
+            let args = json!({"text": "y".repeat(900 << 10)});
+            let r = c.request_with_id(960 + id, "tools/call", json!({"name": "h.echo", "arguments": args})).await;
+            r.ok().map(|r| (r.status, r.answer(960 + id).cloned().unwrap_or_default()))
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    slow.await.unwrap();
+    let mut kinds = std::collections::BTreeMap::new();
+    for q in queued {
+        let (status, a) = q.await.unwrap().expect("an answer");
+        let kind = match status {
+            503 => "refused",
+            _ if a["result"]["isError"] == true => {
+                assert_eq!(a["result"]["structuredContent"]["error"]["kind"], "busy", "{a}");
+                assert!(text_of(&a).contains("max_request_bytes"), "{a}");
+                "refused"
+            }
+            _ => "ok",
+        };
+        *kinds.entry(kind).or_insert(0) += 1;
+    }
+    assert_eq!((kinds.get("ok"), kinds.get("refused")), (Some(&4), Some(&2)), "{kinds:?}");
+
     // A body larger than the whole budget is refused as it arrives, with 503 and a JSON-RPC
     // error; dense arguments whose tree would not fit are refused before they are parsed.
     let big = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
