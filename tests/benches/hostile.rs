@@ -179,6 +179,15 @@ private_networks = ["127.0.0.1/32"]
 
     if models.is_some() {
         // 48 MiB granted; 16 MiB tensors asked for past it (the cap used to be 256 MiB a store).
+        // The model is loaded (once per host) before the figures are taken.
+        call(
+            "n.nn",
+            json!({"op": "compute", "inputs": [
+            {"name": "input_ids", "dims": [1, 3], "ty": "i64", "tokens": true},
+            {"name": "attention_mask", "dims": [1, 3], "ty": "i64"},
+            {"name": "token_type_ids", "dims": [1, 3], "ty": "i64"}]}),
+        )
+        .await;
         let before = sample();
         let t = Instant::now();
         let mut outcome = String::new();
@@ -252,6 +261,12 @@ private_networks = ["127.0.0.1/32"]
         t.elapsed(),
     );
     drop(idle);
+    drop(served);
+
+    // The next floods need sessions: a server of their own, with the default limits.
+    let config = served_env.config("[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n");
+    let served = quarry_tests::mcp_client::Served::start(&quarry_tests::quarry_bin(), &config);
+    let pid = served.pid().to_string();
 
     // Bodies whose parsed trees would be many times their size: dense arrays of 800 KB, 16 at
     // once, each on its own connection (the server charges their trees before building them).
@@ -359,10 +374,11 @@ private_networks = ["127.0.0.1/32"]
     drop(trickling);
     drop(served);
 
-    // A component over `[host] max_component_size`, hot-swapped in: refused before compiling.
+    // A component file over `[host] max_component_size`, hot-swapped in: refused before
+    // compiling (a 20 MiB component took 16-24 s and 1.7 GB to compile on 2 cores).
     let before = sample();
     let t = Instant::now();
-    let big = std::fs::read(quarry_tests::EMBEDDER_ONNX).unwrap();
+    let big = vec![0u8; 20 << 20];
     let swap_env = TestEnv::new();
     swap_env.plugin(HOSTILE, "hostile");
     let path = swap_env.config("[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n");
@@ -375,8 +391,12 @@ private_networks = ["127.0.0.1/32"]
     swap_env.replace(&plugin, &big);
     let outcome = match swap_host.reload(&plugin.canonicalize().unwrap()).await {
         Ok(_) => "swapped".to_string(),
-        Err(e) => quarry::text::cut(&e.to_string(), 90),
+        Err(e) => {
+            let e = e.to_string();
+            let why = e.find("is over").map_or(e.as_str(), |i| &e[i..]);
+            quarry::text::cut(why, 90)
+        }
     };
-    report(&format!("hot swap to a {} MiB component (limit 16)", big.len() >> 20), before, &outcome, t.elapsed());
+    report("hot swap to a 20 MiB file (limit 16 MiB)", before, &outcome, t.elapsed());
     drop(silent);
 }

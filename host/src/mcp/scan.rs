@@ -15,9 +15,11 @@ use serde_json::value::RawValue;
 use crate::registry::MAX_ARGS_BYTES;
 
 /// What the host charges for one node of a parsed JSON tree: its 32-byte value, its share of
-/// a vector or map grown by doubling, and a map entry's key. Measured with `make bench-hostile`
-/// (the "dense arguments" rows).
-pub const NODE_BYTES: usize = 96;
+/// a vector or map grown by doubling (and the old buffer while it is copied), a map entry's
+/// key, and serde's buffer of the same node while rmcp's untagged message types try their
+/// variants. Set from `make bench-hostile` (the "dense 800 KB bodies" row): at 96 bytes, 16
+/// such bodies at once took the server from 23 to 221 MiB under a 128 MiB budget.
+pub const NODE_BYTES: usize = 256;
 
 /// A message's envelope, read without building a tree.
 #[derive(Debug)]
