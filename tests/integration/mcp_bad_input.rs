@@ -527,6 +527,20 @@ async fn origins_are_checked_and_plain_http_beyond_loopback_needs_a_flag() {
     inspector.headers.push(("origin".into(), "http://localhost:6274".into()));
     let r = inspector.post(init.to_string().into_bytes()).await.unwrap();
     assert_eq!(r.status, 200, "{r:?}");
+    // The server's own origin is no cross-site request (the MCP conformance suite's valid
+    // dns-rebinding case); the same host on another port is.
+    let own = served.url.trim_end_matches("/mcp").to_string();
+    let port: u16 = own.rsplit(':').next().unwrap().parse().unwrap();
+    for (origin, status) in [
+        (own.clone(), 200),
+        (format!("http://localhost:{port}"), 200),
+        (format!("http://127.0.0.1:{}", port.wrapping_add(1)), 403),
+    ] {
+        let mut c = McpHttp::connect(&served.url).await.unwrap();
+        c.headers.push(("origin".into(), origin.clone()));
+        let r = c.post(init.to_string().into_bytes()).await.unwrap();
+        assert_eq!(r.status, status, "{origin}: {r:?}");
+    }
     // No Origin header (not a browser): served as before.
     let mut c = McpHttp::open(&served.url).await.unwrap();
     hostile_serves(&mut c).await;

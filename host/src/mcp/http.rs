@@ -23,7 +23,8 @@
 //! - A call whose client closes its connection before the answer is dropped if it is still
 //!   waiting for its instance.
 //! - A request carrying an `Origin` header (a browser) is refused with 403 unless the origin
-//!   is in `[serve] allowed_origins`, as the MCP specification requires of servers.
+//!   is in `[serve] allowed_origins` or is the server's own, as the MCP specification requires
+//!   of servers.
 //! - A bearer token over plain HTTP beyond loopback travels in clear: that needs
 //!   `--insecure-http`, and TLS belongs in a proxy in front.
 
@@ -111,6 +112,24 @@ struct Shared {
     token: Option<String>,
     limits: ServeConfig,
     budget: Budget,
+    /// The server's own origins (`http://127.0.0.1:PORT`, and `http://localhost:PORT` on
+    /// loopback): a request from them is no cross-site request.
+    own_origins: Vec<String>,
+}
+
+/// The origins of a server bound to `addr`. Only a page the server itself served could send
+/// them, and Quarry serves no pages; a page that DNS rebinding brought here carries its own
+/// origin (`http://evil.example:PORT`), which is not among them.
+fn own_origins(addr: SocketAddr) -> Vec<String> {
+    let port = addr.port();
+    let mut own = vec![match addr {
+        SocketAddr::V4(a) => format!("http://{}:{port}", a.ip()),
+        SocketAddr::V6(a) => format!("http://[{}]:{port}", a.ip()),
+    }];
+    if addr.ip().is_loopback() {
+        own.push(format!("http://localhost:{port}"));
+    }
+    own
 }
 
 /// Connections that have not yet sent a request the server accepted, oldest first: the first
@@ -193,7 +212,9 @@ impl HttpServer {
         // One handler per session, each with its own count of calls.
         let service = StreamableHttpService::new(move || Ok(handler.for_session()), sessions.clone(), config);
         let connections = Arc::new(tokio::sync::Semaphore::new(options.limits.max_connections));
-        let shared = Arc::new(Shared { service, sessions, token, limits: options.limits, budget });
+        let bound = listener.local_addr().map_err(|source| ServeError::Bind { addr: options.addr, source })?;
+        let own_origins = own_origins(bound);
+        let shared = Arc::new(Shared { service, sessions, token, limits: options.limits, budget, own_origins });
         Ok(HttpServer { listener, shared, host, peers, stop, connections, unaccepted: Arc::default() })
     }
 
@@ -320,8 +341,9 @@ async fn route(
         return plain(StatusCode::NOT_FOUND, &format!("not found; the MCP endpoint is {PATH}"));
     }
     if let Some(origin) = req.headers().get(hyper::header::ORIGIN) {
-        let allowed =
-            origin.to_str().is_ok_and(|o| shared.limits.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
+        let allowed = origin.to_str().is_ok_and(|o| {
+            shared.limits.allowed_origins.iter().chain(&shared.own_origins).any(|a| a.eq_ignore_ascii_case(o))
+        });
         if !allowed {
             let shown = crate::text::quoted_prefix(&String::from_utf8_lossy(origin.as_bytes()), 100);
             return plain(
@@ -566,7 +588,14 @@ fn plain(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, Infallibl
 
 #[cfg(test)]
 mod tests {
-    use super::{bearer_credentials, same};
+    use super::{bearer_credentials, own_origins, same};
+
+    #[test]
+    fn a_server_knows_its_own_origins() {
+        assert_eq!(own_origins("127.0.0.1:8765".parse().unwrap()), ["http://127.0.0.1:8765", "http://localhost:8765"]);
+        assert_eq!(own_origins("[::1]:9".parse().unwrap()), ["http://[::1]:9", "http://localhost:9"]);
+        assert_eq!(own_origins("10.0.0.5:80".parse().unwrap()), ["http://10.0.0.5:80"]);
+    }
 
     #[test]
     fn the_bearer_scheme_is_case_insensitive() {
