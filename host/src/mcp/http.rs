@@ -453,7 +453,17 @@ async fn read_message(
         let msg = format!("the request is over {MAX_BODY_BYTES} bytes; send less");
         rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &msg, serde_json::Value::Null)
     };
-    let busy = |id: serde_json::Value| {
+    // A request that does not fit beside the others may fit later (503, try again); one that
+    // would not fit an empty budget never will (413, send less), and must not be retried.
+    let refuse = |id: serde_json::Value, needed: usize| {
+        if needed > budget.total() {
+            let msg = format!(
+                "this request would take {needed} bytes of the server's memory (its body, and {} bytes a JSON value once parsed), more than [serve] max_request_bytes allows at once ({}); send less, or raise the limit",
+                crate::mcp::scan::NODE_BYTES,
+                budget.total()
+            );
+            return rpc_error(StatusCode::PAYLOAD_TOO_LARGE, -32600, &msg, id);
+        }
         let msg = format!(
             "the server holds its maximum of {} bytes of requests from all clients ([serve] max_request_bytes); try again in a moment",
             budget.total()
@@ -471,7 +481,7 @@ async fn read_message(
             return Err(too_large());
         }
         if !budget.charge(&mut held, n) {
-            return Err(busy(serde_json::Value::Null));
+            return Err(refuse(serde_json::Value::Null, n));
         }
     }
     let read = async {
@@ -485,9 +495,10 @@ async fn read_message(
             if buf.len() + data.len() > MAX_BODY_BYTES {
                 return Err(too_large());
             }
-            let uncharged = (buf.len() + data.len()).saturating_sub(held.bytes());
+            let needed = buf.len() + data.len();
+            let uncharged = needed.saturating_sub(held.bytes());
             if !budget.charge(&mut held, uncharged) {
-                return Err(busy(serde_json::Value::Null));
+                return Err(refuse(serde_json::Value::Null, needed));
             }
             buf.extend_from_slice(&data);
         }
@@ -515,22 +526,15 @@ async fn read_message(
     let id = envelope.id_value();
     // Arguments over the limit are answered as before (a tool error, in the call log) from a
     // small stand-in, never parsed.
-    let (bytes, tree) = match crate::mcp::scan::refuse_large_arguments(&bytes, &envelope) {
-        Some(smaller) => {
-            let smaller = Bytes::from(smaller);
-            let tree = crate::mcp::scan::nodes(&smaller) * crate::mcp::scan::NODE_BYTES;
-            drop(envelope);
-            (smaller, tree)
-        }
-        None => {
-            let tree = envelope.tree_bytes();
-            drop(envelope);
-            (bytes, tree)
-        }
+    let smaller = crate::mcp::scan::refuse_large_arguments(&bytes, &envelope);
+    let tree = match &smaller {
+        Some(s) => crate::mcp::scan::nodes(s).saturating_mul(crate::mcp::scan::NODE_BYTES),
+        None => envelope.tree_bytes(),
     };
+    let bytes = smaller.map_or(bytes, Bytes::from);
     // The trees: the check below builds one, and rmcp builds another after it is dropped.
     if !budget.charge(&mut held, tree) {
-        return Err(busy(id));
+        return Err(refuse(id, held.bytes().saturating_add(tree)));
     }
     let message = match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes) {
         Ok(m) => m,
