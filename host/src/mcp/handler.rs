@@ -179,12 +179,16 @@ impl ServerHandler for QuarryMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
+        mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
+        // Only the name and the arguments are kept across the wait: the rest of the request
+        // (`_meta`, input responses, request state) is a tree the client sized, and unused.
+        let CallToolRequestParams { name, arguments, .. } = request;
+        context.meta = Default::default();
         // The arguments wait and run as their JSON text, charged to the server's budget: a
         // tree of them costs many times their size, and is dropped here.
-        let arguments = request.arguments.unwrap_or_default();
+        let arguments = arguments.unwrap_or_default();
         let refused = crate::mcp::scan::refused_arguments(&arguments).map(|(n, head)| (n, head.to_string()));
         let args = match &refused {
             Some((_, head)) => head.clone(),
@@ -207,7 +211,7 @@ impl ServerHandler for QuarryMcp {
             );
             Ok(tool_error("busy", message))
         } else if let Some((size, _)) = refused {
-            let tool = crate::text::cut(&request.name, 256);
+            let tool = crate::text::cut(&name, 256);
             to_response(Err(CallError::ArgsTooLarge { tool, size, limit: crate::registry::MAX_ARGS_BYTES }))
         } else if held.is_none() {
             let message = format!(
@@ -226,12 +230,12 @@ impl ServerHandler for QuarryMcp {
                     () = gone.cancelled() => {}
                 }
             };
-            let outcome = self.host.call_unless(&request.name, &args, cancelled).await;
+            let outcome = self.host.call_unless(&name, &args, cancelled).await;
             if let Err(e) = &outcome
                 && let Some(held) = FAILURES_LOG.take()
             {
                 let e = crate::text::cut(&e.to_string(), 1024);
-                let tool = crate::text::cut(&request.name, 256);
+                let tool = crate::text::cut(&name, 256);
                 tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::log_budget::held_note(held));
             }
             to_response(outcome)
@@ -251,7 +255,7 @@ impl ServerHandler for QuarryMcp {
             log.record(&call_log::Entry {
                 session: self.session,
                 client,
-                tool: &request.name,
+                tool: &name,
                 arguments: &args,
                 outcome,
                 error,
