@@ -5,7 +5,8 @@
 //! when it was parsed by the server, again by rmcp, and its arguments serialised again). So
 //! the server reads a message's envelope with borrowed values (`method` decoded as rmcp decodes
 //! it, `id`, the raw text of `params.arguments`), counts its nodes in one pass over the bytes,
-//! and refuses what is too large before any tree exists.
+//! and refuses what is too large before any tree exists. (Whether a message is an
+//! `initialize` is read from rmcp's own parse of it, once it is known to fit.)
 
 use std::borrow::Cow;
 
@@ -24,8 +25,6 @@ pub const NODE_BYTES: usize = 256;
 /// A message's envelope, read without building a tree.
 #[derive(Debug)]
 pub struct Envelope<'a> {
-    /// `method`, decoded (`"initializ\u0065"` is `initialize`, as rmcp reads it).
-    pub method: Option<Cow<'a, str>>,
     /// `id`, as written (a string or a number for a request).
     pub id: Option<&'a RawValue>,
     /// `params.arguments` as written, for `tools/call`.
@@ -38,11 +37,6 @@ impl Envelope<'_> {
     /// Bytes of `params.arguments` as written (0 without them).
     pub fn arguments_len(&self) -> usize {
         self.arguments.map_or(0, |a| a.get().len())
-    }
-
-    /// Whether this is a `tools/call` request.
-    pub fn is_call(&self) -> bool {
-        self.method.as_deref() == Some("tools/call")
     }
 
     /// The `id` as a JSON value, for an error answer (null when it is not a string or number).
@@ -70,6 +64,7 @@ pub enum ScanError {
 
 #[derive(Deserialize)]
 struct RawEnvelope<'a> {
+    /// Decoded as rmcp decodes it (`"tools/c\u0061ll"` is `tools/call`).
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -93,7 +88,7 @@ pub fn id_of(bytes: &[u8]) -> serde_json::Value {
         id: Option<&'a RawValue>,
     }
     let id = serde_json::from_slice::<IdOnly<'_>>(bytes).ok().and_then(|m| m.id);
-    Envelope { method: None, id, arguments: None, nodes: 0 }.id_value()
+    Envelope { id, arguments: None, nodes: 0 }.id_value()
 }
 
 /// Reads the envelope of `bytes`. Validates the JSON's syntax in full (without a tree) and
@@ -110,7 +105,7 @@ pub fn envelope(bytes: &[u8]) -> Result<Envelope<'_>, ScanError> {
         }
         _ => None,
     };
-    Ok(Envelope { method: raw.method, id: raw.id, arguments, nodes: nodes(bytes) })
+    Ok(Envelope { id: raw.id, arguments, nodes: nodes(bytes) })
 }
 
 /// The key of the object that stands in for arguments refused for their size: a `tools/call`
@@ -181,8 +176,9 @@ mod tests {
 
     #[test]
     fn the_method_is_decoded_as_rmcp_decodes_it() {
-        let e = envelope(br#"{"jsonrpc":"2.0","id":1,"method":"initializ\u0065","params":{}}"#).unwrap();
-        assert_eq!(e.method.as_deref(), Some("initialize"));
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/c\u0061ll","params":{"name":"t","arguments":{"a":1}}}"#;
+        let e = envelope(body).unwrap();
+        assert_eq!(e.arguments_len(), r#"{"a":1}"#.len());
         assert_eq!(e.id_value(), serde_json::json!(1));
     }
 
@@ -193,7 +189,6 @@ mod tests {
             "x".repeat(1000)
         );
         let e = envelope(body.as_bytes()).unwrap();
-        assert!(e.is_call());
         assert_eq!(e.arguments_len(), r#"{"text":""}"#.len() + 1000);
         assert_eq!(e.id_value(), serde_json::json!("a"));
         assert!(refuse_large_arguments(body.as_bytes(), &e).is_none(), "they fit");
