@@ -96,15 +96,18 @@ impl ComponentCache {
 
     /// Components held in memory now (by some instance).
     pub fn in_memory(&self) -> usize {
+        self.live().len()
+    }
+
+    /// The memo, without the components no instance holds any more.
+    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Weak<Component>>> {
         let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
         memo.retain(|_, c| c.strong_count() > 0);
-        memo.len()
+        memo
     }
 
     fn remembered(&self, hash: &[u8; 32]) -> Option<Arc<Component>> {
-        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
-        memo.retain(|_, c| c.strong_count() > 0);
-        memo.get(hash).and_then(Weak::upgrade)
+        self.live().get(hash).and_then(Weak::upgrade)
     }
 
     fn remember(&self, hash: [u8; 32], c: Component) -> Arc<Component> {
