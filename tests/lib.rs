@@ -12,6 +12,8 @@ pub use quarry::{CallError, Config, Fault, Registry};
 
 /// The hostile fixture (see components/hostile).
 pub const HOSTILE: &str = env!("QUARRY_FIXTURE_HOSTILE");
+/// The MCP conformance suite's reference tools (see tests/components/conformance).
+pub const CONFORMANCE: &str = env!("QUARRY_FIXTURE_CONFORMANCE");
 /// Echo, version 1.
 pub const ECHO_V1: &str = env!("QUARRY_FIXTURE_ECHO_V1");
 /// Echo, version 2.
@@ -59,8 +61,17 @@ impl TestEnv {
         path
     }
 
-    /// Loads the config and every instance; panics on a config error.
+    /// The host of config `body`, every instance opened and prepared (its index built); panics on
+    /// a config error or an instance that failed.
     pub async fn host(&self, body: &str) -> Arc<Registry> {
+        let host = self.opened_host(body).await;
+        let unprepared = host.prepared().await;
+        assert!(unprepared.is_empty(), "instances failed to prepare: {unprepared:?}");
+        host
+    }
+
+    /// The host of config `body`, every instance opened, their preparation still under way.
+    pub async fn opened_host(&self, body: &str) -> Arc<Registry> {
         let cfg = Config::load(&self.config(body)).expect("valid config");
         let host = Registry::new(cfg).expect("host");
         let failures = host.load_all().await;

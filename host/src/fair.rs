@@ -63,6 +63,20 @@ impl FairQueue {
         })
     }
 
+    /// A queue over workers `0..workers` of which none is free yet: each joins with
+    /// [`FairQueue::add`] once it can serve (a tool instance once it has prepared).
+    pub fn idle(workers: usize) -> Arc<FairQueue> {
+        let q = FairQueue::new(workers);
+        q.lock().free.clear();
+        q
+    }
+
+    /// Worker `worker` (of an [`FairQueue::idle`] queue) starts serving: it goes to the first
+    /// waiter in turn, or joins the free ones.
+    pub fn add(self: &Arc<Self>, worker: usize) {
+        self.release(worker);
+    }
+
     /// Waits for a worker for `client`, served in turn with the other clients.
     pub async fn acquire(self: &Arc<Self>, client: &str) -> Permit {
         let rx = {
@@ -153,6 +167,22 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), ["a", "b", "c", "a", "a"]);
+        assert_eq!(q.load(), (1, 0));
+    }
+
+    /// An idle queue hands out nothing until a worker is added, then hands it to the waiter.
+    #[tokio::test]
+    async fn an_idle_queue_serves_once_a_worker_joins() {
+        let q = FairQueue::idle(2);
+        assert_eq!(q.load(), (0, 0));
+        let waiting = tokio::spawn({
+            let q = q.clone();
+            async move { q.acquire("a").await.worker() }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(q.load(), (0, 1));
+        q.add(1);
+        assert_eq!(waiting.await.unwrap(), 1);
         assert_eq!(q.load(), (1, 0));
     }
 

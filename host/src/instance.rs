@@ -5,7 +5,10 @@
 //! Lifecycle: [`ComponentVersion::load`] compiles (or loads from cache) and
 //! pre-instantiates a component once per version. [`ToolInstance::open`]
 //! instantiates it in a fresh store (microseconds with the pooling allocator),
-//! calls `open(config)` and `specs()`. Each [`ToolInstance::call`] runs through
+//! calls `open(config)` and `specs()`: cheap, so the tools are listed at once.
+//! [`ToolInstance::prepare`] then runs the guest's `prepare` (an index build) on each member of
+//! the pool, which joins the fair queue once prepared; calls wait for a member, forwarding the
+//! preparation's progress, within the instance's deadline. Each [`ToolInstance::call`] runs through
 //! [`run_guarded`] (see [`crate::runtime::guarded`]): on any trap, out-of-memory, resource
 //! exhaustion or missed deadline the store is dropped and the next call starts a new one. A
 //! store whose call future is dropped part-way (a timeout, a cancelled caller) is dropped with
@@ -13,13 +16,16 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use wasmtime::Store;
 use wasmtime::component::{Component, Linker, ResourceAny};
 
 use crate::bindings::{ToolError, ToolHost, ToolHostPre, ToolOutput, ToolSpec};
 use crate::capability::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
+use crate::capability::progress::{self, Report};
 use crate::config::InstanceConfig;
+use crate::fair::FairQueue;
 use crate::runtime::cache::{CacheOutcome, ComponentCache};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 pub use crate::runtime::guarded::Fault;
@@ -113,6 +119,14 @@ pub enum OpenError {
         /// The component's reason.
         error: ToolError,
     },
+    /// `prepare` returned an error.
+    #[error("tool instance {instance:?} could not prepare: {}", error.describe())]
+    Unprepared {
+        /// The instance.
+        instance: String,
+        /// The component's reason.
+        error: ToolError,
+    },
     /// The component faulted while starting.
     #[error("tool instance {instance:?} failed while starting: {fault}")]
     Fault {
@@ -188,6 +202,19 @@ pub enum CallError {
         /// The grant.
         limit: u64,
     },
+    /// The instance was still preparing when the call had waited its deadline.
+    #[error(
+        "{tool}: not ready yet: after waiting {}s the instance is still {status}; try again later",
+        waited.as_secs()
+    )]
+    NotReady {
+        /// The tool.
+        tool: String,
+        /// How long the call waited.
+        waited: std::time::Duration,
+        /// How far along the preparation is.
+        status: String,
+    },
     /// The caller gave up while the call waited for its instance; it never ran.
     #[error("{tool}: cancelled before it started")]
     Cancelled {
@@ -242,7 +269,7 @@ impl ComponentVersion {
         let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
         let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
         let pre = ToolHostPre::new(pre).map_err(|e| {
-            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.2.0`; see wit/)"))
+            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.3.0`; see wit/)"))
         })?;
         Ok(Arc::new(ComponentVersion {
             path: path.to_path_buf(),
@@ -262,7 +289,50 @@ struct Live {
     handle: ResourceAny,
 }
 
-/// A running tool instance.
+/// How far a tool instance is on its way to serving (see [`ToolInstance::prepare`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    /// Its first member is running `prepare`.
+    Preparing,
+    /// At least one member has prepared; calls run.
+    Ready,
+    /// Its first member's `prepare` failed, with why; each call starts it again.
+    Failed(String),
+}
+
+/// The severity of a line a [`Listener`] hears (the host's log levels).
+pub use tracing::Level;
+
+/// What a caller hears while its call waits and runs. Advisory: a slow listener loses
+/// reports, never holds up the call.
+pub trait Listener: Send + Sync {
+    /// The latest progress of the work the call waits on (the instance's preparation) or runs.
+    fn progress(&self, report: &Report);
+    /// A host log line about this call: a refusal, a fault, a line the guest wrote.
+    fn log(&self, level: tracing::Level, line: &str);
+}
+
+/// Who calls, for the fair queue, and who listens.
+#[derive(Clone, Copy, Default)]
+pub struct Caller<'a> {
+    /// Calls queue in turn between clients (MCP sessions), first in first out within one.
+    pub client: &'a str,
+    /// Hears the call's progress and log lines.
+    pub listener: Option<&'a dyn Listener>,
+}
+
+/// Reports forwarded to a listener at most this often.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// One instance of a pool: its store (absent until started, and after a fault) and the sink
+/// that keeps its latest progress report.
+struct Member {
+    live: tokio::sync::Mutex<Option<Live>>,
+    progress: Arc<progress::Sink>,
+}
+
+/// A running tool instance: `pool` members of one component version and config, serving calls
+/// in parallel, queued fairly between clients.
 pub struct ToolInstance {
     /// Instance name from the config.
     pub name: String,
@@ -274,11 +344,15 @@ pub struct ToolInstance {
     pub specs: Vec<ToolSpec>,
     engine: QuarryEngine,
     embedder: Option<Arc<dyn EmbedderBackend>>,
-    live: tokio::sync::Mutex<Option<Live>>,
+    members: Vec<Member>,
+    /// Members join once prepared; a call takes the first free one.
+    queue: Arc<FairQueue>,
+    readiness: tokio::sync::watch::Sender<Readiness>,
 }
 
 impl ToolInstance {
-    /// Instantiates `plugin` for `config`, runs `open` and reads the specs.
+    /// Instantiates `plugin` for `config`, runs `open` and reads the specs: the cheap part,
+    /// after which the tools can be listed. No call runs before [`ToolInstance::prepare`].
     pub async fn open(
         engine: &QuarryEngine,
         config: Arc<InstanceConfig>,
@@ -289,7 +363,13 @@ impl ToolInstance {
         if plugin.imports_embedder && embedder.is_none() {
             return Err(OpenError::NoEmbedder { instance: name });
         }
-        let mut live = start(engine, &config, &plugin, embedder.clone()).await?;
+        let members: Vec<Member> = (0..config.pool.max(1))
+            .map(|_| Member {
+                live: tokio::sync::Mutex::new(None),
+                progress: Arc::new(tokio::sync::watch::channel(None).0),
+            })
+            .collect();
+        let mut live = start(engine, &config, &plugin, embedder.clone(), &members[0].progress).await?;
         let (bindings, handle) = (live.bindings.clone(), live.handle);
         let specs = run_guarded(&mut live.store, config.grants.deadline, |store| {
             Box::pin(async move { bindings.quarry_retrieval_tool().instance().call_specs(store, handle).await })
@@ -297,6 +377,8 @@ impl ToolInstance {
         .await
         .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
         check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
+        *members[0].live.try_lock().expect("not shared yet") = Some(live);
+        let queue = FairQueue::idle(members.len());
         Ok(ToolInstance {
             name,
             config,
@@ -304,38 +386,186 @@ impl ToolInstance {
             specs,
             engine: engine.clone(),
             embedder,
-            live: tokio::sync::Mutex::new(Some(live)),
+            members,
+            queue,
+            readiness: tokio::sync::watch::channel(Readiness::Preparing).0,
         })
     }
 
-    /// Runs tool `tool` with `args` (a JSON object). Calls to one instance run one at a time.
-    pub async fn call(&self, tool: &str, args: &str) -> Result<ToolOutput, CallError> {
-        self.call_unless(tool, args, std::future::pending()).await
+    /// Prepares every member, one after another (the first may build what the others reopen,
+    /// an index on disk), each joining the pool as soon as it has. Returns once the first has
+    /// prepared or failed, with its outcome; the others go on in the background. A member that
+    /// fails joins too, without a store: the call that takes it starts it again.
+    pub async fn prepare(self: &Arc<Self>) -> Result<(), OpenError> {
+        let first = self.prepare_member(0).await;
+        self.queue.add(0);
+        self.readiness.send_replace(match &first {
+            Ok(()) => Readiness::Ready,
+            Err(e) => Readiness::Failed(crate::text::cut(&e.to_string(), MAX_REJECTION_BYTES)),
+        });
+        if self.members.len() > 1 {
+            let this = self.clone();
+            let ok = first.is_ok();
+            tokio::spawn(async move {
+                for i in 1..this.members.len() {
+                    // After a failure the others would fail alike: they start at their first call.
+                    if ok && let Err(e) = this.prepare_member(i).await {
+                        tracing::warn!(target: "quarry::load", instance = %this.name, member = i, "not prepared: {e}");
+                    }
+                    this.queue.add(i);
+                }
+            });
+        }
+        first
     }
 
-    /// [`ToolInstance::call`], given up if `cancelled` completes while the call still waits
-    /// for the instance (behind other calls). Once the call runs it runs to its end: stopping
-    /// it part-way would cost the instance (its store is dropped and opened again).
+    /// Whether the instance serves yet.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.borrow().clone()
+    }
+
+    /// Waits until the first member has prepared or failed.
+    pub async fn prepared(&self) -> Readiness {
+        let mut rx = self.readiness.subscribe();
+        match rx.wait_for(|r| *r != Readiness::Preparing).await {
+            Ok(r) => r.clone(),
+            Err(_) => self.readiness(),
+        }
+    }
+
+    /// How many members serve calls in parallel.
+    pub fn pool(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Members free now, and clients waiting for one (for tests and benches).
+    pub fn load(&self) -> (usize, usize) {
+        self.queue.load()
+    }
+
+    async fn prepare_member(&self, i: usize) -> Result<(), OpenError> {
+        let member = &self.members[i];
+        let mut guard = member.live.lock().await;
+        let live = match guard.take() {
+            Some(live) => live,
+            None => start(&self.engine, &self.config, &self.plugin, self.embedder.clone(), &member.progress).await?,
+        };
+        *guard = Some(prepare(&self.config, live).await?);
+        Ok(())
+    }
+
+    /// Runs tool `tool` with `args` (a JSON object) on the first free member.
+    pub async fn call(&self, tool: &str, args: &str) -> Result<ToolOutput, CallError> {
+        self.call_unless(tool, args, Caller::default(), std::future::pending()).await
+    }
+
+    /// [`ToolInstance::call`] for `caller`, given up if `cancelled` completes while the call
+    /// still waits for a member (behind other calls, or for the instance to prepare). Once the
+    /// call runs it runs to its end: stopping it part-way would cost the member its store.
+    ///
+    /// While the instance prepares, a call waits, forwarding the preparation's progress, for
+    /// at most the instance's deadline; then it fails with [`CallError::NotReady`], which says
+    /// how far along the preparation is.
     pub async fn call_unless(
         &self,
         tool: &str,
         args: &str,
+        caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<ToolOutput, CallError> {
         let qualified = format!("{}.{tool}", self.name);
-        let mut guard = tokio::select! {
+        let waited = Instant::now();
+        let deadline = self.config.grants.deadline;
+        let not_ready = async {
+            tokio::time::sleep(deadline).await;
+            if self.readiness() == Readiness::Preparing {
+                return;
+            }
+            std::future::pending::<()>().await
+        };
+        let permit = {
+            let acquire = self.queue.acquire(caller.client);
+            let forward = async {
+                match caller.listener {
+                    Some(l) if self.readiness() == Readiness::Preparing => {
+                        let line = format!("{}: the call waits for the instance, still {}", self.name, self.status());
+                        l.log(tracing::Level::INFO, &line);
+                        let mut reports = self.members[0].progress.subscribe();
+                        reports.mark_changed();
+                        forward_progress(&mut reports, l).await
+                    }
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                p = acquire => p,
+                () = cancelled => return Err(CallError::Cancelled { tool: qualified }),
+                () = not_ready => {
+                    return Err(CallError::NotReady { tool: qualified, waited: waited.elapsed(), status: self.status() })
+                }
+                () = forward => unreachable!("forwarding progress never ends"),
+            }
+        };
+        let member = &self.members[permit.worker()];
+        let mut guard = member.live.lock().await;
+        let run = async {
+            // Taken out of the slot while the guest runs: if this future is dropped part-way,
+            // the store goes with it and the next call starts a fresh one.
+            let live = match guard.take() {
+                Some(live) => live,
+                None => {
+                    let restart = |e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) };
+                    let live = start(&self.engine, &self.config, &self.plugin, self.embedder.clone(), &member.progress)
+                        .await
+                        .map_err(restart)?;
+                    prepare(&self.config, live).await.map_err(restart)?
+                }
+            };
+            self.run(&qualified, tool, args, live, &mut guard, caller.listener).await
+        };
+        let mut reports = member.progress.subscribe();
+        reports.mark_unchanged();
+        let forward = async {
+            match caller.listener {
+                Some(l) => forward_progress(&mut reports, l).await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
             biased;
-            g = self.live.lock() => g,
-            () = cancelled => return Err(CallError::Cancelled { tool: qualified }),
+            out = run => out,
+            () = forward => unreachable!("forwarding progress never ends"),
         };
-        // Taken out of the slot while the guest runs: if this future is dropped part-way, the
-        // store goes with it and the next call starts a fresh one.
-        let mut live = match guard.take() {
-            Some(live) => live,
-            None => start(&self.engine, &self.config, &self.plugin, self.embedder.clone())
-                .await
-                .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?,
-        };
+        // The last report, if the pace held it back: the caller hears how the work ended.
+        if let Some(l) = caller.listener
+            && reports.has_changed().unwrap_or(false)
+            && let Some(r) = reports.borrow_and_update().clone()
+        {
+            l.progress(&r);
+        }
+        drop(guard);
+        drop(permit);
+        outcome
+    }
+
+    /// What the preparation is doing, from its latest progress report.
+    fn status(&self) -> String {
+        match self.members[0].progress.borrow().as_ref() {
+            Some(r) => format!("preparing: {}", r.status()),
+            None => "preparing (no progress reported yet)".to_string(),
+        }
+    }
+
+    async fn run(
+        &self,
+        qualified: &str,
+        tool: &str,
+        args: &str,
+        mut live: Live,
+        slot: &mut Option<Live>,
+        listener: Option<&dyn Listener>,
+    ) -> Result<ToolOutput, CallError> {
         let (bindings, handle) = (live.bindings.clone(), live.handle);
         // Owned: the call's future may outlive this borrow of the caller's strings.
         let (tool_name, args) = (tool.to_string(), args.to_string());
@@ -346,21 +576,34 @@ impl ToolInstance {
         })
         .await;
         let denials = live.store.data().take_denials();
+        let lines = live.store.data_mut().take_logged();
+        if let Some(l) = listener {
+            for line in &lines {
+                l.log(tracing::Level::INFO, line);
+            }
+            for d in &denials {
+                l.log(tracing::Level::WARN, &format!("{qualified}: the sandbox refused: {d}"));
+            }
+        }
         let max_output = self.config.grants.max_output;
+        let qualified = qualified.to_string();
         match outcome {
             Err(fault) => {
                 if let Some(held) = FAULTS_LOG.take() {
                     tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance{}", crate::log_budget::held_note(held));
                 }
+                if let Some(l) = listener {
+                    l.log(tracing::Level::ERROR, &format!("{qualified}: {fault}; recycling the instance"));
+                }
                 Err(CallError::Fault { tool: qualified, fault })
             }
             Ok(Err(error)) => {
-                *guard = Some(live);
+                *slot = Some(live);
                 let cap = MAX_ERROR_BYTES.min(usize::try_from(max_output).unwrap_or(usize::MAX));
                 Err(CallError::Tool { tool: qualified, error: with_denials(bounded(error, cap), &denials) })
             }
             Ok(Ok(out)) => {
-                *guard = Some(live);
+                *slot = Some(live);
                 let size = output_size(&out);
                 if size as u64 > max_output {
                     return Err(CallError::OutputTooLarge { tool: qualified, size, limit: max_output });
@@ -371,16 +614,33 @@ impl ToolInstance {
     }
 }
 
-/// Instantiates `plugin` in a fresh sandbox and runs `open`.
+/// Forwards the reports `rx` sees to `listener`, at most one per [`PROGRESS_EVERY`]. Never ends:
+/// the caller drops it.
+async fn forward_progress(rx: &mut tokio::sync::watch::Receiver<Option<Report>>, listener: &dyn Listener) {
+    loop {
+        if rx.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let latest = rx.borrow_and_update().clone();
+        if let Some(r) = latest {
+            listener.progress(&r);
+        }
+        tokio::time::sleep(PROGRESS_EVERY).await;
+    }
+}
+
+/// Instantiates `plugin` in a fresh sandbox, its progress kept in `sink`, and runs `open`.
 async fn start(
     engine: &QuarryEngine,
     config: &InstanceConfig,
     plugin: &ComponentVersion,
     embedder: Option<Arc<dyn EmbedderBackend>>,
+    sink: &Arc<progress::Sink>,
 ) -> Result<Live, OpenError> {
     let name = config.name.clone();
     let mut store = new_store(engine, config, embedder)
         .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
+    store.data_mut().caps.progress.set_sink(sink.clone());
     let deadline = config.grants.deadline;
     let pre = plugin.pre.clone();
     let bindings =
@@ -397,6 +657,21 @@ async fn start(
         Err(fault) => Err(OpenError::Fault { instance: name, fault }),
         Ok(Err(error)) => Err(OpenError::Rejected { instance: name, error: bounded(error, MAX_REJECTION_BYTES) }),
         Ok(Ok(handle)) => Ok(Live { store, bindings, handle }),
+    }
+}
+
+/// Runs `prepare` on an opened store, under the instance's `prepare_deadline`.
+async fn prepare(config: &InstanceConfig, mut live: Live) -> Result<Live, OpenError> {
+    let name = config.name.clone();
+    let (b, handle) = (live.bindings.clone(), live.handle);
+    let prepared = run_guarded(&mut live.store, config.grants.prepare_deadline, |store| {
+        Box::pin(async move { b.quarry_retrieval_tool().instance().call_prepare(store, handle).await })
+    })
+    .await;
+    match prepared {
+        Err(fault) => Err(OpenError::Fault { instance: name, fault }),
+        Ok(Err(error)) => Err(OpenError::Unprepared { instance: name, error: bounded(error, MAX_REJECTION_BYTES) }),
+        Ok(Ok(())) => Ok(live),
     }
 }
 

@@ -7,6 +7,9 @@ use crate::values::{HumanDuration, KeyError};
 
 /// Default linear-memory limit for an instance.
 pub const DEFAULT_MEMORY: u64 = 256 << 20;
+/// The least default deadline of an instance's preparation (an index build, an ingest): the
+/// larger of this and the instance's `deadline`, unless `grants.prepare_deadline` says.
+pub const MIN_PREPARE_DEADLINE: Duration = Duration::from_secs(600);
 /// Default per-call deadline.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(10);
 /// Default cap on the size of one call's output.

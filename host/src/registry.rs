@@ -1,9 +1,10 @@
 //! The registry: every configured tool instance, name resolution, calls, and
 //! the atomic swap that hot reload performs.
 //!
-//! Swapping: [`Registry::reload`] compiles the new component and opens every
-//! instance that uses it *beside* the running ones; only when all of them open
-//! does it replace them, under a write lock held for a few pointer stores.
+//! Swapping: [`Registry::reload`] compiles the new component and opens and prepares every
+//! instance that uses it *beside* the running ones (the first member of each pool; the others
+//! prepare after); only when all of them have does it replace them, under a write lock held for
+//! a few pointer stores.
 //! Calls already running hold an `Arc` of the old instance and finish on it.
 //! If the new version fails to compile, link or open, nothing changes and the
 //! error says why.
@@ -19,7 +20,7 @@ use crate::bindings::{ToolOutput, ToolSpec};
 use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
 use crate::embedders::{ComponentEmbedder, EmbedderSlot};
-use crate::instance::{CallError, ComponentVersion, OpenError, ToolInstance};
+use crate::instance::{CallError, Caller, ComponentVersion, OpenError, ToolInstance};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 use crate::runtime::store::StoreState;
 
@@ -105,6 +106,8 @@ pub struct Registry {
     embedders: RwLock<BTreeMap<String, Arc<EmbedderSlot>>>,
     failed: Mutex<BTreeMap<String, String>>,
     changes: tokio::sync::broadcast::Sender<SwapReport>,
+    /// Whether [`Registry::load_all`] has opened what it could: the tools are known.
+    loaded: tokio::sync::watch::Sender<bool>,
 }
 
 impl Registry {
@@ -122,6 +125,7 @@ impl Registry {
             embedders: RwLock::default(),
             failed: Mutex::default(),
             changes,
+            loaded: tokio::sync::watch::channel(false).0,
         }))
     }
 
@@ -135,9 +139,41 @@ impl Registry {
         &self.engine
     }
 
-    /// Loads every embedder, then opens every configured tool instance.
-    /// Instances that fail are logged and returned; the others serve.
+    /// Loads every embedder, then opens every configured tool instance (the cheap part: the
+    /// tools are known when this returns) and starts preparing each in the background (index
+    /// builds; see [`ToolInstance::prepare`]). Instances that fail to open are logged and
+    /// returned; the others serve, their calls waiting for the preparation.
     pub async fn load_all(&self) -> Vec<(String, OpenError)> {
+        let failures = self.open_all().await;
+        self.loaded.send_replace(true);
+        failures
+    }
+
+    /// Waits until [`Registry::load_all`] has returned (in another task): the tools are known.
+    pub async fn loaded(&self) {
+        let mut rx = self.loaded.subscribe();
+        let _ = rx.wait_for(|l| *l).await;
+    }
+
+    /// Waits until every tool instance has prepared or failed; returns those that failed, with why.
+    pub async fn prepared(&self) -> Vec<(String, String)> {
+        let tools: Vec<Arc<ToolInstance>> =
+            self.tools.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let mut failed = Vec::new();
+        for inst in tools {
+            if let crate::instance::Readiness::Failed(why) = inst.prepared().await {
+                failed.push((inst.name.clone(), why));
+            }
+        }
+        failed
+    }
+
+    /// Tool instance `name`, if it opened.
+    pub fn instance(&self, name: &str) -> Option<Arc<ToolInstance>> {
+        self.tools.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+    }
+
+    async fn open_all(&self) -> Vec<(String, OpenError)> {
         let mut failures = Vec::new();
         for (name, cfg) in &self.config.embedders {
             match ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await {
@@ -173,8 +209,21 @@ impl Registry {
             };
             match self.open_instance(cfg, plugin).await {
                 Ok(inst) => {
-                    tracing::info!(target: "quarry::load", instance = %name, tools = inst.specs.len(), "loaded");
-                    self.tools.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), Arc::new(inst));
+                    tracing::info!(target: "quarry::load", instance = %name, tools = inst.specs.len(), pool = inst.pool(), "opened; preparing");
+                    let inst = Arc::new(inst);
+                    self.tools.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), inst.clone());
+                    tokio::spawn(async move {
+                        let start = Instant::now();
+                        match inst.prepare().await {
+                            Ok(()) => {
+                                tracing::info!(target: "quarry::load", instance = %inst.name, elapsed = ?start.elapsed(), "ready")
+                            }
+                            Err(e) => {
+                                let why = crate::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
+                                tracing::error!(target: "quarry::load", instance = %inst.name, "not prepared (each call tries again): {why}");
+                            }
+                        }
+                    });
                 }
                 Err(e) => {
                     self.record_failure(name, &e);
@@ -342,15 +391,16 @@ impl Registry {
 
     /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`.
     pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
-        self.call_unless(name, args, std::future::pending()).await
+        self.call_unless(name, args, Caller::default(), std::future::pending()).await
     }
 
-    /// [`Registry::call`], given up if `cancelled` completes before the call starts to run
-    /// (see [`ToolInstance::call_unless`]).
+    /// [`Registry::call`] for `caller`, given up if `cancelled` completes before the call
+    /// starts to run (see [`ToolInstance::call_unless`]).
     pub async fn call_unless(
         &self,
         name: &str,
         args: &str,
+        caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<ToolOutput, CallError> {
         let (inst, tool) = self.resolve(name)?;
@@ -369,7 +419,7 @@ impl Registry {
                 message: format!("got {}", json_kind(&parsed)),
             });
         }
-        inst.call_unless(&tool, args, cancelled).await
+        inst.call_unless(&tool, args, caller, cancelled).await
     }
 
     fn resolve(&self, name: &str) -> Result<(Arc<ToolInstance>, String), CallError> {
@@ -441,15 +491,18 @@ impl Registry {
         if current.iter().all(|h| *h == Some(plugin.hash)) {
             return Err(ReloadError::Unchanged(path.to_path_buf()));
         }
+        // Opened and prepared beside the running version, which serves meanwhile.
         let mut opened = Vec::new();
         for cfg in &targets {
-            opened.push(self.open_instance(cfg, plugin.clone()).await.map_err(rejected)?);
+            let inst = Arc::new(self.open_instance(cfg, plugin.clone()).await.map_err(rejected)?);
+            inst.prepare().await.map_err(rejected)?;
+            opened.push(inst);
         }
         let instances: Vec<String> = opened.iter().map(|i| i.name.clone()).collect();
         {
             let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
             for inst in opened {
-                tools.insert(inst.name.clone(), Arc::new(inst));
+                tools.insert(inst.name.clone(), inst);
             }
         }
         {

@@ -5,7 +5,7 @@ wit_bindgen::generate!({
     world: "bedrock-kb",
     // Quarry's own types are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.2.0": tool_guest::types,
+        "quarry:retrieval/types@0.3.0": tool_guest::types,
     },
     generate_all,
 });
@@ -44,6 +44,11 @@ impl Guest for Component {
 impl GuestInstance for Tool {
     fn open(config: String) -> Result<Instance, ToolError> {
         Tool::open(&config, &Host).map(Instance::new).map_err(to_wit)
+    }
+
+    /// Nothing heavy to do: the service holds the index.
+    fn prepare(&self) -> Result<(), ToolError> {
+        Ok(())
     }
 
     fn specs(&self) -> Vec<ToolSpec> {

@@ -6,9 +6,9 @@ wit_bindgen::generate!({
     world: "chapter-rag",
     // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.2.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.2.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.2.0": tool_guest::progress,
+        "quarry:retrieval/types@0.3.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.3.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.3.0": tool_guest::progress,
     },
     generate_all,
 });
@@ -19,7 +19,7 @@ use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
 use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
 use tool_guest::{GuestEnv, output, specs, to_wit};
 
-use crate::tool::{ChapterTool, Env};
+use crate::tool::{ChapterTool, Configured, Env};
 
 struct Component;
 
@@ -33,7 +33,30 @@ impl Env for GuestEnv {
     }
 }
 
-struct Chapters(RefCell<ChapterTool>);
+/// Configured at `open`, indexed at `prepare` (or at the first call, if a host did not prepare).
+enum State {
+    Configured(Configured),
+    Ready(Box<ChapterTool>),
+}
+
+struct Chapters {
+    specs: Vec<(String, String, String)>,
+    state: RefCell<State>,
+}
+
+impl Chapters {
+    fn ready(&self) -> Result<std::cell::RefMut<'_, ChapterTool>, ToolError> {
+        let mut state = self.state.borrow_mut();
+        if let State::Configured(c) = &*state {
+            // On a clone: a failed prepare leaves the config for the next try.
+            *state = State::Ready(Box::new(c.clone().prepare(&ENV).map_err(to_wit)?));
+        }
+        Ok(std::cell::RefMut::map(state, |s| match s {
+            State::Ready(t) => &mut **t,
+            State::Configured(_) => unreachable!("prepared above"),
+        }))
+    }
+}
 
 impl Guest for Component {
     type Instance = Chapters;
@@ -41,16 +64,21 @@ impl Guest for Component {
 
 impl GuestInstance for Chapters {
     fn open(config: String) -> Result<Instance, ToolError> {
-        let tool = ChapterTool::open(&config, &ENV).map_err(to_wit)?;
-        Ok(Instance::new(Chapters(RefCell::new(tool))))
+        let configured = Configured::parse(&config, &ENV).map_err(to_wit)?;
+        let specs = configured.specs();
+        Ok(Instance::new(Chapters { specs, state: RefCell::new(State::Configured(configured)) }))
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
-        specs(self.0.borrow().specs())
+        specs(self.specs.clone())
+    }
+
+    fn prepare(&self) -> Result<(), ToolError> {
+        self.ready().map(drop)
     }
 
     fn call(&self, name: String, args: String) -> Result<ToolOutput, ToolError> {
-        self.0.borrow_mut().call(&ENV, &name, &args).map(output).map_err(to_wit)
+        self.ready()?.call(&ENV, &name, &args).map(output).map_err(to_wit)
     }
 }
 

@@ -2,7 +2,8 @@
 //! Everything outside the component (files, the embedder, progress) comes through [`Env`], so
 //! this module is tested natively with a fake one.
 //!
-//! The manual is indexed at open. Before each call the tool looks at the file's size and
+//! The config is checked at open ([`Configured::parse`], cheap: the tools can be listed at once)
+//! and the manual indexed at prepare ([`Configured::prepare`]). Before each call the tool looks at the file's size and
 //! modification time; when they changed it rebuilds (embedding only changed text) and switches
 //! to the new index only once it is complete, so a failed rebuild leaves the old index serving.
 
@@ -88,9 +89,25 @@ fn bad_args(tool: &str, m: impl std::fmt::Display) -> ToolError {
 pub const TOOLS: [&str; 6] =
     ["list_chapter_tree", "get_chapter", "route", "search_chapter_content", "search", "validate_citations"];
 
-impl ChapterTool {
-    /// Validates `config` and indexes the manual (or reopens its index).
-    pub fn open(config: &str, env: &dyn Env) -> Result<ChapterTool, ToolError> {
+/// A validated config and the manual it names, read and checked but not indexed: what `open`
+/// does at once, and all that the tools' specs need. [`Configured::prepare`] does the heavy part.
+#[derive(Clone)]
+pub struct Configured {
+    manual: String,
+    index_file: Option<PathBuf>,
+    params: Params,
+    threshold: f32,
+    fragments: usize,
+    max_bytes: u64,
+    max_headings: usize,
+    /// The manual as read at open, and its size and modification time then.
+    text: Manual,
+    stamp: Option<(u64, u128)>,
+}
+
+impl Configured {
+    /// Validates `config`, reads the manual and checks that it parses.
+    pub fn parse(config: &str, env: &dyn Env) -> Result<Configured, ToolError> {
         let c: Config = serde_json::from_str(config).map_err(bad_config)?;
         let defaults = Params::default();
         let params = Params {
@@ -110,6 +127,33 @@ impl ChapterTool {
         let max_bytes = c.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
         let max_headings = c.max_headings.unwrap_or(DEFAULT_MAX_HEADINGS);
         let index_file = c.index_dir.map(|d| PathBuf::from(d).join(INDEX_FILE));
+        // Reading and parsing a manual takes milliseconds (embedding it is the heavy part), so
+        // a manual that is missing, too large, empty or not one is refused here, at load.
+        let stamp = env.stamp(&c.manual);
+        let text = read_manual(env, &c.manual, max_bytes).map_err(at_open)?;
+        text.tree(max_headings).map_err(|e| ToolError::InvalidConfig(format!("{}: {e}", c.manual)))?;
+        Ok(Configured {
+            manual: c.manual,
+            index_file,
+            params,
+            threshold,
+            fragments,
+            max_bytes,
+            max_headings,
+            text,
+            stamp,
+        })
+    }
+
+    /// The tools' specs: (name, description, JSON schema) of each.
+    pub fn specs(&self) -> Vec<(String, String, String)> {
+        tool_specs(&self.manual, self.threshold, self.fragments)
+    }
+
+    /// Reads the manual and indexes it, or reopens its saved index when that is current.
+    pub fn prepare(self, env: &dyn Env) -> Result<ChapterTool, ToolError> {
+        let Configured { manual, index_file, params, threshold, fragments, max_bytes, max_headings, text, stamp } =
+            self;
         let model = env.model();
         let previous = match &index_file {
             Some(f) => match Index::load(f, &model.id, model.dimension) {
@@ -121,32 +165,24 @@ impl ChapterTool {
             },
             None => None,
         };
-        let stamp = env.stamp(&c.manual);
-        let text = read_manual(env, &c.manual, max_bytes).map_err(|e| match e {
-            ToolError::InvalidArgs(m) => ToolError::InvalidConfig(m),
-            e => e,
-        })?;
         let built = match previous {
-            Some(ix)
-                if ix.is_current(&c.manual, &rag_core::store::content_hash(text.text.as_bytes()), &params.key()) =>
-            {
-                match index::reopen(&c.manual, text.clone(), &params, max_headings, ix) {
+            Some(ix) if ix.is_current(&manual, &rag_core::store::content_hash(text.text.as_bytes()), &params.key()) => {
+                match index::reopen(&manual, text.clone(), &params, max_headings, ix) {
                     Some(b) => b,
-                    None => index::build(env, &c.manual, text, &params, max_headings, None).map_err(at_open)?,
+                    None => index::build(env, &manual, text, &params, max_headings, None).map_err(at_open)?,
                 }
             }
             previous => {
-                let b =
-                    index::build(env, &c.manual, text, &params, max_headings, previous.as_ref()).map_err(at_open)?;
+                let b = index::build(env, &manual, text, &params, max_headings, previous.as_ref()).map_err(at_open)?;
                 save(env, index_file.as_ref(), &b)?;
                 b
             }
         };
         if let Some(w) = &built.tree.warning {
-            env.log(&format!("warning: {}: {w}", c.manual));
+            env.log(&format!("warning: {manual}: {w}"));
         }
         Ok(ChapterTool {
-            manual: c.manual,
+            manual,
             index_file,
             params,
             threshold,
@@ -157,6 +193,14 @@ impl ChapterTool {
             stamp,
             stale: None,
         })
+    }
+}
+
+impl ChapterTool {
+    /// Validates `config` and indexes the manual (or reopens its index): [`Configured::parse`]
+    /// then [`Configured::prepare`].
+    pub fn open(config: &str, env: &dyn Env) -> Result<ChapterTool, ToolError> {
+        Configured::parse(config, env)?.prepare(env)
     }
 
     /// What the last build or reopen did.
@@ -171,62 +215,7 @@ impl ChapterTool {
 
     /// (name, description, JSON schema) of each tool.
     pub fn specs(&self) -> Vec<(String, String, String)> {
-        let m = &self.manual;
-        let id =
-            json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
-        let specs = [
-            (
-                "list_chapter_tree",
-                format!("Lists the chapter tree of the manual {m}: ids, titles and chunk counts. Start here, then get_chapter or search_chapter_content."),
-                json!({"type": "object", "properties": {
-                    "level": {"type": "integer", "minimum": 1, "maximum": 6, "default": 2, "description": "How many levels to show (below `under`, or from the top)"},
-                    "under": {"type": "string", "description": "Show only the chapters inside this chapter id"}
-                }, "additionalProperties": false}),
-            ),
-            (
-                "get_chapter",
-                format!("Returns one chapter of the manual {m}: its title, its parent's title and its full text (sections included)."),
-                json!({"type": "object", "properties": {
-                    "chapter_id": id,
-                    "max_chars": {"type": "integer", "minimum": 100, "default": DEFAULT_MAX_CHARS, "description": "Cut the text after this many characters"}
-                }, "required": ["chapter_id"], "additionalProperties": false}),
-            ),
-            (
-                "route",
-                format!("Picks the 1-3 chapters of the manual {m} most likely to answer a question, with a confidence in [0, 1] and a one-line reason, as JSON. Below confidence 0.7 it names the parent chapter rather than a section."),
-                json!({"type": "object", "properties": {
-                    "question": {"type": "string", "description": "The question, in words"}
-                }, "required": ["question"], "additionalProperties": false}),
-            ),
-            (
-                "search_chapter_content",
-                format!("Searches inside given chapters of the manual {m} (sections included), by meaning and by keywords; returns JSON results with chapter_id, chapter_title, chunk_index, score and content."),
-                json!({"type": "object", "properties": {
-                    "chapter_id": id,
-                    "chapter_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Several chapter ids, instead of chapter_id"},
-                    "query": {"type": "string", "description": "What to look for"},
-                    "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
-                    "similarity_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": json_f32(self.threshold), "description": "Drop results scoring below this (normalised cosine)"}
-                }, "required": ["query"], "additionalProperties": false}),
-            ),
-            (
-                "search",
-                format!("Answers a question from the manual {m}: routes it to the right chapters, searches inside them and returns up to {} fragments, each with its chapter path and id, for citing.", self.fragments),
-                json!({"type": "object", "properties": {
-                    "question": {"type": "string", "description": "The question, in words"},
-                    "limit": {"type": "integer", "minimum": 8, "maximum": 12, "default": self.fragments, "description": "Fragments to return"}
-                }, "required": ["question"], "additionalProperties": false}),
-            ),
-            (
-                "validate_citations",
-                "Checks that the chapter ids an answer cites are among the candidates routing gave (a section of a candidate counts as inside it). Returns JSON.".to_string(),
-                json!({"type": "object", "properties": {
-                    "cited": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids the answer cites"},
-                    "candidates": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids from route or search"}
-                }, "required": ["cited", "candidates"], "additionalProperties": false}),
-            ),
-        ];
-        specs.into_iter().map(|(n, d, s)| (n.to_string(), d, s.to_string())).collect()
+        tool_specs(&self.manual, self.threshold, self.fragments)
     }
 
     /// Runs tool `tool` with `args` (a JSON object).
@@ -699,6 +688,64 @@ fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built) -> Result<(), Tool
         env.log(&format!("saved the index of {} to {}", built.source, f.display()));
     }
     Ok(())
+}
+
+/// (name, description, JSON schema) of each tool, over manual `m`.
+fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String, String)> {
+    let id = json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
+    let specs = [
+            (
+                "list_chapter_tree",
+                format!("Lists the chapter tree of the manual {m}: ids, titles and chunk counts. Start here, then get_chapter or search_chapter_content."),
+                json!({"type": "object", "properties": {
+                    "level": {"type": "integer", "minimum": 1, "maximum": 6, "default": 2, "description": "How many levels to show (below `under`, or from the top)"},
+                    "under": {"type": "string", "description": "Show only the chapters inside this chapter id"}
+                }, "additionalProperties": false}),
+            ),
+            (
+                "get_chapter",
+                format!("Returns one chapter of the manual {m}: its title, its parent's title and its full text (sections included)."),
+                json!({"type": "object", "properties": {
+                    "chapter_id": id,
+                    "max_chars": {"type": "integer", "minimum": 100, "default": DEFAULT_MAX_CHARS, "description": "Cut the text after this many characters"}
+                }, "required": ["chapter_id"], "additionalProperties": false}),
+            ),
+            (
+                "route",
+                format!("Picks the 1-3 chapters of the manual {m} most likely to answer a question, with a confidence in [0, 1] and a one-line reason, as JSON. Below confidence 0.7 it names the parent chapter rather than a section."),
+                json!({"type": "object", "properties": {
+                    "question": {"type": "string", "description": "The question, in words"}
+                }, "required": ["question"], "additionalProperties": false}),
+            ),
+            (
+                "search_chapter_content",
+                format!("Searches inside given chapters of the manual {m} (sections included), by meaning and by keywords; returns JSON results with chapter_id, chapter_title, chunk_index, score and content."),
+                json!({"type": "object", "properties": {
+                    "chapter_id": id,
+                    "chapter_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Several chapter ids, instead of chapter_id"},
+                    "query": {"type": "string", "description": "What to look for"},
+                    "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+                    "similarity_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": json_f32(threshold), "description": "Drop results scoring below this (normalised cosine)"}
+                }, "required": ["query"], "additionalProperties": false}),
+            ),
+            (
+                "search",
+                format!("Answers a question from the manual {m}: routes it to the right chapters, searches inside them and returns up to {} fragments, each with its chapter path and id, for citing.", fragments),
+                json!({"type": "object", "properties": {
+                    "question": {"type": "string", "description": "The question, in words"},
+                    "limit": {"type": "integer", "minimum": 8, "maximum": 12, "default": fragments, "description": "Fragments to return"}
+                }, "required": ["question"], "additionalProperties": false}),
+            ),
+            (
+                "validate_citations",
+                "Checks that the chapter ids an answer cites are among the candidates routing gave (a section of a candidate counts as inside it). Returns JSON.".to_string(),
+                json!({"type": "object", "properties": {
+                    "cited": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids the answer cites"},
+                    "candidates": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids from route or search"}
+                }, "required": ["cited", "candidates"], "additionalProperties": false}),
+            ),
+        ];
+    specs.into_iter().map(|(n, d, s)| (n.to_string(), d, s.to_string())).collect()
 }
 
 fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<Manual, ToolError> {

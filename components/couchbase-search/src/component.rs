@@ -6,8 +6,8 @@ wit_bindgen::generate!({
     world: "couchbase-search",
     // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.2.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.2.0": tool_guest::embedder,
+        "quarry:retrieval/types@0.3.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.3.0": tool_guest::embedder,
     },
     generate_all,
 });
@@ -101,6 +101,11 @@ impl Guest for Component {
 impl GuestInstance for Tool {
     fn open(config: String) -> Result<Instance, ToolError> {
         Tool::open(&config, &Host).map(Instance::new).map_err(to_wit)
+    }
+
+    /// Nothing heavy to do: the service holds the index.
+    fn prepare(&self) -> Result<(), ToolError> {
+        Ok(())
     }
 
     fn specs(&self) -> Vec<ToolSpec> {

@@ -7,9 +7,9 @@ wit_bindgen::generate!({
     world: "docx-search",
     // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
     with: {
-        "quarry:retrieval/types@0.2.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.2.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.2.0": tool_guest::progress,
+        "quarry:retrieval/types@0.3.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.3.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.3.0": tool_guest::progress,
     },
     generate_all,
 });
@@ -140,8 +140,12 @@ impl Guest for Component {
 
 impl GuestInstance for Docx {
     fn open(config: String) -> Result<Instance, ToolError> {
-        let tool = DocxTool::open(&config, env()).map_err(to_wit)?;
+        let tool = DocxTool::configure(&config, env()).map_err(to_wit)?;
         Ok(Instance::new(Docx(RefCell::new(tool))))
+    }
+
+    fn prepare(&self) -> Result<(), ToolError> {
+        self.0.borrow_mut().prepare().map_err(to_wit)
     }
 
     fn specs(&self) -> Vec<ToolSpec> {

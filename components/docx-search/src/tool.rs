@@ -108,8 +108,10 @@ pub struct DocxTool<E: Env> {
     retrieval: Retrieval,
     max_bytes: u64,
     timeout: Duration,
-    /// What indexing the fixed document at open did.
+    /// What indexing the fixed document at prepare did.
     opened: Option<Added>,
+    /// Whether [`DocxTool::prepare`] has run.
+    prepared: bool,
 }
 
 /// What adding a document did, and how long each phase took.
@@ -167,8 +169,15 @@ fn check_limit(l: usize, what: &str) -> Result<usize, String> {
 
 impl<E: Env> DocxTool<E> {
     /// Validates `config`, loads the saved index if there is one, and in fixed mode indexes the
-    /// document.
+    /// document: [`DocxTool::configure`], then [`DocxTool::prepare`].
     pub fn open(config: &str, env: E) -> Result<Self, ToolError> {
+        let mut tool = Self::configure(config, env)?;
+        tool.prepare()?;
+        Ok(tool)
+    }
+
+    /// Validates `config`: cheap, and all the tool's spec needs.
+    pub fn configure(config: &str, env: E) -> Result<Self, ToolError> {
         let cfg: Config = if config.trim().is_empty() {
             Config::default()
         } else {
@@ -229,19 +238,17 @@ impl<E: Env> DocxTool<E> {
             }
             None => None,
         };
-        let index = match &index_path {
-            None => Index::new(&model.id, model.dimension),
-            Some(p) => match Index::load(std::path::Path::new(p), &model.id, model.dimension) {
-                Ok(Some(i)) => i,
-                Ok(None) => Index::new(&model.id, model.dimension),
-                Err(e @ (StoreError::Corrupt { .. } | StoreError::OtherModel { .. })) => {
-                    env.log(&format!("warning: {e}"));
-                    Index::new(&model.id, model.dimension)
-                }
-                Err(e) => return Err(ToolError::Upstream(e.to_string())),
-            },
-        };
-        let mut tool = DocxTool {
+        let index = Index::new(&model.id, model.dimension);
+        if let Some(docx) = &cfg.docx
+            && !docx.starts_with("http://")
+            && !docx.starts_with("https://")
+            && std::fs::metadata(docx).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            // A missing document is refused at load, in the words reading it would use; reading
+            // and indexing it wait for prepare.
+            return Err(ToolError::NotFound(format!("File does not exist: {docx}")));
+        }
+        Ok(DocxTool {
             env,
             model,
             fixed: cfg.docx.clone(),
@@ -254,15 +261,39 @@ impl<E: Env> DocxTool<E> {
             max_bytes: cfg.max_bytes.unwrap_or(DEFAULT_MAX_BYTES),
             timeout: Duration::from_secs(cfg.download_timeout_secs.unwrap_or(DEFAULT_DOWNLOAD_TIMEOUT.as_secs())),
             opened: None,
+            prepared: false,
+        })
+    }
+
+    /// Loads the saved index if there is one and, in fixed mode, indexes the document (the
+    /// heavy part of opening). Runs once; a call before it runs it first.
+    pub fn prepare(&mut self) -> Result<(), ToolError> {
+        if self.prepared {
+            return Ok(());
+        }
+        let (model, env, index_path) = (&self.model, &self.env, &self.index_path);
+        let index = match &index_path {
+            None => Index::new(&model.id, model.dimension),
+            Some(p) => match Index::load(std::path::Path::new(p), &model.id, model.dimension) {
+                Ok(Some(i)) => i,
+                Ok(None) => Index::new(&model.id, model.dimension),
+                Err(e @ (StoreError::Corrupt { .. } | StoreError::OtherModel { .. })) => {
+                    env.log(&format!("warning: {e}"));
+                    Index::new(&model.id, model.dimension)
+                }
+                Err(e) => return Err(ToolError::Upstream(e.to_string())),
+            },
         };
-        if let Some(docx) = cfg.docx {
-            let added = tool.add(&docx).map_err(|e| match e {
+        self.index = index;
+        if let Some(docx) = self.fixed.clone() {
+            let added = self.add(&docx).map_err(|e| match e {
                 ToolError::InvalidArgs(m) => invalid_config(format!("docx: {m}")),
                 other => other,
             })?;
-            tool.opened = Some(added);
+            self.opened = Some(added);
         }
-        Ok(tool)
+        self.prepared = true;
+        Ok(())
     }
 
     /// The tool's description: CrewAI's, rewritten to name the document in fixed mode.
@@ -309,6 +340,7 @@ impl<E: Env> DocxTool<E> {
 
     /// Runs a call: `args` as the schema describes.
     pub fn call(&mut self, args: &str) -> Result<Output, ToolError> {
+        self.prepare()?;
         let args: Value = serde_json::from_str(args)
             .map_err(|e| ToolError::InvalidArgs(format!("arguments are not a JSON object: {e}")))?;
         let obj = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be a JSON object".into()))?;

@@ -2,12 +2,16 @@
 //! and whoever drives the host (the CLI's progress bar, later MCP progress notifications)
 //! subscribes.
 //!
-//! Reports go onto one process-wide broadcast bus, tagged with the reporting instance's name,
-//! because a report can come from any store (a tool opening during load, a call, a recycled
-//! instance) and subscribers want them all. A lagging or absent subscriber loses reports,
-//! never blocks a tool.
+//! Every report goes to two places, the same events for both:
+//! - one process-wide broadcast bus, tagged with the reporting instance's name, for the CLI's
+//!   progress bars, which want every store's reports (a tool preparing, a call, a recycled
+//!   instance). A lagging or absent subscriber loses reports, never blocks a tool.
+//! - the store's own [`Sink`], when its owner gave it one: the latest [`Report`] of that
+//!   instance, which a call waiting on its preparation, or running on it, forwards to its MCP
+//!   client as `notifications/progress`, and which a "not ready" error quotes.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 use wasmtime::component::{HasSelf, Linker};
@@ -29,6 +33,60 @@ pub struct Progress {
     pub unit: String,
 }
 
+/// The latest report of one store, with when its task began: enough to say how far along the
+/// work is and how long it has left.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The report.
+    pub progress: Progress,
+    /// When the first report of this task arrived.
+    pub since: Instant,
+    /// When this one arrived.
+    pub at: Instant,
+}
+
+impl Report {
+    /// Time left at the rate so far, once a tenth of a second of work and one unit are done.
+    pub fn eta(&self) -> Option<Duration> {
+        let p = &self.progress;
+        let spent = self.at.saturating_duration_since(self.since);
+        if p.total == 0 || p.done == 0 || p.done >= p.total || spent < Duration::from_millis(100) {
+            return None;
+        }
+        Some(spent.mul_f64((p.total - p.done) as f64 / p.done as f64))
+    }
+
+    /// "indexing MANUAL.md: 1,380 of 3,259 chunks, about 60 s left", for people and LLMs.
+    pub fn status(&self) -> String {
+        let p = &self.progress;
+        let mut s = if p.total > 0 {
+            format!("{}: {} of {} {}", p.task, thousands(p.done), thousands(p.total), p.unit)
+        } else {
+            format!("{}: {} {}", p.task, thousands(p.done), p.unit)
+        };
+        if let Some(eta) = self.eta() {
+            s += &format!(", about {} s left", eta.as_secs().max(1));
+        }
+        s
+    }
+}
+
+/// `1380` as `1,380`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Where a store's latest [`Report`] is kept for its owner (see the module docs).
+pub type Sink = tokio::sync::watch::Sender<Option<Report>>;
+
 fn bus() -> &'static broadcast::Sender<Progress> {
     static BUS: OnceLock<broadcast::Sender<Progress>> = OnceLock::new();
     BUS.get_or_init(|| broadcast::channel(256).0)
@@ -39,15 +97,21 @@ pub fn subscribe() -> broadcast::Receiver<Progress> {
     bus().subscribe()
 }
 
-/// One store's progress reporting: the name its reports carry.
+/// One store's progress reporting: the name its reports carry, and its owner's sink.
 pub struct State {
     instance: String,
+    sink: Option<Arc<Sink>>,
 }
 
 impl State {
     /// The state of instance `instance`.
     pub fn new(instance: &str) -> State {
-        State { instance: instance.to_string() }
+        State { instance: instance.to_string(), sink: None }
+    }
+
+    /// Keeps this store's latest report in `sink` too.
+    pub fn set_sink(&mut self, sink: Arc<Sink>) {
+        self.sink = Some(sink);
     }
 }
 
@@ -69,7 +133,19 @@ impl wit::Host for State {
             }
             s
         };
-        let _ = bus().send(Progress { instance: self.instance.clone(), task: cut(task), done, total, unit: cut(unit) });
+        let progress = Progress { instance: self.instance.clone(), task: cut(task), done, total, unit: cut(unit) };
+        if let Some(sink) = &self.sink {
+            let now = Instant::now();
+            sink.send_modify(|latest| {
+                // A task goes on while its name stays and its count does not go back.
+                let since = match latest {
+                    Some(r) if r.progress.task == progress.task && r.progress.done <= done => r.since,
+                    _ => now,
+                };
+                *latest = Some(Report { progress: progress.clone(), since, at: now });
+            });
+        }
+        let _ = bus().send(progress);
         Ok(())
     }
 }
@@ -93,5 +169,38 @@ mod tests {
         };
         assert_eq!((p.done, p.total, p.unit.as_str()), (1, 2, "chunks"));
         assert_eq!(p.task, "é".repeat(100));
+    }
+
+    /// The sink keeps the latest report and when its task began; a new task starts the clock again.
+    #[tokio::test]
+    async fn the_sink_keeps_the_latest_report_of_a_task() {
+        let sink = Arc::new(tokio::sync::watch::channel(None).0);
+        let mut s = State::new("docs");
+        s.set_sink(sink.clone());
+        s.report("indexing m.md".into(), 0, 3259, "chunks".into()).await.unwrap();
+        let first = sink.borrow().clone().unwrap();
+        s.report("indexing m.md".into(), 1380, 3259, "chunks".into()).await.unwrap();
+        let r = sink.borrow().clone().unwrap();
+        assert_eq!((r.progress.done, r.since), (1380, first.since));
+        s.report("other".into(), 1, 2, "files".into()).await.unwrap();
+        assert_eq!(sink.borrow().as_ref().unwrap().progress.task, "other");
+    }
+
+    #[test]
+    fn status_says_how_far_along_and_how_long_is_left() {
+        let t = Instant::now();
+        let progress = Progress {
+            instance: "m".into(),
+            task: "indexing the manual".into(),
+            done: 1380,
+            total: 3259,
+            unit: "chunks".into(),
+        };
+        let r = Report { progress, since: t, at: t + Duration::from_secs(44) };
+        assert_eq!(r.status(), "indexing the manual: 1,380 of 3,259 chunks, about 59 s left");
+        let early = Report { at: t, ..r.clone() };
+        assert_eq!(early.status(), "indexing the manual: 1,380 of 3,259 chunks");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(12), "12");
     }
 }

@@ -158,10 +158,23 @@ pub async fn run(cli: Cli) -> ExitCode {
     };
     // Ingesting a large document (at load in fixed mode, or in a call) shows a progress bar.
     tokio::spawn(progress_bar::show_progress(crate::capability::progress::subscribe()));
-    let failures = host.load_all().await;
-    for (name, e) in &failures {
-        eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
-    }
+    let failures = if matches!(cli.command, Command::Serve { .. }) {
+        // Served at once: clients hear `initialize` while the instances open, and `tools/list`
+        // as soon as they have; index builds go on in the background.
+        let h = host.clone();
+        tokio::spawn(async move {
+            for (name, e) in h.load_all().await {
+                eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
+            }
+        });
+        Vec::new()
+    } else {
+        let failures = host.load_all().await;
+        for (name, e) in &failures {
+            eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
+        }
+        failures
+    };
     match cli.command {
         Command::Serve {
             stdio,
@@ -202,8 +215,13 @@ pub async fn run(cli: Cli) -> ExitCode {
             serve(host, stdio, http, limits, insecure_http, log).await
         }
         Command::Check => {
+            // Checked to the end: an index that cannot be built is a failure too.
+            let unprepared = host.prepared().await;
+            for (name, why) in &unprepared {
+                eprintln!("warning: tool instance {name:?} not prepared: {}", shown_err(why));
+            }
             let tools = host.tools();
-            let loaded = host.config().tools.len() - failures.len();
+            let loaded = host.config().tools.len() - failures.len() - unprepared.len();
             println!(
                 "{}: {loaded} of {} tool instances opened, {} tools",
                 path.display(),
@@ -213,7 +231,18 @@ pub async fn run(cli: Cli) -> ExitCode {
             for t in &tools {
                 println!("  ok  {}", t.qualified);
             }
-            ExitCode::from(if failures.is_empty() { EXIT_OK } else { EXIT_TOOL })
+            for (name, cfg) in &host.config().tools {
+                let mib = |b: u64| b as f64 / f64::from(1 << 20);
+                println!(
+                    "  pool {name}: {} instance{}, memory at most {:.0} MiB ({} x grants.memory {:.0} MiB)",
+                    cfg.pool,
+                    if cfg.pool == 1 { "" } else { "s" },
+                    mib(cfg.grants.memory * cfg.pool as u64),
+                    cfg.pool,
+                    mib(cfg.grants.memory)
+                );
+            }
+            ExitCode::from(if failures.is_empty() && unprepared.is_empty() { EXIT_OK } else { EXIT_TOOL })
         }
         Command::List { json } => {
             let tools = host.tools();
@@ -242,26 +271,34 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
             ExitCode::from(if failures.is_empty() { EXIT_OK } else { EXIT_TOOL })
         }
-        Command::Eval { tool, compare, json, .. } => eval(&host, &tool, &questions, compare, json).await,
-        Command::Call { tool, args, json } => match host.call(&tool, &args).await {
-            Ok(out) => {
-                if json {
-                    println!("{}", crate::output::output_json(&out));
-                } else {
-                    println!("{}", shown(&out.text));
-                }
-                ExitCode::from(EXIT_OK)
-            }
-            Err(e) => {
-                eprintln!("error: {}", shown_err(&e.to_string()));
-                ExitCode::from(match e {
-                    CallError::UnknownTool { .. } | CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. } => {
-                        EXIT_USAGE
+        Command::Eval { tool, compare, json, .. } => {
+            // The CLI waits for the index builds to the end, with the progress bar; an MCP call
+            // waits at most its deadline.
+            host.prepared().await;
+            eval(&host, &tool, &questions, compare, json).await
+        }
+        Command::Call { tool, args, json } => {
+            host.prepared().await;
+            match host.call(&tool, &args).await {
+                Ok(out) => {
+                    if json {
+                        println!("{}", crate::output::output_json(&out));
+                    } else {
+                        println!("{}", shown(&out.text));
                     }
-                    _ => EXIT_TOOL,
-                })
+                    ExitCode::from(EXIT_OK)
+                }
+                Err(e) => {
+                    eprintln!("error: {}", shown_err(&e.to_string()));
+                    ExitCode::from(match e {
+                        CallError::UnknownTool { .. } | CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. } => {
+                            EXIT_USAGE
+                        }
+                        _ => EXIT_TOOL,
+                    })
+                }
             }
-        },
+        }
     }
 }
 

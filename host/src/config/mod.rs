@@ -9,8 +9,8 @@
 //! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
 //! component = "plugins/chapter-rag.wasm"   # relative to this file
 //! embedder = "minilm"               # an [embedders.*] entry; required if the component imports one
-//!                                   # ([embedders.NAME] entries take the same keys, plus `pool`:
-//!                                   #  instances serving in parallel, default one per core)
+//! pool = 2                          # instances serving calls in parallel (default 1; embedders:
+//!                                   #  one per core); each has its own grants.memory
 //! config = { path = "/manual/MANUAL.md" }  # passed to `open` as JSON
 //!
 //! [tools.manual.grants]
@@ -20,6 +20,8 @@
 //! private_networks = ["127.0.0.1/32"]  # the only way to reach loopback/private/link-local/metadata addresses
 //! memory = "256MiB"                 # linear-memory limit
 //! deadline = "10s"                  # per call, guest time and host calls together
+//! prepare_deadline = "30m"          # the index build before the first call (default: the larger
+//!                                   #  of deadline and 10 minutes); calls wait for it within deadline
 //! http_timeout = "30s"              # connect / first byte / between bytes
 //! max_output = "16MiB"              # largest result a call may return
 //! couchbase = { connection = "local", scopes = ["travel.inventory"] }  # see below
@@ -50,7 +52,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::capability::{self, Sections};
-use crate::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY};
+use crate::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY, MIN_PREPARE_DEADLINE};
 use crate::values::{KeyError, expand_path, valid_name};
 
 pub use serve::ServeConfig;
@@ -119,7 +121,7 @@ pub struct InstanceConfig {
     pub embedder: Option<String>,
     /// What the instance may touch.
     pub grants: Grants,
-    /// Embedders only: how many instances serve in parallel (default: one per core).
+    /// How many instances serve in parallel (embedders: one per core by default; tools: 1).
     pub pool: usize,
 }
 
@@ -131,6 +133,8 @@ pub struct Grants {
     pub memory: u64,
     /// Per-call deadline.
     pub deadline: Duration,
+    /// Deadline of the instance's preparation (`prepare`: an index build).
+    pub prepare_deadline: Duration,
     /// Largest output of one call, in bytes.
     pub max_output: u64,
     /// The capabilities' grants.
@@ -242,13 +246,16 @@ impl Config {
             embedders.insert(name, cfg);
         }
         let mut tools = BTreeMap::new();
-        for (name, inst) in raw.tools {
-            if inst.pool.is_some() {
+        for (name, mut inst) in raw.tools {
+            if inst.pool == Some(0) || inst.pool.is_some_and(|p| p > 64) {
                 return Err(invalid(KeyError::new(
                     format!("tools.{name}.pool"),
-                    "`pool` sizes an embedder's instance pool; it applies only under [embedders.NAME]",
+                    "pool must be between 1 and 64 instances",
                 )));
             }
+            // One instance unless asked: each costs its own grants.memory, and a tool that
+            // waits on a service gains little from more.
+            inst.pool = Some(inst.pool.unwrap_or(1));
             let cfg = validate_instance(&base, "tools", &name, inst, &sections).map_err(invalid)?;
             if let Some(e) = &cfg.embedder
                 && !embedders.contains_key(e)
@@ -370,6 +377,7 @@ fn validate_instance(
         ));
     }
     let deadline = raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0);
+    let prepare_deadline = raw.grants.prepare_deadline.map_or(deadline.max(MIN_PREPARE_DEADLINE), |d| d.0);
     let max_output = raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0);
     let cx = capability::GrantCx { instance: name, base, deadline, sections };
     let caps = capability::Grants::parse(raw.grants, &cx).map_err(|e| e.under(&key(".grants")))?;
@@ -380,7 +388,7 @@ fn validate_instance(
         config_json,
         embedder: raw.embedder,
         pool,
-        grants: Grants { memory, deadline, max_output, caps },
+        grants: Grants { memory, deadline, prepare_deadline, max_output, caps },
     })
 }
 

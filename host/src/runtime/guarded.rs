@@ -122,7 +122,7 @@ pub(crate) type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elaps
 /// logging what the guest wrote to stderr.
 fn into_outcome<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
     let stderr = store.data().stderr.take();
-    log_stderr(&stderr);
+    store.data_mut().logged = log_stderr(&stderr);
     let err = match res {
         Err(_) => return Err(Fault::Deadline(deadline)),
         Ok(Ok(v)) => return Ok(v),
@@ -165,18 +165,23 @@ static STDERR_LOG: crate::log_budget::LogBudget = crate::log_budget::LogBudget::
 
 /// Logs a call's guest stderr: at most [`STDERR_LINES_PER_CALL`] lines of at most
 /// [`STDERR_LINE_BYTES`], under the host's budget for guest lines, with a count of the rest.
-fn log_stderr(stderr: &str) {
+/// Returns those lines (cut alike), for the caller of this call.
+fn log_stderr(stderr: &str) -> Vec<String> {
     let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
+    let mut kept = Vec::new();
     for line in lines.by_ref().take(STDERR_LINES_PER_CALL) {
+        let line = crate::text::cut(line, STDERR_LINE_BYTES);
         if let Some(held) = STDERR_LOG.take() {
             let note = crate::log_budget::held_note(held);
-            tracing::info!(target: "quarry::guest", "{}{note}", crate::text::cut(line, STDERR_LINE_BYTES));
+            tracing::info!(target: "quarry::guest", "{line}{note}");
         }
+        kept.push(line);
     }
     let rest = lines.count();
     if rest > 0 && STDERR_LOG.take().is_some() {
         tracing::info!(target: "quarry::guest", "{rest} more lines of this call's stderr not logged");
     }
+    kept
 }
 
 /// The guest's last two meaningful stderr lines, cut to [`LAST_WORDS_BYTES`]: for a Rust

@@ -45,6 +45,8 @@ pub struct StoreState {
     pub(crate) instance: String,
     /// When the running call's deadline passes; the epoch callback interrupts the guest then.
     pub(crate) call_deadline: Instant,
+    /// The guest's stderr lines of the last call, as logged: a caller may hear them too.
+    pub(crate) logged: Vec<String>,
     /// Whether the guest yields its thread at each epoch tick (see
     /// [`crate::runtime::engine::QuarryEngine::without_yielding`]).
     pub(crate) yields: bool,
@@ -73,6 +75,7 @@ impl StoreState {
             caps,
             instance: cfg.name.clone(),
             call_deadline: Instant::now(),
+            logged: Vec::new(),
             yields: true,
         })
     }
@@ -92,6 +95,11 @@ impl StoreState {
     /// After a guest call: what the capabilities started for it ends with it.
     pub(crate) async fn end_call(&mut self) {
         self.caps.end_call().await;
+    }
+
+    /// The guest's stderr lines of the last call (at most 16 of at most 1 KiB).
+    pub(crate) fn take_logged(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.logged)
     }
 
     /// What the capabilities refused since the last call.
@@ -191,6 +199,7 @@ mod tests {
             grants: Grants {
                 memory,
                 deadline: Duration::from_secs(10),
+                prepare_deadline: Duration::from_secs(10),
                 max_output: 1 << 20,
                 caps: crate::capability::Grants {
                     dirs: Vec::new(),

@@ -44,6 +44,10 @@ impl GuestInstance for Echo {
         }]
     }
 
+    fn prepare(&self) -> Result<(), ToolError> {
+        Ok(())
+    }
+
     fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
         if tool != "echo" {
             return Err(ToolError::NotFound(format!("no tool `{tool}`; this component offers `echo`")));

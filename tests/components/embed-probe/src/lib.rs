@@ -35,6 +35,10 @@ impl GuestInstance for Probe {
         }]
     }
 
+    fn prepare(&self) -> Result<(), ToolError> {
+        Ok(())
+    }
+
     fn call(&self, _tool: String, args: String) -> Result<ToolOutput, ToolError> {
         let args: serde_json::Value = serde_json::from_str(&args).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         let texts: Vec<String> = args

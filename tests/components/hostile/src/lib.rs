@@ -12,10 +12,10 @@ wit_bindgen::generate!({
     inline: "
         package quarry:hostile;
         world hostile {
-            include quarry:retrieval/http-tool@0.2.0;
-            import quarry:retrieval/couchbase@0.2.0;
-            import quarry:retrieval/bedrock@0.2.0;
-            import quarry:retrieval/progress@0.2.0;
+            include quarry:retrieval/http-tool@0.3.0;
+            import quarry:retrieval/couchbase@0.3.0;
+            import quarry:retrieval/bedrock@0.3.0;
+            import quarry:retrieval/progress@0.3.0;
             import wasi:nn/graph@0.2.0-rc-2024-10-28;
             import wasi:nn/inference@0.2.0-rc-2024-10-28;
             import wasi:nn/tensor@0.2.0-rc-2024-10-28;
@@ -42,6 +42,10 @@ struct Hostile {
     label: String,
     /// Extra tools' worth of description, in KiB, to make the specs huge.
     spec_kib: usize,
+    /// How long `prepare` takes, reporting progress every 100 ms.
+    prepare_ms: u64,
+    /// What `prepare` fails with, if anything.
+    prepare_error: Option<String>,
 }
 
 thread_local! {
@@ -212,10 +216,9 @@ impl GuestInstance for Hostile {
         let cfg: Value =
             serde_json::from_str(&config).map_err(|e| ToolError::InvalidConfig(format!("config is not JSON: {e}")))?;
         let obj = cfg.as_object().ok_or_else(|| ToolError::InvalidConfig("config must be an object".into()))?;
-        if let Some(k) = obj.keys().find(|k| !["label", "reject_mb", "spec_kib"].contains(&k.as_str())) {
-            return Err(ToolError::InvalidConfig(format!(
-                "unknown config key `{k}`; accepted: label, reject_mb, spec_kib"
-            )));
+        const KEYS: [&str; 5] = ["label", "reject_mb", "spec_kib", "prepare_ms", "prepare_error"];
+        if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(ToolError::InvalidConfig(format!("unknown config key `{k}`; accepted: {}", KEYS.join(", "))));
         }
         if let Some(mb) = obj.get("reject_mb").and_then(Value::as_u64) {
             // A rejection the host would keep and repeat, if it kept it whole.
@@ -223,7 +226,25 @@ impl GuestInstance for Hostile {
         }
         let label = obj.get("label").and_then(Value::as_str).unwrap_or("hostile").to_string();
         let spec_kib = obj.get("spec_kib").and_then(Value::as_u64).unwrap_or(0) as usize;
-        Ok(Instance::new(Hostile { label, spec_kib }))
+        let prepare_ms = obj.get("prepare_ms").and_then(Value::as_u64).unwrap_or(0);
+        let prepare_error = obj.get("prepare_error").and_then(Value::as_str).map(str::to_owned);
+        Ok(Instance::new(Hostile { label, spec_kib, prepare_ms, prepare_error }))
+    }
+
+    /// A slow preparation (`prepare_ms`, in steps of 100 ms, each reported), or a failing one.
+    fn prepare(&self) -> Result<(), ToolError> {
+        let steps = self.prepare_ms.div_ceil(100);
+        for i in 0..steps {
+            quarry::retrieval::progress::report("preparing the fixture", i, steps, "steps");
+            wasi::clocks::monotonic_clock::subscribe_duration(100_000_000).block();
+        }
+        if steps > 0 {
+            quarry::retrieval::progress::report("preparing the fixture", steps, steps, "steps");
+        }
+        match &self.prepare_error {
+            Some(m) => Err(ToolError::Upstream(m.clone())),
+            None => Ok(()),
+        }
     }
 
     fn specs(&self) -> Vec<ToolSpec> {
