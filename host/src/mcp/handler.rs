@@ -18,8 +18,10 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::bindings::ToolOutput;
 use crate::instance::CallError;
+use crate::instance::Caller;
 use crate::mcp::budget::Budget;
 use crate::mcp::call_log::{self, CallLog};
+use crate::mcp::listen::{CallListener, LogLevel};
 use crate::mcp::notify::Peers;
 use crate::registry::{Registry, ToolEntry};
 
@@ -42,6 +44,17 @@ pub struct QuarryMcp {
     /// What the server holds of requests, all clients together: a call's arguments are
     /// charged while it waits and runs.
     budget: Budget,
+    /// This session's key in the tool pools' fair queues.
+    client: Arc<str>,
+    /// The level this session asked for with `logging/setLevel`.
+    log_level: LogLevel,
+}
+
+/// Session keys for the fair queues: unique in this process.
+static SESSIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn session_key() -> Arc<str> {
+    format!("mcp-{}", SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)).into()
 }
 
 /// Cancelled when the connection a request came on closes before its answer was sent. The
@@ -71,6 +84,8 @@ impl QuarryMcp {
             log: None,
             session: 0,
             budget: Budget::new(limits.max_request_bytes),
+            client: session_key(),
+            log_level: LogLevel::default(),
         }
     }
 
@@ -96,7 +111,13 @@ impl QuarryMcp {
     /// A handler for a new session: the same host, its own count of calls.
     pub fn for_session(&self) -> Self {
         let session = self.log.as_ref().map_or(0, |l| l.session());
-        QuarryMcp { calls: Arc::default(), session, ..self.clone() }
+        QuarryMcp {
+            calls: Arc::default(),
+            session,
+            client: session_key(),
+            log_level: LogLevel::default(),
+            ..self.clone()
+        }
     }
 
     /// The MCP tools, sorted by name.
@@ -151,17 +172,21 @@ fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult,
         Err(e @ CallError::OutputTooLarge { .. }) => Ok(tool_error("output-too-large", e.to_string())),
         Err(e @ (CallError::Fault { .. } | CallError::Restart { .. })) => Ok(tool_error("fault", e.to_string())),
         Err(e @ CallError::Cancelled { .. }) => Ok(tool_error("cancelled", e.to_string())),
+        Err(e @ CallError::NotReady { .. }) => Ok(tool_error("not-ready", e.to_string())),
     }
 }
 
 impl ServerHandler for QuarryMcp {
+    #[allow(deprecated, reason = "rmcp marks MCP logging deprecated (SEP-2577); 2025-11-25 clients use it")]
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
-            .with_server_info(Implementation::new("quarry", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Retrieval tools, each sandboxed in WebAssembly. Tool names are `instance.tool`; \
+        ServerConfig::new(
+            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().enable_logging().build(),
+        )
+        .with_server_info(Implementation::new("quarry", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Retrieval tools, each sandboxed in WebAssembly. Tool names are `instance.tool`; \
                  results carry the full answer as text and the hits as structured content.",
-            )
+        )
     }
 
     async fn list_tools(
@@ -169,7 +194,20 @@ impl ServerHandler for QuarryMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        // The tools are known once every instance has opened (cheap); their preparation (an
+        // index build) goes on in the background, and calls wait for it.
+        self.host.loaded().await;
         Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    #[allow(deprecated, reason = "rmcp marks MCP logging deprecated (SEP-2577); 2025-11-25 clients use it")]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -185,6 +223,7 @@ impl ServerHandler for QuarryMcp {
         // Only the name and the arguments are kept across the wait: the rest of the request
         // (`_meta`, input responses, request state) is a tree the client sized, and unused.
         let CallToolRequestParams { name, arguments, .. } = request;
+        let token = crate::mcp::listen::progress_token(&context.meta);
         context.meta = Default::default();
         // The arguments wait and run as their JSON text, charged to the server's budget: a
         // tree of them costs many times their size, and is dropped here.
@@ -230,7 +269,16 @@ impl ServerHandler for QuarryMcp {
                     () = gone.cancelled() => {}
                 }
             };
-            let outcome = self.host.call_unless(&name, &args, cancelled).await;
+            self.host.loaded().await;
+            let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
+            let caller = Caller {
+                client: &self.client,
+                listener: listener.as_ref().map(|l| l as &dyn crate::instance::Listener),
+            };
+            let outcome = self.host.call_unless(&name, &args, caller, cancelled).await;
+            if let Some(l) = listener {
+                l.finish().await;
+            }
             if let Err(e) = &outcome
                 && let Some(held) = FAILURES_LOG.take()
             {

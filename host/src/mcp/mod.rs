@@ -10,13 +10,14 @@
 //!   metadata), where list changes ride a `subscriptions/listen` stream.
 //!
 //! [`handler`] maps the registry to MCP tools and results; [`notify`] tells
-//! connected clients when a hot swap changed the tools; [`call_log`] is the opt-in audit log
-//! of every tool call.
+//! connected clients when a hot swap changed the tools; [`listen`] sends a call's progress and
+//! log lines to its client; [`call_log`] is the opt-in audit log of every tool call.
 
 pub mod budget;
 pub mod call_log;
 pub mod handler;
 pub mod http;
+pub mod listen;
 pub mod notify;
 pub mod scan;
 pub mod stdio;
