@@ -39,6 +39,7 @@ demo: components host models
 
 test: setup models
 	bash tests/mcp/venvs.sh
+	bash tests/mcp/conformance/install.sh
 	$(CARGO) build -p quarry
 	$(CARGO) test --workspace $(NOT_GUESTS)
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the official MCP conformance suite (@modelcontextprotocol/conformance, the version
+# package.json pins, every package's hash pinned by package-lock.json) from npm into
+# ~/.cache/quarry/conformance, once per lock file. `make test` runs it; the suite then runs in
+# tests/integration/conformance.rs against `quarry serve --http`.
+#
+# The suite's 0.1.16 build imports `globSync` from `fs`, which Node 22 has and Debian's Node 20
+# does not: on an older Node that one import is taken from the `glob` package (pinned beside it),
+# and the script checks that the patch applied.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+dest="${QUARRY_CONFORMANCE_DIR:-$HOME/.cache/quarry/conformance}"
+stamp="$dest/.installed"
+want="$(sha256sum "$here/package-lock.json" | cut -d' ' -f1)"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    exit 0
+fi
+command -v node >/dev/null && command -v npm >/dev/null || {
+    echo "error: the MCP conformance suite needs node and npm (Debian: apt install nodejs npm)" >&2
+    exit 1
+}
+mkdir -p "$dest"
+cp "$here/package.json" "$here/package-lock.json" "$dest/"
+(cd "$dest" && npm ci --no-audit --no-fund --loglevel=error)
+index="$dest/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+major="$(node -p 'process.versions.node.split(".")[0]')"
+if [ "$major" -lt 22 ] && grep -q 'globSync as o,mkdtempSync' "$index"; then
+    sed -i 's|import{existsSync as a,globSync as o,mkdtempSync as s,promises as c,readFileSync as l}from"fs";|import{existsSync as a,mkdtempSync as s,promises as c,readFileSync as l}from"fs";import{globSync as o}from"glob";|' "$index"
+    grep -q 'import{globSync as o}from"glob"' "$index" || {
+        echo "error: could not alias fs.globSync to glob in $index (Node $major)" >&2
+        exit 1
+    }
+fi
+node "$index" list >/dev/null
+echo "$want" > "$stamp"
+echo "MCP conformance suite installed in $dest"
