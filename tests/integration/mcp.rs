@@ -181,3 +181,56 @@ fn crewai_adapter_over_http() {
     let served = quarry_tests::mcp_client::Served::start(&quarry_bin(), &m.config);
     crewai_example(Some(&served.url), &m);
 }
+
+/// The README's promise for a first start: CrewAI's `MCPServerAdapter`, with its default 30 s
+/// connect timeout, starts `quarry serve --stdio` on a manual whose index takes longer than that
+/// to build (the toy embedder waits 8 s per batch of 32 chunks, and the manual, cut in small
+/// chunks, makes more than four), lists the tools at once, and gets the answer once the index is
+/// built.
+#[test]
+fn crewai_adapter_connects_to_a_first_start_with_its_default_timeout() {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(CHAPTER_RAG, "chapters");
+    for d in ["docs", "index"] {
+        std::fs::create_dir_all(env.path(d)).unwrap();
+    }
+    // Small chunks (40 characters), so that the manual makes more than four batches of 32.
+    std::fs::write(env.path("docs/MANUAL.md"), manual()).unwrap();
+    let config = env.config(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 256, delay_ms = 8000 }
+pool = 1
+[embedders.toy.grants]
+deadline = "60s"
+
+[tools.manual]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = { manual = "/docs/MANUAL.md", index_dir = "/index", similarity_threshold = 0.0, chunk_size = 40, chunk_overlap = 0 }
+[tools.manual.grants]
+dirs = [{ host = "docs", guest = "/docs" }, { host = "index", guest = "/index", mode = "rw" }]
+memory = "1GiB"
+deadline = "300s"
+"#,
+    );
+    let mut cmd = Command::new(venv_python("crewai"));
+    cmd.current_dir(scripts()).arg(scripts().join("crewai_first_start.py")).arg(quarry_bin()).arg(&config).envs([
+        ("CREWAI_DISABLE_TELEMETRY", "true"),
+        ("OTEL_SDK_DISABLED", "true"),
+        ("ANONYMIZED_TELEMETRY", "False"),
+    ]);
+    let out = quarry_tests::run_with_timeout(cmd, std::time::Duration::from_secs(600));
+    let text = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.success && out.stdout.contains("[first start] ok"), "the first start failed\n{text}");
+    let secs = |label: &str| -> f64 {
+        let line = out.stdout.lines().find(|l| l.starts_with(label)).unwrap_or_else(|| panic!("no {label:?}\n{text}"));
+        line[label.len()..].trim().trim_end_matches(" s").parse().unwrap()
+    };
+    // The adapter gave up after 30 s before; the answer itself needed the whole index.
+    assert!(secs("connected in") < 30.0, "{text}");
+    assert!(secs("answered after") > 30.0, "the preparation was not longer than the adapter's timeout\n{text}");
+    println!("{text}");
+}
