@@ -61,6 +61,8 @@ pub struct RawGrants {
     pub memory: Option<ByteSize>,
     /// `deadline`: the time a call may take.
     pub deadline: Option<HumanDuration>,
+    /// `prepare_deadline`: the time the instance's preparation (an index build) may take.
+    pub prepare_deadline: Option<HumanDuration>,
     http_timeout: Option<HumanDuration>,
     /// `max_output`: the largest output of a call.
     pub max_output: Option<ByteSize>,
