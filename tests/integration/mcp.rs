@@ -234,3 +234,64 @@ deadline = "300s"
     assert!(secs("answered after") > 30.0, "the preparation was not longer than the adapter's timeout\n{text}");
     println!("{text}");
 }
+
+/// The config of the progress and logging tests: `slow` prepares for 3 s in reported steps;
+/// `docs` ingests DOCX files on the toy embedder.
+fn progress_env() -> (TestEnv, PathBuf) {
+    let env = TestEnv::new();
+    env.plugin(TOY_EMBEDDER, "toy");
+    env.plugin(DOCX_SEARCH, "docx");
+    env.plugin(HOSTILE, "hostile");
+    for d in ["docs", "index"] {
+        std::fs::create_dir_all(env.path(d)).unwrap();
+    }
+    let docx = shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
+    std::fs::copy(&docx, env.path("docs/tables.docx"))
+        .unwrap_or_else(|e| panic!("{}: {e} (set QUARRY_SHARED_DATA)", docx.display()));
+    let config = env.config(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 256 }
+pool = 1
+
+[tools.docs]
+component = "plugins/docx.wasm"
+embedder = "toy"
+config = { index_dir = "/index", similarity_threshold = 0.0 }
+[tools.docs.grants]
+dirs = [{ host = "docs", guest = "/docs" }, { host = "index", guest = "/index", mode = "rw" }]
+memory = "1GiB"
+deadline = "120s"
+
+[tools.slow]
+component = "plugins/hostile.wasm"
+config = { prepare_ms = 3000 }
+[tools.slow.grants]
+deadline = "30s"
+"#,
+    );
+    (env, config)
+}
+
+fn progress_and_logging(transport: &str) {
+    let (env, config) = progress_env();
+    let args = ["--quarry", &quarry_bin().display().to_string(), "--config", &config.display().to_string()]
+        .map(str::to_string);
+    let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+    all.extend(["--transport", transport]);
+    run_client(&venv_python("mcp1"), "progress_logging.py", &all);
+    drop(env);
+}
+
+/// The Python SDK's progress callback hears a call wait for a preparation and an ingest; its
+/// logging callback hears the host's lines about the session's calls, at the level it set.
+#[test]
+fn progress_and_logging_over_stdio() {
+    progress_and_logging("stdio");
+}
+
+#[test]
+fn progress_and_logging_over_http() {
+    progress_and_logging("http");
+}
