@@ -328,8 +328,8 @@ def main() -> int:
     p.add_argument("--http", metavar="URL", help="a running `quarry serve --http`, e.g. http://127.0.0.1:8765/mcp")
     p.add_argument("--call-log", metavar="FILE", help="have the quarry it starts log every tool call to FILE")
     p.add_argument("--runs", default="runs", help="where each run's folder goes (default ./runs)")
-    p.add_argument("--connect-timeout", type=int, default=300, metavar="SECONDS",
-                   help="how long quarry may take to start; a manual's first start builds its index (default 300)")
+    p.add_argument("--connect-timeout", type=int, default=30, metavar="SECONDS",
+                   help="how long quarry may take to list its tools (default 30, CrewAI's)")
     a = p.parse_args()
     if not a.question.strip():
         print("error: the question is empty; ask one, e.g. crew.py \"How do I limit bandwidth?\"", file=sys.stderr)
