@@ -77,3 +77,19 @@ fn check_opens_every_instance() {
     assert!(out.contains("1 of 2"), "{out}");
     assert!(err.contains("\"h\"") && err.contains("unknown config key `nope`"), "{err}");
 }
+
+/// `check` waits for every preparation, counts one that failed, and says what each pool may use.
+#[test]
+fn check_prepares_every_instance_and_sizes_the_pools() {
+    let env = echo_env();
+    env.plugin(HOSTILE, "hostile");
+    env.config(
+        "[tools.echo]\ncomponent = \"plugins/echo.wasm\"\npool = 3\n[tools.echo.grants]\nmemory = \"64MiB\"\n\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\nconfig = { prepare_ms = 300, prepare_error = \"no index\" }\n",
+    );
+    let (code, out, err) = run(&env, &["check"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("1 of 2 tool instances opened"), "{out}");
+    assert!(err.contains("\"h\" not prepared") && err.contains("could not prepare: upstream: no index"), "{err}");
+    assert!(out.contains("pool echo: 3 instances, memory at most 192 MiB (3 x grants.memory 64 MiB)"), "{out}");
+    assert!(out.contains("pool h: 1 instance, memory at most 256 MiB"), "{out}");
+}
