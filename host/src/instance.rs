@@ -569,12 +569,14 @@ impl ToolInstance {
         let (bindings, handle) = (live.bindings.clone(), live.handle);
         // Owned: the call's future may outlive this borrow of the caller's strings.
         let (tool_name, args) = (tool.to_string(), args.to_string());
+        let busy = crate::capability::nn::pool::Busy::enter();
         let outcome = run_guarded(&mut live.store, self.config.grants.deadline, |store| {
             Box::pin(async move {
                 bindings.quarry_retrieval_tool().instance().call_call(store, handle, &tool_name, &args).await
             })
         })
         .await;
+        drop(busy);
         let denials = live.store.data().take_denials();
         let lines = live.store.data_mut().take_logged();
         if let Some(l) = listener {
@@ -664,10 +666,12 @@ async fn start(
 async fn prepare(config: &InstanceConfig, mut live: Live) -> Result<Live, OpenError> {
     let name = config.name.clone();
     let (b, handle) = (live.bindings.clone(), live.handle);
+    let busy = crate::capability::nn::pool::Busy::enter();
     let prepared = run_guarded(&mut live.store, config.grants.prepare_deadline, |store| {
         Box::pin(async move { b.quarry_retrieval_tool().instance().call_prepare(store, handle).await })
     })
     .await;
+    drop(busy);
     match prepared {
         Err(fault) => Err(OpenError::Fault { instance: name, fault }),
         Ok(Err(error)) => Err(OpenError::Unprepared { instance: name, error: bounded(error, MAX_REJECTION_BYTES) }),

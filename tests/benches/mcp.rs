@@ -3,7 +3,8 @@
 //! (`search`, real MiniLM), on the main job's config (host/demo.toml: the rclone manual). Each
 //! concurrent client is its own session on its own connection. Beside it, in the same run, the
 //! same calls in process (`Host::call`, no MCP), so the protocol's cost shows as a ratio.
-//! Last, on one server with a `docx-search` tool beside it, the cheap call's latency while that
+//! Then `search` on a server whose `rclone` tool is a pool of two instances (`pool = 2`), beside
+//! the `pool = 1` rows of the same run. Last, on one server with a `docx-search` tool beside it, the cheap call's latency while that
 //! tool ingests the rclone manual's DOCX, beside the same call on the idle server.
 //!
 //! Run with `make bench-mcp`. It reuses the demo index (`make demo` builds it; without it, the
@@ -117,6 +118,7 @@ async fn main() {
 
     let served = Served::start(&quarry_bin(), &config);
     println!("\ntools/call over streamable HTTP ({}), one session per client:", served.url);
+    let mut pool1 = Vec::new();
     println!("| call | clients | calls | calls/s | p50 ms | p99 ms | p50 vs in-process |");
     println!("|---|---|---|---|---|---|---|");
     for ((tool, calls), base) in cases.into_iter().zip(&baseline) {
@@ -128,7 +130,7 @@ async fn main() {
             base.p50,
             base.p99
         );
-        for clients in [1, 8, 32] {
+        for clients in CLIENTS {
             let s = over_mcp(&served.url, tool, calls, clients, &questions).await;
             println!(
                 "| {tool} | {clients} | {calls} | {:.0} | {:.2} | {:.2} | {:.2} |",
@@ -137,10 +139,59 @@ async fn main() {
                 s.p99,
                 s.p50 / base.p50
             );
+            if tool == "rclone.search" {
+                pool1.push(s);
+            }
         }
     }
     drop(served);
+    pools(&root, &config, &questions, &pool1).await;
     during_ingest(&root, &config, &questions).await;
+}
+
+/// The client counts of the tables.
+const CLIENTS: [usize; 3] = [1, 8, 32];
+/// Calls of `search` per row of the pool table.
+const POOL_CALLS: usize = 160;
+
+/// host/demo.toml, its paths made absolute, written into `dir` with `extra` after the
+/// `[tools.rclone]` line.
+fn demo_variant(root: &std::path::Path, demo: &std::path::Path, dir: &std::path::Path, extra: &str) -> PathBuf {
+    let text = std::fs::read_to_string(demo).expect("host/demo.toml");
+    let text = text
+        .replace("host = \"demo/rclone\"", &format!("host = {:?}", root.join("host/demo/rclone")))
+        .replace("[tools.rclone]\n", &format!("[tools.rclone]\n{extra}"));
+    let config = dir.join("quarry.toml");
+    std::fs::write(&config, text).expect("write config");
+    config
+}
+
+/// `search` over MCP with `pool = 1` (the rows measured above, on the demo config) and
+/// `pool = 2` (the same config with two instances of the tool), side by side.
+async fn pools(root: &std::path::Path, demo: &std::path::Path, questions: &Arc<Vec<String>>, pool1: &[Stats]) {
+    let work = tempfile::tempdir().expect("temp dir");
+    let config = demo_variant(root, demo, work.path(), "pool = 2\n");
+    let served = Served::start(&quarry_bin(), &config);
+    over_mcp(&served.url, "rclone.search", POOL_CALLS / 10, 2, questions).await; // warm-up: both members
+    println!("\nrclone.search over MCP, pool = 1 against pool = 2 (tools.rclone.pool), {} cores:", cores());
+    println!("| clients | pool | calls/s | p50 ms | p99 ms | calls/s vs pool = 1 | p99 vs pool = 1 |");
+    println!("|---|---|---|---|---|---|---|");
+    for (clients, one) in CLIENTS.into_iter().zip(pool1) {
+        let two = over_mcp(&served.url, "rclone.search", POOL_CALLS, clients, questions).await;
+        println!("| {clients} | 1 | {:.0} | {:.2} | {:.2} | 1.00 | 1.00 |", one.per_sec, one.p50, one.p99);
+        println!(
+            "| {clients} | 2 | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            two.per_sec,
+            two.p50,
+            two.p99,
+            two.per_sec / one.per_sec,
+            two.p99 / one.p99
+        );
+    }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// `list_chapter_tree` from one client, a call every 50 ms, on the idle server and then while a
@@ -152,9 +203,8 @@ async fn during_ingest(root: &std::path::Path, demo: &std::path::Path, questions
     std::fs::create_dir_all(&docs).expect("docs dir");
     let docx = shared_data().join("docx/generated/rclone_manual.pandoc.docx");
     std::fs::copy(&docx, docs.join("rclone.docx")).unwrap_or_else(|e| panic!("{}: {e}", docx.display()));
-    let text = std::fs::read_to_string(demo).expect("host/demo.toml");
-    let text = text.replace("host = \"demo/rclone\"", &format!("host = {:?}", root.join("host/demo/rclone")));
-    let config = work.path().join("quarry.toml");
+    let config = demo_variant(root, demo, work.path(), "");
+    let text = std::fs::read_to_string(&config).expect("the config");
     std::fs::write(
         &config,
         format!(

@@ -2,9 +2,9 @@
 //! default), shared by every instance through a [`FairQueue`], so a tool ingesting a manual
 //! takes its turn with a tool answering a query, and the MCP server's workers stay free.
 //!
-//! A job that starts while no other runs or waits (a query on an idle host) splits its matrix
-//! products over every core, as onnxruntime does for one run; under load each job keeps to its
-//! own thread, which is the faster way to use the cores for many jobs.
+//! A job that starts while no other runs or waits and at most one tool call runs (a query on an
+//! idle host) splits its matrix products over every core, as onnxruntime does for one run; under
+//! load each job keeps to its own thread, which is the faster way to use the cores for many jobs.
 
 use std::sync::{Arc, OnceLock};
 
@@ -30,6 +30,30 @@ fn wide() -> Executor {
     WIDE.get_or_init(|| Executor::multithread_with_name(cores(), "quarry-nn")).clone()
 }
 
+/// Tool calls running in the host, all instances together (see [`Busy`]).
+static TOOL_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Held while a tool's guest code runs (a call, a preparation): a job goes wide only when at most
+/// one is running, since a second call's guest code would share the cores the wide job splits
+/// over, and tract's matrix products wait for their slowest thread. Measured with `make
+/// bench-mcp` (2 cores, `pool = 2`, 8 clients): 81 calls/s when jobs went wide beside another
+/// call's guest code, 106 when they did not.
+pub struct Busy(());
+
+impl Busy {
+    /// A tool call starts running.
+    pub fn enter() -> Busy {
+        TOOL_CALLS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Busy(())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        TOOL_CALLS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Slots free now, and clients waiting (for tests and benches).
 pub fn load() -> (usize, usize) {
     queue().load()
@@ -50,7 +74,8 @@ pub async fn run<T: Send + 'static>(
         return Err(late());
     }
     let (free, waiting) = queue().load();
-    let alone = cores() > 1 && free + 1 == cores() && waiting == 0;
+    let calls = TOOL_CALLS.load(std::sync::atomic::Ordering::Acquire);
+    let alone = cores() > 1 && free + 1 == cores() && waiting == 0 && calls <= 1;
     tokio::task::spawn_blocking(move || {
         let _slot = permit;
         if alone { multithread_tract_scope(wide(), job) } else { job() }
