@@ -2,8 +2,8 @@
 //! default), shared by every instance through a [`FairQueue`], so a tool ingesting a manual
 //! takes its turn with a tool answering a query, and the MCP server's workers stay free.
 //!
-//! A job that starts while no other runs or waits and at most one tool call runs (a query on an
-//! idle host) splits its matrix products over every core, as onnxruntime does for one run; under
+//! A job that starts while no other runs or waits and the host has been running one tool call at
+//! most for a while (a query on an idle host) splits its matrix products over every core, as onnxruntime does for one run; under
 //! load each job keeps to its own thread, which is the faster way to use the cores for many jobs.
 
 use std::sync::{Arc, OnceLock};
@@ -32,18 +32,35 @@ fn wide() -> Executor {
 
 /// Tool calls running in the host, all instances together (see [`Busy`]).
 static TOOL_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// When two or more tool calls last ran at once, in milliseconds since [`epoch`].
+static LAST_CONCURRENT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// How long after two tool calls ran at once the host still counts as busy: calls of a loaded
+/// pool come and go faster than this, a lone client's calls do not overlap.
+const CONCURRENT_FOR: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Held while a tool's guest code runs (a call, a preparation): a job goes wide only when at most
-/// one is running, since a second call's guest code would share the cores the wide job splits
-/// over, and tract's matrix products wait for their slowest thread. Measured with `make
-/// bench-mcp` (2 cores, `pool = 2`, 8 clients): 81 calls/s when jobs went wide beside another
-/// call's guest code, 106 when they did not.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn since_epoch_ms() -> u64 {
+    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Held while a tool's guest code runs (a call, a preparation). A job goes wide only when no
+/// two tool calls have run at once for [`CONCURRENT_FOR`]: another call's guest code would share
+/// the cores the wide job splits over, and tract's matrix products wait for their slowest
+/// thread. Measured with `make bench-mcp` (2 cores, `pool = 2`, 8 clients): 81 calls/s when
+/// jobs went wide beside another call's guest code, 106 when every job kept to one thread.
 pub struct Busy(());
 
 impl Busy {
     /// A tool call starts running.
     pub fn enter() -> Busy {
-        TOOL_CALLS.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let running = TOOL_CALLS.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        if running > 1 {
+            LAST_CONCURRENT_MS.store(since_epoch_ms().max(1), std::sync::atomic::Ordering::Release);
+        }
         Busy(())
     }
 }
@@ -52,6 +69,13 @@ impl Drop for Busy {
     fn drop(&mut self) {
         TOOL_CALLS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
+}
+
+/// Whether the host is running one tool call at most, and has been for a while.
+fn quiet() -> bool {
+    let last = LAST_CONCURRENT_MS.load(std::sync::atomic::Ordering::Acquire);
+    TOOL_CALLS.load(std::sync::atomic::Ordering::Acquire) <= 1
+        && (last == 0 || since_epoch_ms().saturating_sub(last) > CONCURRENT_FOR.as_millis() as u64)
 }
 
 /// Slots free now, and clients waiting (for tests and benches).
@@ -74,8 +98,7 @@ pub async fn run<T: Send + 'static>(
         return Err(late());
     }
     let (free, waiting) = queue().load();
-    let calls = TOOL_CALLS.load(std::sync::atomic::Ordering::Acquire);
-    let alone = cores() > 1 && free + 1 == cores() && waiting == 0 && calls <= 1;
+    let alone = cores() > 1 && free + 1 == cores() && waiting == 0 && quiet();
     tokio::task::spawn_blocking(move || {
         let _slot = permit;
         if alone { multithread_tract_scope(wide(), job) } else { job() }
