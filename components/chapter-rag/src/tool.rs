@@ -62,8 +62,10 @@ struct Config {
     max_headings: Option<usize>,
 }
 
-/// One configured instance.
-pub struct ChapterTool {
+/// What a config says, validated: kept by [`Configured`] and then by the [`ChapterTool`] it
+/// prepares.
+#[derive(Clone)]
+struct Settings {
     manual: String,
     index_file: Option<PathBuf>,
     params: Params,
@@ -71,6 +73,11 @@ pub struct ChapterTool {
     fragments: usize,
     max_bytes: u64,
     max_headings: usize,
+}
+
+/// One configured instance.
+pub struct ChapterTool {
+    settings: Settings,
     built: Built,
     stamp: Option<(u64, u128)>,
     /// Set when the last rebuild failed and the previous index is serving.
@@ -93,13 +100,7 @@ pub const TOOLS: [&str; 6] =
 /// does at once, and all that the tools' specs need. [`Configured::prepare`] does the heavy part.
 #[derive(Clone)]
 pub struct Configured {
-    manual: String,
-    index_file: Option<PathBuf>,
-    params: Params,
-    threshold: f32,
-    fragments: usize,
-    max_bytes: u64,
-    max_headings: usize,
+    settings: Settings,
     /// The manual as read at open, and its size and modification time then.
     text: Manual,
     stamp: Option<(u64, u128)>,
@@ -132,28 +133,20 @@ impl Configured {
         let stamp = env.stamp(&c.manual);
         let text = read_manual(env, &c.manual, max_bytes).map_err(at_open)?;
         text.tree(max_headings).map_err(|e| ToolError::InvalidConfig(format!("{}: {e}", c.manual)))?;
-        Ok(Configured {
-            manual: c.manual,
-            index_file,
-            params,
-            threshold,
-            fragments,
-            max_bytes,
-            max_headings,
-            text,
-            stamp,
-        })
+        let settings = Settings { manual: c.manual, index_file, params, threshold, fragments, max_bytes, max_headings };
+        Ok(Configured { settings, text, stamp })
     }
 
     /// The tools' specs: (name, description, JSON schema) of each.
     pub fn specs(&self) -> Vec<(String, String, String)> {
-        tool_specs(&self.manual, self.threshold, self.fragments)
+        tool_specs(&self.settings.manual, self.settings.threshold, self.settings.fragments)
     }
 
     /// Reads the manual and indexes it, or reopens its saved index when that is current.
     pub fn prepare(self, env: &dyn Env) -> Result<ChapterTool, ToolError> {
-        let Configured { manual, index_file, params, threshold, fragments, max_bytes, max_headings, text, stamp } =
-            self;
+        let Configured { settings, text, stamp } = self;
+        let Settings { manual, index_file, params, max_headings, .. } = &settings;
+        let max_headings = *max_headings;
         let model = env.model();
         let previous = match &index_file {
             Some(f) => match Index::load(f, &model.id, model.dimension) {
@@ -166,14 +159,14 @@ impl Configured {
             None => None,
         };
         let built = match previous {
-            Some(ix) if ix.is_current(&manual, &rag_core::store::content_hash(text.text.as_bytes()), &params.key()) => {
-                match index::reopen(&manual, text.clone(), &params, max_headings, ix) {
+            Some(ix) if ix.is_current(manual, &rag_core::store::content_hash(text.text.as_bytes()), &params.key()) => {
+                match index::reopen(manual, text.clone(), params, max_headings, ix) {
                     Some(b) => b,
-                    None => index::build(env, &manual, text, &params, max_headings, None).map_err(at_open)?,
+                    None => index::build(env, manual, text, params, max_headings, None).map_err(at_open)?,
                 }
             }
             previous => {
-                let b = index::build(env, &manual, text, &params, max_headings, previous.as_ref()).map_err(at_open)?;
+                let b = index::build(env, manual, text, params, max_headings, previous.as_ref()).map_err(at_open)?;
                 save(env, index_file.as_ref(), &b)?;
                 b
             }
@@ -181,18 +174,7 @@ impl Configured {
         if let Some(w) = &built.tree.warning {
             env.log(&format!("warning: {manual}: {w}"));
         }
-        Ok(ChapterTool {
-            manual,
-            index_file,
-            params,
-            threshold,
-            fragments,
-            max_bytes,
-            max_headings,
-            built,
-            stamp,
-            stale: None,
-        })
+        Ok(ChapterTool { settings, built, stamp, stale: None })
     }
 }
 
@@ -215,7 +197,7 @@ impl ChapterTool {
 
     /// (name, description, JSON schema) of each tool.
     pub fn specs(&self) -> Vec<(String, String, String)> {
-        tool_specs(&self.manual, self.threshold, self.fragments)
+        tool_specs(&self.settings.manual, self.settings.threshold, self.settings.fragments)
     }
 
     /// Runs tool `tool` with `args` (a JSON object).
@@ -245,26 +227,34 @@ impl ChapterTool {
 
     /// Rebuilds when the manual changed; on failure keeps serving the old index.
     fn refresh(&mut self, env: &dyn Env) {
-        let stamp = env.stamp(&self.manual);
+        let stamp = env.stamp(&self.settings.manual);
         if stamp == self.stamp || stamp.is_none() {
             return;
         }
         self.stamp = stamp;
-        let rebuilt = read_manual(env, &self.manual, self.max_bytes).and_then(|text| {
+        let rebuilt = read_manual(env, &self.settings.manual, self.settings.max_bytes).and_then(|text| {
             if rag_core::store::content_hash(text.text.as_bytes()) == self.built.sha256 {
                 return Ok(None);
             }
-            index::build(env, &self.manual, text, &self.params, self.max_headings, Some(&self.built.index)).map(Some)
+            index::build(
+                env,
+                &self.settings.manual,
+                text,
+                &self.settings.params,
+                self.settings.max_headings,
+                Some(&self.built.index),
+            )
+            .map(Some)
         });
         match rebuilt {
             Ok(None) => {}
             Ok(Some(b)) => {
-                if let Err(e) = save(env, self.index_file.as_ref(), &b) {
+                if let Err(e) = save(env, self.settings.index_file.as_ref(), &b) {
                     env.log(&format!("warning: {e}"));
                 }
                 env.log(&format!(
                     "{}: rebuilt the index: {} chunks, {} embedded, {} reused",
-                    self.manual, b.report.chunks, b.report.embedded, b.report.reused
+                    self.settings.manual, b.report.chunks, b.report.embedded, b.report.reused
                 ));
                 self.built = b;
                 self.stale = None;
@@ -272,7 +262,7 @@ impl ChapterTool {
             Err(e) => {
                 let m = format!(
                     "{} changed but could not be indexed ({e}); answers come from the previous version",
-                    self.manual
+                    self.settings.manual
                 );
                 env.log(&format!("warning: {m}"));
                 self.stale = Some(m);
@@ -286,7 +276,7 @@ impl ChapterTool {
             let near = nearest_ids(&self.built.tree, id.trim(), 5);
             ToolError::NotFound(format!(
                 "no chapter {id:?} in {}; the nearest ids are {} (list_chapter_tree shows them all)",
-                self.manual,
+                self.settings.manual,
                 near.join(", ")
             ))
         })
@@ -442,7 +432,7 @@ impl ChapterTool {
         Hit {
             content: c.text.clone(),
             score: Some(s.score),
-            source: Some(format!("{} > {}", self.manual, tree.path(c.chapter).join(" > "))),
+            source: Some(format!("{} > {}", self.settings.manual, tree.path(c.chapter).join(" > "))),
             metadata: json!({
                 "chapter_id": n.id,
                 "chapter_title": n.title,
@@ -480,7 +470,7 @@ impl ChapterTool {
         if !(1..=50).contains(&k) {
             return Err(bad_args(T, format!("top_k must be within 1 and 50, got {k}")));
         }
-        let threshold = a.similarity_threshold.unwrap_or(self.threshold);
+        let threshold = a.similarity_threshold.unwrap_or(self.settings.threshold);
         if !(0.0..=1.0).contains(&threshold) {
             return Err(bad_args(T, format!("similarity_threshold must be within 0 and 1, got {threshold}")));
         }
@@ -535,7 +525,7 @@ impl ChapterTool {
         }
         let allowed = self.inside(&nodes);
         let pool = limit.saturating_mul(rag_core::hybrid::DIVERSITY_POOL);
-        let found = search::hybrid(&mut self.built, q, pool, self.threshold, Some(&|i| allowed[i]))?;
+        let found = search::hybrid(&mut self.built, q, pool, self.settings.threshold, Some(&|i| allowed[i]))?;
         let chunks = &self.built.chunks;
         Ok((route, rag_core::hybrid::spread(found, limit, |s| chunks[s.chunk].chapter)))
     }
@@ -551,7 +541,7 @@ impl ChapterTool {
             retrieval: Option<String>,
         }
         let a: A = parse_args("search", args)?;
-        let limit = a.limit.unwrap_or(self.fragments);
+        let limit = a.limit.unwrap_or(self.settings.fragments);
         if !FRAGMENTS.contains(&limit) {
             return Err(bad_args("search", format!("limit must be within 8 and 12, got {limit}")));
         }
@@ -561,10 +551,10 @@ impl ChapterTool {
                 let q = self.query(env, "search", &a.question)?;
                 let found = if mode == "global_vector" {
                     let mut v = search::vector_only(&mut self.built, &q, limit, None)?;
-                    v.retain(|s| s.score >= self.threshold);
+                    v.retain(|s| s.score >= self.settings.threshold);
                     v
                 } else {
-                    search::hybrid(&mut self.built, &q, limit, self.threshold, None)?
+                    search::hybrid(&mut self.built, &q, limit, self.settings.threshold, None)?
                 };
                 let reason = format!("not routed: retrieval = {mode} searches the whole manual");
                 (Route { chapters: Vec::new(), confidence: 0.0, reason, ranking: Vec::new() }, found)
