@@ -253,3 +253,14 @@ fn quotas_and_serve_limits_are_checked() {
     assert_eq!(ok.serve.max_sessions, 3);
     assert_eq!(ok.tools["echo"].grants.dirs[0].quota, Some(quarry::files::Quota { bytes: 2 << 20, files: 7 }));
 }
+
+#[test]
+fn a_pool_has_1_to_64_instances() {
+    let env = echo_env();
+    for pool in [0, 65] {
+        let e = error_for(&env, &format!("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\npool = {pool}\n"));
+        assert!(e.contains("tools.echo.pool") && e.contains("between 1 and 64"), "{e}");
+    }
+    let path = env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n");
+    assert_eq!(quarry::Config::load(&path).unwrap().tools["echo"].pool, 1, "a tool has one instance by default");
+}

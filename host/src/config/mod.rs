@@ -236,23 +236,13 @@ impl Config {
                     "an embedder cannot itself use an embedder; remove this key",
                 )));
             }
-            if inst.pool == Some(0) || inst.pool.is_some_and(|p| p > 64) {
-                return Err(invalid(KeyError::new(
-                    format!("embedders.{name}.pool"),
-                    "pool must be between 1 and 64 instances",
-                )));
-            }
+            check_pool("embedders", &name, inst.pool).map_err(invalid)?;
             let cfg = validate_instance(&base, "embedders", &name, inst, &sections).map_err(invalid)?;
             embedders.insert(name, cfg);
         }
         let mut tools = BTreeMap::new();
         for (name, mut inst) in raw.tools {
-            if inst.pool == Some(0) || inst.pool.is_some_and(|p| p > 64) {
-                return Err(invalid(KeyError::new(
-                    format!("tools.{name}.pool"),
-                    "pool must be between 1 and 64 instances",
-                )));
-            }
+            check_pool("tools", &name, inst.pool).map_err(invalid)?;
             // One instance unless asked: each costs its own grants.memory, and a tool that
             // waits on a service gains little from more.
             inst.pool = Some(inst.pool.unwrap_or(1));
@@ -390,6 +380,14 @@ fn validate_instance(
         pool,
         grants: Grants { memory, deadline, prepare_deadline, max_output, caps },
     })
+}
+
+/// A pool of `[SECTION.NAME]` has 1 to 64 instances.
+fn check_pool(section: &str, name: &str, pool: Option<usize>) -> Result<(), KeyError> {
+    if pool == Some(0) || pool.is_some_and(|p| p > 64) {
+        return Err(KeyError::new(format!("{section}.{name}.pool"), "pool must be between 1 and 64 instances"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
