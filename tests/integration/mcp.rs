@@ -89,6 +89,10 @@ component = "plugins/hostile.wasm"
 deadline = "3s"
 "#,
     );
+    // `check` builds the indexes (`list` does not wait for them), so that the server and the
+    // clients' `quarry call`s all reopen the same ones and report alike.
+    let out = Command::new(quarry_bin()).arg("--config").arg(&config).arg("check").output().unwrap();
+    assert!(out.status.success(), "quarry check failed: {}", String::from_utf8_lossy(&out.stderr));
     let out = Command::new(quarry_bin()).arg("--config").arg(&config).args(["list", "--json"]).output().unwrap();
     assert!(out.status.success(), "quarry list failed: {}", String::from_utf8_lossy(&out.stderr));
     let expected = env.path("expected-tools.json");
