@@ -126,18 +126,19 @@ async fn a_pool_serves_calls_in_parallel() {
                 })
             })
             .collect();
-        // Both calls have been handed a member, or one waits: the queue says which.
+        // Both calls hold a member (no member free, no one waiting), or one waits behind the
+        // other: each call sleeps 1.5 s, so the state lasts while the queue is looked at.
+        let want = (0, expect_waiting);
         let seen = within(10, async {
             loop {
-                let (free, waiting) = inst.load();
-                if free == 0 {
-                    break waiting;
+                if inst.load() == want {
+                    break want;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
         .await;
-        assert_eq!(seen, expect_waiting, "pool = {pool}: clients waiting while the first calls run");
+        assert_eq!(seen, want, "pool = {pool}: (members free, clients waiting) while the calls run");
         for c in calls {
             c.await.unwrap().expect("slept");
         }
