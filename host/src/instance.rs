@@ -363,13 +363,9 @@ impl ToolInstance {
         if plugin.imports_embedder && embedder.is_none() {
             return Err(OpenError::NoEmbedder { instance: name });
         }
-        let members: Vec<Member> = (0..config.pool.max(1))
-            .map(|_| Member {
-                live: tokio::sync::Mutex::new(None),
-                progress: Arc::new(tokio::sync::watch::channel(None).0),
-            })
-            .collect();
-        let mut live = start(engine, &config, &plugin, embedder.clone(), &members[0].progress).await?;
+        let sinks: Vec<Arc<progress::Sink>> =
+            (0..config.pool.max(1)).map(|_| Arc::new(tokio::sync::watch::channel(None).0)).collect();
+        let mut live = start(engine, &config, &plugin, embedder.clone(), &sinks[0]).await?;
         let (bindings, handle) = (live.bindings.clone(), live.handle);
         let specs = run_guarded(&mut live.store, config.grants.deadline, |store| {
             Box::pin(async move { bindings.quarry_retrieval_tool().instance().call_specs(store, handle).await })
@@ -377,7 +373,12 @@ impl ToolInstance {
         .await
         .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
         check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
-        *members[0].live.try_lock().expect("not shared yet") = Some(live);
+        // The first member keeps the store it was opened in; the others start as they prepare.
+        let mut first = Some(live);
+        let members: Vec<Member> = sinks
+            .into_iter()
+            .map(|progress| Member { live: tokio::sync::Mutex::new(first.take()), progress })
+            .collect();
         let queue = FairQueue::idle(members.len());
         Ok(ToolInstance {
             name,
@@ -504,7 +505,7 @@ impl ToolInstance {
                 () = not_ready => {
                     return Err(CallError::NotReady { tool: qualified, waited: waited.elapsed(), status: self.status() })
                 }
-                () = forward => unreachable!("forwarding progress never ends"),
+                never = forward => match never {},
             }
         };
         let member = &self.members[permit.worker()];
@@ -535,7 +536,7 @@ impl ToolInstance {
         let outcome = tokio::select! {
             biased;
             out = run => out,
-            () = forward => unreachable!("forwarding progress never ends"),
+            never = forward => match never {},
         };
         // The last report, if the pace held it back: the caller hears how the work ended.
         if let Some(l) = caller.listener
@@ -616,9 +617,12 @@ impl ToolInstance {
     }
 }
 
-/// Forwards the reports `rx` sees to `listener`, at most one per [`PROGRESS_EVERY`]. Never ends:
-/// the caller drops it.
-async fn forward_progress(rx: &mut tokio::sync::watch::Receiver<Option<Report>>, listener: &dyn Listener) {
+/// Forwards the reports `rx` sees to `listener`, at most one per [`PROGRESS_EVERY`]. Never ends
+/// (its type says so): the caller drops it.
+async fn forward_progress(
+    rx: &mut tokio::sync::watch::Receiver<Option<Report>>,
+    listener: &dyn Listener,
+) -> std::convert::Infallible {
     loop {
         if rx.changed().await.is_err() {
             return std::future::pending().await;

@@ -51,10 +51,11 @@ impl Chapters {
             // On a clone: a failed prepare leaves the config for the next try.
             *state = State::Ready(Box::new(c.clone().prepare(&ENV).map_err(to_wit)?));
         }
-        Ok(std::cell::RefMut::map(state, |s| match s {
-            State::Ready(t) => &mut **t,
-            State::Configured(_) => unreachable!("prepared above"),
-        }))
+        std::cell::RefMut::filter_map(state, |s| match s {
+            State::Ready(t) => Some(&mut **t),
+            State::Configured(_) => None,
+        })
+        .map_err(|_| ToolError::Internal("the manual was not indexed".into()))
     }
 }
 
