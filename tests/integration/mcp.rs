@@ -40,6 +40,13 @@ struct McpEnv {
     echo: PathBuf,
 }
 
+/// The shared data's small DOCX with tables, as `docs/tables.docx`.
+fn add_tables_docx(env: &TestEnv) {
+    let docx = shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
+    std::fs::copy(&docx, env.path("docs/tables.docx"))
+        .unwrap_or_else(|e| panic!("{}: {e} (set QUARRY_SHARED_DATA)", docx.display()));
+}
+
 fn mcp_env() -> McpEnv {
     let env = TestEnv::new();
     env.plugin(TOY_EMBEDDER, "toy");
@@ -51,9 +58,7 @@ fn mcp_env() -> McpEnv {
         std::fs::create_dir_all(env.path(d)).unwrap();
     }
     std::fs::write(env.path("docs/MANUAL.md"), manual()).unwrap();
-    let docx = shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
-    std::fs::copy(&docx, env.path("docs/tables.docx"))
-        .unwrap_or_else(|e| panic!("{}: {e} (set QUARRY_SHARED_DATA)", docx.display()));
+    add_tables_docx(&env);
     let config = env.config(
         r#"
 [embedders.toy]
@@ -249,9 +254,7 @@ fn progress_env() -> (TestEnv, PathBuf) {
     for d in ["docs", "index"] {
         std::fs::create_dir_all(env.path(d)).unwrap();
     }
-    let docx = shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
-    std::fs::copy(&docx, env.path("docs/tables.docx"))
-        .unwrap_or_else(|e| panic!("{}: {e} (set QUARRY_SHARED_DATA)", docx.display()));
+    add_tables_docx(&env);
     let config = env.config(
         r#"
 [embedders.toy]

@@ -147,8 +147,8 @@ async fn a_pool_serves_calls_in_parallel() {
     }
 }
 
-/// A recycled member (its call trapped) is started again by its next call; the other member
-/// serves meanwhile.
+/// A recycled member (its call trapped) is started again by its next call while the other
+/// member is still busy: the pool does not wait for it, nor it for the pool.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recycled_member_does_not_hold_up_the_pool() {
     let env = TestEnv::new();
@@ -156,12 +156,32 @@ async fn a_recycled_member_does_not_hold_up_the_pool() {
     let body =
         "[tools.slow]\ncomponent = \"plugins/hostile.wasm\"\npool = 2\n[tools.slow.grants]\ndeadline = \"30s\"\n";
     let host = within(60, env.host(body)).await;
+    let inst = host.instance("slow").unwrap();
+    within(30, async {
+        while inst.load().0 < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    // One member sleeps for 5 s; meanwhile the other faults and is recycled, three times.
+    let sleeper = tokio::spawn({
+        let host = host.clone();
+        async move { host.call("slow.sleep", r#"{"ms": 5000}"#).await }
+    });
+    within(10, async {
+        while inst.load().0 > 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     for _ in 0..3 {
         let e = within(30, host.call("slow.panic", "{}")).await.unwrap_err();
         assert!(matches!(e, CallError::Fault { .. }), "{e}");
         let out = within(30, host.call("slow.echo", r#"{"text": "still here"}"#)).await.expect("served");
         assert!(out.text.contains("still here"));
     }
+    assert!(!sleeper.is_finished(), "the recycled member answered while the other was still busy");
+    within(30, sleeper).await.unwrap().expect("slept");
 }
 
 /// A hot swap replaces the whole pool: every member serves the new version afterwards, and a call
