@@ -285,20 +285,5 @@ pub fn run_with_timeout(mut cmd: std::process::Command, limit: Duration) -> Proc
 /// Decodes `%XX` escapes in a URL path segment (the fakes route on decoded names); a bad
 /// escape is kept as it is.
 pub fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Some(v) = std::str::from_utf8(&b[i + 1..i + 3]).ok().and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
 }

@@ -3,7 +3,8 @@
 //! without reopening the tools it serves. This is the backend of the `embedder` capability
 //! ([`crate::capability::embedder`]) today.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use parking_lot::RwLock;
 use std::time::Instant;
 
 use wasmtime::Store;
@@ -348,12 +349,12 @@ impl EmbedderSlot {
 
     /// The version serving now.
     pub fn current(&self) -> Arc<ComponentEmbedder> {
-        self.current.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.current.read().clone()
     }
 
     /// Replaces the serving version; calls in flight finish on the old one.
     pub fn replace(&self, e: ComponentEmbedder) {
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(e);
+        *self.current.write() = Arc::new(e);
     }
 }
 

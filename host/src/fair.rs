@@ -11,7 +11,8 @@
 //! worker handed to a waiter that has just given up goes to the next one.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 
 use tokio::sync::oneshot;
 
@@ -135,8 +136,8 @@ impl FairQueue {
         s.free.push(worker);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 }
 
@@ -155,7 +156,7 @@ mod tests {
             let (q, order) = (q.clone(), order.clone());
             tasks.push(tokio::spawn(async move {
                 let p = q.acquire(client).await;
-                order.lock().unwrap().push(client);
+                order.lock().push(client);
                 tokio::task::yield_now().await;
                 drop(p);
             }));
@@ -166,7 +167,7 @@ mod tests {
         for t in tasks {
             t.await.unwrap();
         }
-        assert_eq!(*order.lock().unwrap(), ["a", "b", "c", "a", "a"]);
+        assert_eq!(*order.lock(), ["a", "b", "c", "a", "a"]);
         assert_eq!(q.load(), (1, 0));
     }
 

@@ -2,7 +2,7 @@
 //! (a refused request, a refused connection): a burst of lines, then one per interval, each
 //! saying how many were held back since the last.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// See the module docs.
@@ -26,7 +26,7 @@ impl LogBudget {
 
     /// `Some(held back)` when a line may be written now, `None` when it must be held back.
     pub fn take(&self) -> Option<usize> {
-        let mut guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.state.lock();
         let s = guard.get_or_insert_with(|| State { tokens: self.burst, since: Instant::now(), held: 0 });
         let refill = (s.since.elapsed().as_millis() / self.every.as_millis().max(1)) as u32;
         if refill > 0 {

@@ -11,7 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+use parking_lot::{Mutex, RwLock};
 use std::time::Instant;
 
 use wasmtime::component::Linker;
@@ -158,7 +159,7 @@ impl Registry {
     /// Waits until every tool instance has prepared or failed; returns those that failed, with why.
     pub async fn prepared(&self) -> Vec<(String, String)> {
         let tools: Vec<Arc<ToolInstance>> =
-            self.tools.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+            self.tools.read().values().cloned().collect();
         let mut failed = Vec::new();
         for inst in tools {
             if let crate::instance::Readiness::Failed(why) = inst.prepared().await {
@@ -170,7 +171,7 @@ impl Registry {
 
     /// Tool instance `name`, if it opened.
     pub fn instance(&self, name: &str) -> Option<Arc<ToolInstance>> {
-        self.tools.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+        self.tools.read().get(name).cloned()
     }
 
     async fn open_all(&self) -> Vec<(String, OpenError)> {
@@ -182,7 +183,6 @@ impl Registry {
                     tracing::info!(target: "quarry::load", embedder = %name, model = %info.id, dimension = info.dimension, "loaded");
                     self.embedders
                         .write()
-                        .unwrap_or_else(|p| p.into_inner())
                         .insert(name.clone(), Arc::new(EmbedderSlot::new(e)));
                 }
                 Err(e) => {
@@ -211,7 +211,7 @@ impl Registry {
                 Ok(inst) => {
                     tracing::info!(target: "quarry::load", instance = %name, tools = inst.specs.len(), pool = inst.pool(), "opened; preparing");
                     let inst = Arc::new(inst);
-                    self.tools.write().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), inst.clone());
+                    self.tools.write().insert(name.clone(), inst.clone());
                     tokio::spawn(async move {
                         let start = Instant::now();
                         match inst.prepare().await {
@@ -238,7 +238,7 @@ impl Registry {
         // Kept for the life of the host and repeated in hints: a component chose part of it.
         let why = crate::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
         tracing::error!(target: "quarry::load", instance = %name, "not loaded: {why}");
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_string(), why);
+        self.failed.lock().insert(name.to_string(), why);
     }
 
     async fn open_instance(
@@ -249,7 +249,7 @@ impl Registry {
         let embedder: Option<Arc<dyn EmbedderBackend>> = match &cfg.embedder {
             None => None,
             Some(e) => {
-                let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(e).cloned();
+                let slot = self.embedders.read().get(e).cloned();
                 match slot {
                     Some(slot) => Some(slot),
                     None => {
@@ -271,13 +271,13 @@ impl Registry {
 
     /// The model behind embedder `name`, if it is loaded.
     pub fn embedder_info(&self, name: &str) -> Option<crate::bindings::ModelInfo> {
-        let slots = self.embedders.read().unwrap_or_else(|p| p.into_inner());
+        let slots = self.embedders.read();
         slots.get(name).map(|s| s.info())
     }
 
     /// Embedder `name`, if it is loaded: what tools' `embedder` imports call.
     pub fn embedder(&self, name: &str) -> Option<Arc<dyn EmbedderBackend>> {
-        let slots = self.embedders.read().unwrap_or_else(|p| p.into_inner());
+        let slots = self.embedders.read();
         slots.get(name).map(|s| s.clone() as Arc<dyn EmbedderBackend>)
     }
 
@@ -290,7 +290,7 @@ impl Registry {
         let mut instances = Vec::new();
         let mut hash = String::new();
         for cfg in self.config.embedders.values().filter(|c| c.component == path) {
-            let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(&cfg.name).cloned();
+            let slot = self.embedders.read().get(&cfg.name).cloned();
             if let (Some(slot), Some(h)) = (&slot, new_hash)
                 && slot.current().hash == h
             {
@@ -314,17 +314,16 @@ impl Registry {
     /// Serves embedder `name` from `e` from now on (its tools switch at their next embed; calls in
     /// flight finish on the old version), and forgets an earlier failure to load it.
     fn install_embedder(&self, name: &str, e: ComponentEmbedder) {
-        let slot = self.embedders.read().unwrap_or_else(|p| p.into_inner()).get(name).cloned();
+        let slot = self.embedders.read().get(name).cloned();
         match slot {
             Some(slot) => slot.replace(e),
             None => {
                 self.embedders
                     .write()
-                    .unwrap_or_else(|p| p.into_inner())
                     .insert(name.to_string(), Arc::new(EmbedderSlot::new(e)));
             }
         }
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).remove(&format!("embedders.{name}"));
+        self.failed.lock().remove(&format!("embedders.{name}"));
     }
 
     /// A changed model file (`[models.NAME]`): loaded again (unless its pin or manifest
@@ -368,12 +367,12 @@ impl Registry {
 
     /// Instances that failed to load, with why.
     pub fn failures(&self) -> BTreeMap<String, String> {
-        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.failed.lock().clone()
     }
 
     /// Every tool of every loaded instance, sorted by qualified name.
     pub fn tools(&self) -> Vec<ToolEntry> {
-        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        let tools = self.tools.read();
         let mut out: Vec<ToolEntry> = tools
             .values()
             .flat_map(|inst| {
@@ -423,7 +422,7 @@ impl Registry {
     }
 
     fn resolve(&self, name: &str) -> Result<(Arc<ToolInstance>, String), CallError> {
-        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        let tools = self.tools.read();
         let (inst_name, tool) = match name.split_once('.') {
             Some((i, t)) => (i, Some(t)),
             None => (name, None),
@@ -485,7 +484,7 @@ impl Registry {
         let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
         let plugin = ComponentVersion::load(&self.engine, &self.linker, path).await.map_err(rejected)?;
         let current: Vec<Option<[u8; 32]>> = {
-            let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+            let tools = self.tools.read();
             targets.iter().map(|c| tools.get(&c.name).map(|i| i.plugin.hash)).collect()
         };
         if current.iter().all(|h| *h == Some(plugin.hash)) {
@@ -500,13 +499,13 @@ impl Registry {
         }
         let instances: Vec<String> = opened.iter().map(|i| i.name.clone()).collect();
         {
-            let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
+            let mut tools = self.tools.write();
             for inst in opened {
                 tools.insert(inst.name.clone(), inst);
             }
         }
         {
-            let mut failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            let mut failed = self.failed.lock();
             for i in &instances {
                 failed.remove(i);
             }
@@ -548,19 +547,6 @@ fn similar(candidate: &str, asked: &str) -> bool {
     let (ci, ai) = (candidate.split('.').next().unwrap_or(""), asked.split('.').next().unwrap_or(""));
     ci == ai
         || candidate.ends_with(&format!(".{asked}"))
-        || edit_distance(ci, ai) <= 2
-        || edit_distance(candidate, asked) <= 2
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+        || strsim::levenshtein(ci, ai) <= 2
+        || strsim::levenshtein(candidate, asked) <= 2
 }

@@ -52,30 +52,16 @@ pub fn valid_name(name: &str) -> bool {
 pub struct ByteSize(pub u64);
 
 impl ByteSize {
-    /// Parses a size, or says what form is accepted.
+    /// Parses a size (the `bytesize` crate's forms: SI and binary units, any case), or says
+    /// what form is accepted.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let unit = unit.trim();
-        let mult: u64 = match unit.to_ascii_lowercase().as_str() {
-            "" | "b" => 1,
-            "kib" => 1 << 10,
-            "mib" => 1 << 20,
-            "gib" => 1 << 30,
-            "kb" => 1_000,
-            "mb" => 1_000_000,
-            "gb" => 1_000_000_000,
-            _ => u64::MAX,
-        };
-        let n: u64 = num
-            .parse()
-            .map_err(|_| String::new())
-            .and_then(|n| if mult == u64::MAX { Err(String::new()) } else { Ok(n) })
-            .map_err(|_| {
-                format!("invalid size {s:?}: write a whole number and a unit, like \"64MiB\", \"1GiB\" or \"512KiB\"")
-            })?;
-        n.checked_mul(mult).map(ByteSize).ok_or_else(|| format!("size {s:?} is too large"))
+        let bad = || format!("invalid size {s:?}: write a whole number and a unit, like \"64MiB\", \"1GiB\" or \"512KiB\"");
+        // The crate saturates where a size overflows: u64::MAX bytes is no size anyone means.
+        match s.trim().parse::<bytesize::ByteSize>() {
+            Ok(b) if b.as_u64() == u64::MAX => Err(format!("size {s:?} is too large")),
+            Ok(b) => Ok(ByteSize(b.as_u64())),
+            Err(_) => Err(bad()),
+        }
     }
 }
 
@@ -84,7 +70,7 @@ impl<'de> Deserialize<'de> for ByteSize {
         struct V;
         impl de::Visitor<'_> for V {
             type Value = ByteSize;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a size such as \"64MiB\" or a number of bytes")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
@@ -103,21 +89,12 @@ impl<'de> Deserialize<'de> for ByteSize {
 pub struct HumanDuration(pub Duration);
 
 impl HumanDuration {
-    /// Parses a duration, or says what form is accepted.
+    /// Parses a duration (the `humantime` crate's forms: `"250ms"`, `"10s"`, `"2m"`, `"1h 30m"`),
+    /// or says what form is accepted.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let bad =
-            || format!("invalid duration {s:?}: write a whole number and a unit, like \"500ms\", \"10s\" or \"2m\"");
-        let n: u64 = num.parse().map_err(|_| bad())?;
-        let d = match unit.trim() {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            _ => return Err(bad()),
-        };
+        let d = humantime::parse_duration(s.trim()).map_err(|_| {
+            format!("invalid duration {s:?}: write a whole number and a unit, like \"500ms\", \"10s\" or \"2m\"")
+        })?;
         if d.is_zero() {
             return Err(format!("duration {s:?} must be greater than zero"));
         }
@@ -210,5 +187,7 @@ mod tests {
         assert_eq!(HumanDuration::parse("2m").unwrap().0, Duration::from_secs(120));
         assert!(HumanDuration::parse("10").unwrap_err().contains("10s"));
         assert!(HumanDuration::parse("0s").is_err());
+        assert!(ByteSize::parse("99999999999EiB").unwrap_err().contains("too large"));
+        assert_eq!(HumanDuration::parse("1h 30m").unwrap().0, Duration::from_secs(5400));
     }
 }

@@ -9,12 +9,9 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use quarry::eval::score::percentile;
 use quarry_tests::{CHAPTER_RAG, EMBEDDER_ONNX, TestEnv, minilm_embedder, shared_data};
 use serde_json::{Value, json};
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
-}
 
 fn questions() -> Vec<String> {
     let path = shared_data().join("manuals/rclone/questions.jsonl");

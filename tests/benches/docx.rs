@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
+use quarry::eval::score::percentile;
 use quarry_tests::{DOCX_SEARCH, EMBEDDER_ONNX, TestEnv, minilm_embedder, models_dir, shared_data};
 use serde_json::{Value, json};
 
@@ -24,10 +25,6 @@ fn peak_rss_mb() -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
 }
 
 fn questions() -> (PathBuf, Vec<String>) {

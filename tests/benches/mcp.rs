@@ -14,13 +14,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use quarry::eval::score::percentile;
 use quarry_tests::mcp_client::{McpHttp, Served};
 use quarry_tests::{CHAPTER_RAG, DOCX_SEARCH, quarry_bin, shared_data};
 use serde_json::{Value, json};
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
-}
 
 fn questions() -> Vec<String> {
     let path = shared_data().join("manuals/rclone/questions.jsonl");

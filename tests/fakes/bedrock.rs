@@ -9,7 +9,8 @@
 //! see [`Fake::start`].
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -106,7 +107,7 @@ impl Fake {
 
     /// Every request so far.
     pub fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.seen.lock().clone()
     }
 }
 
@@ -133,7 +134,7 @@ async fn handle(
     let path = parts.uri.path().to_string();
     let signed = verify(parts.method.as_str(), &path, parts.uri.query().unwrap_or(""), &headers, &body);
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    seen.lock().unwrap_or_else(|p| p.into_inner()).push(Seen {
+    seen.lock().push(Seen {
         path: path.clone(),
         headers: headers.clone(),
         body: parsed.clone(),
@@ -158,7 +159,7 @@ async fn handle(
     let token = parsed["nextToken"].as_str().map(str::to_string);
     let key = format!("{id}:{}", token.as_deref().unwrap_or(""));
     let attempt = {
-        let mut a = attempts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut a = attempts.lock();
         let n = a.entry(key).or_default();
         *n += 1;
         *n
@@ -237,17 +238,12 @@ fn results(request: &Value, token: Option<&str>) -> Response<Full<Bytes>> {
     reply(200, &[], body)
 }
 
-/// SigV4's URI encoding: everything but unreserved characters, `/` kept when `slash` is false.
-fn uri_encode(s: &str, keep_slash: bool) -> String {
-    let mut out = String::new();
-    for &c in s.as_bytes() {
-        if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b'~') || (keep_slash && c == b'/') {
-            out.push(c as char);
-        } else {
-            out.push_str(&format!("%{c:02X}"));
-        }
-    }
-    out
+/// SigV4's URI encoding: everything but the unreserved characters.
+const SIGV4_RESERVED: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+fn uri_encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, SIGV4_RESERVED).to_string()
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {
@@ -285,13 +281,13 @@ fn verify(
         return Err(format!("bad credential scope {scope}"));
     }
     let amz_date = headers.get("x-amz-date").ok_or("no x-amz-date")?;
-    let canonical_uri = path.split('/').map(|seg| uri_encode(seg, false)).collect::<Vec<_>>().join("/");
+    let canonical_uri = path.split('/').map(uri_encode).collect::<Vec<_>>().join("/");
     let mut q: Vec<(String, String)> = query
         .split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (uri_encode(&percent_decode(k), false), uri_encode(&percent_decode(v), false))
+            (uri_encode(&percent_decode(k)), uri_encode(&percent_decode(v)))
         })
         .collect();
     q.sort();

@@ -764,25 +764,10 @@ fn nearest_ids(tree: &crate::tree::Tree, id: &str, n: usize) -> Vec<String> {
         .enumerate()
         .map(|(k, node)| {
             let common = node.id.split('.').zip(id.split('.')).take_while(|(a, b)| a == b).count();
-            let d = edit_distance(&node.id, id) + 10 * (id.split('.').count().saturating_sub(common));
+            let d = strsim::levenshtein(&node.id, id) + 10 * (id.split('.').count().saturating_sub(common));
             (d, k, node.id.as_str())
         })
         .collect();
     scored.sort();
     scored.into_iter().take(n).map(|(_, _, s)| s.to_string()).collect()
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }

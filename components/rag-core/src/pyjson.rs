@@ -137,7 +137,7 @@ impl<'de> de::Deserialize<'de> for Ordered {
         struct V;
         impl<'de> Visitor<'de> for V {
             type Value = Ordered;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("any JSON value")
             }
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<Ordered, E> {

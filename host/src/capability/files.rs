@@ -31,7 +31,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::sync::{Arc, LazyLock, Weak};
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -212,7 +213,7 @@ static USAGE: LazyLock<Mutex<HashMap<PathBuf, Weak<Usage>>>> = LazyLock::new(Mut
 impl Usage {
     /// The shared usage of `root`, measured now if no instance holds it yet.
     fn of(root: &Path, quota: Quota) -> Arc<Usage> {
-        let mut all = USAGE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = USAGE.lock();
         if let Some(u) = all.get(root).and_then(Weak::upgrade) {
             return u;
         }
@@ -250,7 +251,7 @@ impl Usage {
         }
         self.bytes.store(bytes, Ordering::Relaxed);
         self.files.store(files, Ordering::Relaxed);
-        *self.measured.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *self.measured.lock() = Some(Instant::now());
     }
 }
 
@@ -286,7 +287,6 @@ impl QuotaGrant {
                 .usage
                 .measured
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
                 .is_none_or(|t| t.elapsed() >= REMEASURE_EVERY);
             if stale {
                 self.usage.measure(self.quota);

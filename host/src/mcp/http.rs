@@ -33,7 +33,8 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -143,18 +144,18 @@ struct Unaccepted {
 impl Unaccepted {
     fn add(&self, close: CancellationToken) -> u64 {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back((id, close));
+        self.queue.lock().push_back((id, close));
         id
     }
 
     /// The connection sent a request that was accepted, or ended: it is no longer shed first.
     fn remove(&self, id: u64) {
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).retain(|(i, _)| *i != id);
+        self.queue.lock().retain(|(i, _)| *i != id);
     }
 
     /// Closes the oldest unaccepted connection; false when there is none.
     fn shed_oldest(&self) -> bool {
-        let oldest = self.queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+        let oldest = self.queue.lock().pop_front();
         oldest.map(|(_, close)| close.cancel()).is_some()
     }
 }

@@ -96,7 +96,7 @@ pub struct CallListener {
     tx: tokio::sync::mpsc::Sender<Note>,
     sender: tokio::task::JoinHandle<()>,
     /// The last progress value sent: MCP wants each to be larger than the one before.
-    last: std::sync::Mutex<f64>,
+    last: parking_lot::Mutex<f64>,
 }
 
 impl CallListener {
@@ -118,7 +118,7 @@ impl CallListener {
                 }
             }
         });
-        Some(CallListener { token, level: level.clone(), tx, sender, last: std::sync::Mutex::new(-1.0) })
+        Some(CallListener { token, level: level.clone(), tx, sender, last: parking_lot::Mutex::new(-1.0) })
     }
 }
 
@@ -138,7 +138,7 @@ impl Listener for CallListener {
         let p = &report.progress;
         let progress = p.done as f64;
         {
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            let mut last = self.last.lock();
             if progress <= *last {
                 return;
             }

@@ -5,7 +5,8 @@
 //! `notifications/tools/list_changed` after every successful swap. 2026-07-28
 //! clients hear of swaps through `subscriptions/listen` instead (see the handler).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use rmcp::{Peer, RoleServer};
@@ -25,7 +26,7 @@ pub struct Peers {
 impl Peers {
     /// Registers a client that finished its handshake.
     pub fn add(&self, peer: Peer<RoleServer>) {
-        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = self.list.lock();
         list.retain(|p| !p.is_transport_closed());
         list.push(peer);
     }
@@ -35,7 +36,7 @@ impl Peers {
         // Clone the list and release the lock before any await: a slow client must not block
         // a new session from registering.
         let peers: Vec<Peer<RoleServer>> = {
-            let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+            let mut list = self.list.lock();
             list.retain(|p| !p.is_transport_closed());
             list.clone()
         };

@@ -32,7 +32,8 @@ use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
+use parking_lot::Mutex;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -100,8 +101,8 @@ impl ComponentCache {
     }
 
     /// The memo, without the components no instance holds any more.
-    fn live(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Weak<Component>>> {
-        let mut memo = self.memo.lock().unwrap_or_else(|p| p.into_inner());
+    fn live(&self) -> parking_lot::MutexGuard<'_, HashMap<[u8; 32], Weak<Component>>> {
+        let mut memo = self.memo.lock();
         memo.retain(|_, c| c.strong_count() > 0);
         memo
     }
@@ -112,7 +113,7 @@ impl ComponentCache {
 
     fn remember(&self, hash: [u8; 32], c: Component) -> Arc<Component> {
         let c = Arc::new(c);
-        self.memo.lock().unwrap_or_else(|p| p.into_inner()).insert(hash, Arc::downgrade(&c));
+        self.memo.lock().insert(hash, Arc::downgrade(&c));
         c
     }
 
@@ -170,11 +171,11 @@ impl ComponentCache {
         // Two loads of the same new bytes must not both compile them: they take turns at this
         // gate, and the second finds the first's component in memory.
         let gate = {
-            let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+            let mut gates = self.gates.lock();
             gates.retain(|_, g| Arc::strong_count(g) > 1);
             gates.entry(hash).or_default().clone()
         };
-        let _turn = gate.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = gate.lock();
         if let Some(c) = self.remembered(&hash) {
             return Ok((c, CacheOutcome::Memory));
         }
@@ -200,7 +201,7 @@ impl ComponentCache {
             }
         }
         let compiled = {
-            let _slot = self.compiling.lock().unwrap_or_else(|p| p.into_inner());
+            let _slot = self.compiling.lock();
             engine.precompile_component(bytes).map_err(|e| format!("{e:#}"))?
         };
         if let Some(path) = &path

@@ -1,7 +1,8 @@
 //! A guest's stderr, captured (capped) and written to the log after each call.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::task::{Context, Poll};
 
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
@@ -17,7 +18,7 @@ pub struct GuestLog(Arc<Mutex<Vec<u8>>>);
 impl GuestLog {
     /// Takes what was written since the last call.
     pub fn take(&self) -> String {
-        let bytes = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        let bytes = std::mem::take(&mut *self.0.lock());
         String::from_utf8_lossy(&bytes).into_owned()
     }
 }
@@ -41,7 +42,7 @@ impl StdoutStream for GuestLog {
 
 impl GuestLog {
     fn append(&self, buf: &[u8]) {
-        let mut log = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut log = self.0.lock();
         let room = STDERR_CAP.saturating_sub(log.len());
         log.extend_from_slice(&buf[..buf.len().min(room)]);
     }

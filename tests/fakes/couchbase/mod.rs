@@ -19,7 +19,8 @@
 //! management API in `mgmt`, the Search API in `search` and the bleve queries it runs in
 //! `query_string`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
@@ -226,12 +227,12 @@ impl FakeCluster {
 
     /// Every request so far, in arrival order.
     pub fn seen(&self) -> Vec<Seen> {
-        self.state.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.state.seen.lock().clone()
     }
 
     /// Changes how the FTS query endpoints answer from now on.
     pub fn set_query_behaviour(&self, b: QueryBehaviour) {
-        *self.state.behaviour.lock().unwrap_or_else(|p| p.into_inner()) = b;
+        *self.state.behaviour.lock() = b;
     }
 }
 
@@ -366,7 +367,7 @@ async fn handle_http(req: Request<hyper::body::Incoming>, state: &State, service
 
 impl State {
     fn record(&self, seen: Seen) {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).push(seen);
+        self.seen.lock().push(seen);
     }
 
     fn bucket(&self, name: &str) -> Option<&BucketSpec> {

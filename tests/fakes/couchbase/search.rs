@@ -103,7 +103,7 @@ pub(super) async fn fts(state: &State, method: &str, segs: &[&str], body: &Value
 }
 
 async fn query_endpoint(state: &State, idx: Option<&IndexSpec>, body: &Value) -> Response<ReplyBody> {
-    let behaviour = *state.behaviour.lock().unwrap_or_else(|p| p.into_inner());
+    let behaviour = *state.behaviour.lock();
     match behaviour {
         QueryBehaviour::Normal => {}
         QueryBehaviour::Slow(d) => tokio::time::sleep(d).await,

@@ -22,12 +22,12 @@ pub struct Client {
     agent: OnceCell<couchbase_core::agent::Agent>,
     /// Buckets seen to exist, so that opening an instance (bucket, scopes, indexes) and each
     /// search do not look them up again.
-    known_buckets: std::sync::Mutex<std::collections::HashSet<String>>,
+    known_buckets: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// Cluster-level indexes seen listed on a bucket the grant covers whole (at open, or by an
     /// earlier search), by the full name the cluster lists them under (`idx` for a bucket-level
     /// index, `bucket.scope.idx` for a scoped one): a cluster-level search names the index by
     /// that name, so only that name may authorise it.
-    pub(super) allowed_indexes: std::sync::Mutex<std::collections::HashSet<String>>,
+    pub(super) allowed_indexes: parking_lot::Mutex<std::collections::HashSet<String>>,
     /// The most bytes of rows one search may bring into the host (the instance's `max_output`):
     /// the rows are collected before the guest sees them.
     pub(super) max_bytes: usize,
@@ -139,14 +139,14 @@ impl Client {
             })
             .await?;
         if exists {
-            self.known_buckets.lock().unwrap_or_else(|p| p.into_inner()).insert(bucket.to_string());
+            self.known_buckets.lock().insert(bucket.to_string());
         }
         Ok(exists)
     }
 
     /// Fails with `not-found` unless `bucket` exists; asks the cluster only the first time.
     pub(super) async fn ensure_bucket(&self, bucket: &str) -> Result<()> {
-        if self.known_buckets.lock().unwrap_or_else(|p| p.into_inner()).contains(bucket) {
+        if self.known_buckets.lock().contains(bucket) {
             return Ok(());
         }
         match self.bucket_exists(bucket).await? {

@@ -91,7 +91,6 @@ impl Client {
                     .collect();
                 self.allowed_indexes
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner())
                     .extend(granted.iter().map(|i| i.name.clone()));
                 Ok(granted)
             }
@@ -135,7 +134,7 @@ impl Client {
             IndexScope::Cluster => {
                 // The index's bucket decides what the search can reach: look it up, and check
                 // that the grant covers the whole bucket.
-                let seen = self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).contains(&q.index);
+                let seen = self.allowed_indexes.lock().contains(&q.index);
                 if !seen {
                     let indexes = self.search_indexes(&IndexScope::Cluster).await?;
                     if !indexes.iter().any(|i| i.name == q.index) {
@@ -144,7 +143,7 @@ impl Client {
                             q.index
                         )).into());
                     }
-                    self.allowed_indexes.lock().unwrap_or_else(|p| p.into_inner()).insert(q.index.clone());
+                    self.allowed_indexes.lock().insert(q.index.clone());
                 }
                 self.cluster_search(q).await
             }

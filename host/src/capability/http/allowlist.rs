@@ -1,4 +1,4 @@
-//! Allowlist entries and CIDR blocks, parsed once at config load.
+//! Allowlist entries and CIDR blocks (networks as `ipnet` has them), parsed once at config load.
 
 use std::net::IpAddr;
 
@@ -115,48 +115,28 @@ fn check_name(name: &str) -> Result<(), String> {
 
 /// An IP network, `10.0.0.0/8` or `::1/128`; a bare address means a single host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(ipnet::IpNet);
 
 impl Cidr {
     /// Parses `addr/prefix` or a bare address.
     pub fn parse(s: &str) -> Result<Self, String> {
         let bad = || format!("{s:?} is not a network; write it like \"127.0.0.1/32\", \"10.0.0.0/8\" or \"::1/128\"");
-        let (addr, prefix) = match s.split_once('/') {
-            Some((a, p)) => (a, Some(p)),
-            None => (s, None),
+        let net = match s.split_once('/') {
+            Some((a, p)) => format!("{}/{}", a.trim(), p.trim()).parse::<ipnet::IpNet>().map_err(|_| bad())?,
+            None => ipnet::IpNet::from(s.trim().parse::<IpAddr>().map_err(|_| bad())?),
         };
-        let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            Some(p) => p.trim().parse::<u8>().ok().filter(|p| *p <= max).ok_or_else(bad)?,
-            None => max,
-        };
-        Ok(Cidr { addr, prefix })
+        Ok(Cidr(net))
     }
 
     /// Whether `ip` lies in this network (IPv4-mapped IPv6 addresses count as IPv4).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = canonical(ip);
-        match (self.addr, ip) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u32::MAX << (32 - self.prefix) };
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = if self.prefix == 0 { 0 } else { u128::MAX << (128 - self.prefix) };
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
+        self.0.contains(&canonical(ip))
     }
 }
 
 impl std::fmt::Display for Cidr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+        self.0.fmt(f)
     }
 }
 

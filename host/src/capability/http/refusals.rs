@@ -6,7 +6,7 @@
 //! [`MAX_KEPT`] are kept per call (the rest are counted), and log lines are rate-limited to a
 //! burst of [`LOG_BURST`], then one per [`LOG_EVERY`], with a count of what was left out.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use crate::log_budget::LogBudget;
@@ -49,7 +49,7 @@ impl Refusals {
             }
             None => {}
         }
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         if s.kept.len() < MAX_KEPT {
             s.kept.push(message);
         } else {
@@ -60,7 +60,7 @@ impl Refusals {
     /// Takes the refusals recorded since the last call: at most [`MAX_KEPT`] messages, and a
     /// last line counting the others.
     pub fn take(&self) -> Vec<String> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         let mut kept = std::mem::take(&mut s.kept);
         let more = std::mem::take(&mut s.more);
         if more > 0 {
@@ -71,7 +71,7 @@ impl Refusals {
 
     /// How many refusals are held now (for tests and benches).
     pub fn held(&self) -> usize {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).kept.len()
+        self.state.lock().kept.len()
     }
 }
 

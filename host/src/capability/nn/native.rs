@@ -8,7 +8,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
+use parking_lot::Mutex;
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
@@ -327,12 +328,12 @@ struct Slot {
 static MODELS: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<Slot>>>>> = LazyLock::new(Mutex::default);
 
 fn slot(path: &Path) -> Arc<Mutex<Slot>> {
-    MODELS.lock().unwrap_or_else(|p| p.into_inner()).entry(path.to_path_buf()).or_default().clone()
+    MODELS.lock().entry(path.to_path_buf()).or_default().clone()
 }
 
 /// How many times the host has built a model from `section`'s file.
 pub fn load_count(section: &ModelSection) -> u64 {
-    slot(&section.model_file()).lock().unwrap_or_else(|p| p.into_inner()).loads
+    slot(&section.model_file()).lock().loads
 }
 
 /// The model of `section`, loaded now unless the host holds it and the file is unchanged (see
@@ -340,7 +341,7 @@ pub fn load_count(section: &ModelSection) -> u64 {
 pub fn model(section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
     let path = section.model_file();
     let slot = slot(&path);
-    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slot = slot.lock();
     match current(&mut slot, section, &path) {
         Ok((model, _)) => Ok(model),
         Err(e) => match &slot.loaded {
@@ -359,7 +360,7 @@ pub fn model(section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
 pub fn refresh(section: &ModelSection) -> Result<bool, NnError> {
     let path = section.model_file();
     let slot = slot(&path);
-    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slot = slot.lock();
     current(&mut slot, section, &path).map(|(_, built)| built)
 }
 
