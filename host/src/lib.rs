@@ -13,6 +13,7 @@
 //! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
 //! - [`mcp`]: the MCP server (stdio and streamable HTTP); [`cli`]: the `quarry` command;
 //!   [`output`]: a call's output as JSON, for both;
+//! - [`args`]: a call's arguments, typed where they enter and serialised once;
 //! - [`text`]: bounding and escaping text the host does not trust; [`log_budget`]: rate-limited
 //!   log lines for what a guest or client can repeat.
 //!
@@ -21,6 +22,7 @@
 
 #![deny(missing_docs)]
 
+pub mod args;
 pub mod bindings;
 pub mod capability;
 pub mod cli;
@@ -39,6 +41,7 @@ pub mod text;
 pub mod values;
 pub mod watch;
 
+pub use args::Args;
 pub use capability::{bedrock, couchbase, embedder, files, http, nn, progress};
 pub use config::Config;
 pub use instance::{CallError, OpenError};

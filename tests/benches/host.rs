@@ -62,11 +62,13 @@ async fn main() {
     let engine = host.engine().clone();
     let linker = quarry::registry::build_linker(engine.engine()).unwrap();
     let plugin = ComponentVersion::load(&engine, &linker, &cfg.component).await.unwrap();
+    let echo_args = quarry::Args::parse(args).unwrap();
     let mut cold = Vec::new();
     for _ in 0..500 {
         let t = Instant::now();
-        let inst = ToolInstance::open(&engine, cfg.clone(), plugin.clone(), None).await.unwrap();
-        inst.call("echo", args).await.unwrap();
+        let inst = Arc::new(ToolInstance::open(&engine, cfg.clone(), plugin.clone(), None).await.unwrap());
+        inst.prepare().await.unwrap();
+        inst.call("echo", &echo_args).await.unwrap();
         cold.push(t.elapsed());
     }
     let cold_p50 = row("instantiate + open + call (echo)", cold);
@@ -139,10 +141,12 @@ async fn main() {
     for (slot, e) in [(&mut yielding, engine.clone()), (&mut trapping, engine.clone().without_yielding())] {
         let linker = quarry::registry::build_linker(e.engine()).unwrap();
         let plugin = ComponentVersion::load(&e, &linker, &hostile_cfg.component).await.unwrap();
-        *slot = Some(ToolInstance::open(&e, hostile_cfg.clone(), plugin, None).await.unwrap());
+        let inst = Arc::new(ToolInstance::open(&e, hostile_cfg.clone(), plugin, None).await.unwrap());
+        inst.prepare().await.unwrap();
+        *slot = Some(inst);
     }
     let (yielding, trapping) = (yielding.unwrap(), trapping.unwrap());
-    let work = r#"{"n": 100}"#;
+    let work = &quarry::Args::parse(r#"{"n": 100}"#).unwrap();
     assert_eq!(yielding.call("work", work).await.unwrap().text, trapping.call("work", work).await.unwrap().text);
     let (mut y, mut tr) = (Vec::new(), Vec::new());
     for _ in 0..15 {

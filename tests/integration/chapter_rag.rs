@@ -64,7 +64,7 @@ async fn six_tools_over_the_rclone_manual() {
     names.sort();
     let want = ["get_chapter", "list_chapter_tree", "route", "search", "search_chapter_content", "validate_citations"];
     assert_eq!(names, want.map(|t| format!("manual.{t}")));
-    for t in host.tools() {
+    for t in host.tools().iter() {
         let schema: Value = serde_json::from_str(&t.spec.args_schema).unwrap();
         assert_eq!(schema["type"], "object", "{}", t.qualified);
         assert!(!t.spec.args_schema.contains("\"null\""), "{}", t.qualified);

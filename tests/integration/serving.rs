@@ -46,9 +46,17 @@ async fn tools_are_listed_at_once_and_calls_wait_for_the_preparation() {
 
     let heard = Heard::default();
     let caller = Caller { client: "a", listener: Some(&heard) };
-    let out = within(30, host.call_unless("slow.echo", r#"{"text": "after"}"#, caller, std::future::pending()))
-        .await
-        .expect("the call waits and then runs");
+    let out = within(
+        30,
+        host.call_unless(
+            "slow.echo",
+            &quarry::Args::parse(r#"{"text": "after"}"#).unwrap(),
+            caller,
+            std::future::pending(),
+        ),
+    )
+    .await
+    .expect("the call waits and then runs");
     assert!(out.text.contains("after"), "{}", out.text);
     assert_eq!(inst.readiness(), Readiness::Ready);
     let progress = heard.progress.lock().unwrap();
@@ -123,7 +131,13 @@ async fn a_pool_serves_calls_in_parallel() {
                 let host = host.clone();
                 tokio::spawn(async move {
                     let caller = Caller { client, listener: None };
-                    host.call_unless("slow.sleep", r#"{"ms": 1500}"#, caller, std::future::pending()).await
+                    host.call_unless(
+                        "slow.sleep",
+                        &quarry::Args::parse(r#"{"ms": 1500}"#).unwrap(),
+                        caller,
+                        std::future::pending(),
+                    )
+                    .await
                 })
             })
             .collect();
@@ -211,6 +225,6 @@ async fn a_hot_swap_replaces_the_whole_pool() {
         assert!(out.text.ends_with("[v2]"), "{}", out.text);
     }
     // The old pool still answers a call already holding it, from v1.
-    let out = within(30, old.call("echo", r#"{"text": "old"}"#)).await.unwrap();
+    let out = within(30, old.call("echo", &quarry::Args::parse(r#"{"text": "old"}"#).unwrap())).await.unwrap();
     assert!(out.text.ends_with("[v1]"), "{}", out.text);
 }

@@ -157,7 +157,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
     };
     // Ingesting a large document (at load in fixed mode, or in a call) shows a progress bar.
-    tokio::spawn(progress_bar::show_progress(crate::capability::progress::subscribe()));
+    tokio::spawn(progress_bar::show_progress(host.apps().progress.subscribe()));
     let failures = if matches!(cli.command, Command::Serve { .. }) {
         // Served at once: clients hear `initialize` while the instances open, and `tools/list`
         // as soon as they have; index builds go on in the background.
@@ -228,7 +228,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 host.config().tools.len(),
                 tools.len()
             );
-            for t in &tools {
+            for t in tools.iter() {
                 println!("  ok  {}", t.qualified);
             }
             for (name, cfg) in &host.config().tools {
@@ -254,13 +254,13 @@ pub async fn run(cli: Cli) -> ExitCode {
                             "name": t.qualified,
                             "instance": t.instance,
                             "description": t.spec.description,
-                            "args_schema": serde_json::from_str::<serde_json::Value>(&t.spec.args_schema).unwrap_or(serde_json::Value::Null),
+                            "args_schema": *t.schema,
                         })
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             } else {
-                for t in &tools {
+                for t in tools.iter() {
                     println!(
                         "{}\n    {}\n    args: {}",
                         t.qualified,

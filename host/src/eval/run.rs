@@ -6,8 +6,9 @@ use serde_json::{Map, Value, json};
 
 use super::questions::Question;
 use super::score::{DEPTH, Fragment, Row, Tally, chapter_order, chapters_of, percentile};
+use crate::args::Args;
 use crate::bindings::{Hit, ToolError};
-use crate::instance::CallError;
+use crate::instance::{CallError, Caller};
 use crate::registry::Registry;
 
 /// The retrieval modes `--compare` asks for, with the eval-only argument `retrieval`: global
@@ -80,10 +81,11 @@ impl Plan {
                 known: tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>().join(", "),
             })?;
         let tool = entry.qualified.clone();
-        let schema: Value = serde_json::from_str(&entry.spec.args_schema).unwrap_or(Value::Null);
-        let props = schema["properties"].as_object().cloned().unwrap_or_default();
-        let required: Vec<String> = schema["required"]
-            .as_array()
+        let schema = &entry.schema;
+        let props = schema.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
+        let required: Vec<String> = schema
+            .get("required")
+            .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
             .unwrap_or_default();
         let is_string = |name: &str| props.get(name).is_some_and(|p| p["type"] == "string");
@@ -113,7 +115,7 @@ impl Plan {
         Ok(Plan { tool, question_arg, limit })
     }
 
-    fn args(&self, question: &str, retrieval: Option<&str>) -> String {
+    fn args(&self, question: &str, retrieval: Option<&str>) -> Args {
         let mut args = Map::new();
         args.insert(self.question_arg.clone(), json!(question));
         if self.limit {
@@ -122,7 +124,7 @@ impl Plan {
         if let Some(r) = retrieval {
             args.insert("retrieval".into(), json!(r));
         }
-        Value::Object(args).to_string()
+        Args::from_object(&args)
     }
 }
 
@@ -169,7 +171,8 @@ pub async fn run(
     let mut ms = Vec::with_capacity(questions.len());
     for q in questions {
         let t = Instant::now();
-        let out = match host.call(&plan.tool, &plan.args(&q.text, retrieval)).await {
+        let args = plan.args(&q.text, retrieval);
+        let out = match host.call_unless(&plan.tool, &args, Caller::default(), std::future::pending()).await {
             Ok(out) => out,
             Err(CallError::Tool { error: ToolError::InvalidArgs(m), .. })
                 if retrieval.is_some() && m.contains("retrieval") =>

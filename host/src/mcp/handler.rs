@@ -10,12 +10,13 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
+use crate::args::Args;
 use crate::bindings::ToolOutput;
 use crate::instance::CallError;
 use crate::instance::Caller;
@@ -134,13 +135,7 @@ pub fn mcp_name(entry: &ToolEntry) -> String {
 }
 
 fn to_mcp_tool(entry: &ToolEntry) -> Tool {
-    // The registry checked at load that every schema is a JSON object with `"type": "object"`.
-    let schema: JsonObject = serde_json::from_str(&entry.spec.args_schema).unwrap_or_else(|_| {
-        let mut o = JsonObject::new();
-        o.insert("type".into(), "object".into());
-        o
-    });
-    Tool::new(mcp_name(entry), entry.spec.description.clone(), Arc::new(schema))
+    Tool::new(mcp_name(entry), entry.spec.description.clone(), entry.schema.clone())
 }
 
 /// A tool-level failure: the tool's own message as the text (CrewAI's wording where the tool
@@ -151,6 +146,40 @@ fn tool_error(kind: &str, message: String) -> CallToolResult {
     r
 }
 
+/// How a call ended, typed until it is answered and logged.
+enum Answer {
+    /// Refused before it was queued: the session's or the server's limit.
+    Busy(String),
+    /// The registry's outcome.
+    Call(Result<ToolOutput, CallError>),
+}
+
+/// A failed call as its client is told.
+enum Failure<'a> {
+    /// An unknown tool: the one protocol error.
+    UnknownTool(ErrorData),
+    /// A tool-level error: its kind, and the message (the tool's own words for a tool's error).
+    Tool(&'static str, std::borrow::Cow<'a, str>),
+}
+
+fn failure(e: &CallError) -> Failure<'_> {
+    let kind = match e {
+        CallError::UnknownTool { name, hint } => {
+            return Failure::UnknownTool(ErrorData::invalid_params(format!("Unknown tool: {name:?}; {hint}"), None));
+        }
+        CallError::Tool { error, .. } => {
+            let (kind, message) = error.parts();
+            return Failure::Tool(kind, message.into());
+        }
+        CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. } => "invalid-args",
+        CallError::OutputTooLarge { .. } => "output-too-large",
+        CallError::Fault { .. } | CallError::Restart { .. } => "fault",
+        CallError::Cancelled { .. } => "cancelled",
+        CallError::NotReady { .. } => "not-ready",
+    };
+    Failure::Tool(kind, e.to_string().into())
+}
+
 /// Maps a call's outcome to MCP. Only an unknown tool is a protocol error.
 fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult, ErrorData> {
     match outcome {
@@ -159,20 +188,10 @@ fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult,
             r.structured_content = Some(crate::output::structured(&out));
             Ok(r)
         }
-        Err(CallError::UnknownTool { name, hint }) => {
-            Err(ErrorData::invalid_params(format!("Unknown tool: {name:?}; {hint}"), None))
-        }
-        Err(CallError::Tool { error, .. }) => {
-            let (kind, message) = error.parts();
-            Ok(tool_error(kind, message.to_string()))
-        }
-        Err(e @ (CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. })) => {
-            Ok(tool_error("invalid-args", e.to_string()))
-        }
-        Err(e @ CallError::OutputTooLarge { .. }) => Ok(tool_error("output-too-large", e.to_string())),
-        Err(e @ (CallError::Fault { .. } | CallError::Restart { .. })) => Ok(tool_error("fault", e.to_string())),
-        Err(e @ CallError::Cancelled { .. }) => Ok(tool_error("cancelled", e.to_string())),
-        Err(e @ CallError::NotReady { .. }) => Ok(tool_error("not-ready", e.to_string())),
+        Err(e) => match failure(&e) {
+            Failure::UnknownTool(e) => Err(e),
+            Failure::Tool(kind, message) => Ok(tool_error(kind, message.into_owned())),
+        },
     }
 }
 
@@ -211,7 +230,7 @@ impl ServerHandler for QuarryMcp {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.host.tools().iter().find(|t| mcp_name(t) == name).map(to_mcp_tool)
+        self.host.tool(name).as_ref().map(to_mcp_tool)
     }
 
     async fn call_tool(
@@ -225,15 +244,20 @@ impl ServerHandler for QuarryMcp {
         let CallToolRequestParams { name, arguments, .. } = request;
         let token = crate::mcp::listen::progress_token(&context.meta);
         context.meta = Default::default();
-        // The arguments wait and run as their JSON text, charged to the server's budget: a
-        // tree of them costs many times their size, and is dropped here.
+        // The arguments wait and run as their JSON text (what the guest receives), charged to
+        // the server's budget: a tree of them costs many times their size, and is dropped here.
         let arguments = arguments.unwrap_or_default();
-        let refused = crate::mcp::scan::refused_arguments(&arguments).map(|(n, head)| (n, head.to_string()));
-        let args = match &refused {
-            Some((_, head)) => head.clone(),
-            None => serde_json::to_string(&arguments).unwrap_or_default(),
+        // Refused ones (over 1 MiB, see `scan`) keep their size and head.
+        let args = match crate::mcp::scan::refused_arguments(&arguments) {
+            Some((size, head)) => Err((size, head.to_string())),
+            None => Ok(Args::from_object(&arguments)),
         };
         drop(arguments);
+        // What the call log shows of them: the head of refused ones, all of the others.
+        let logged = match &args {
+            Ok(a) => a.as_str(),
+            Err((_, head)) => head.as_str(),
+        };
         // Cancelled when the client closes the connection this call came on (HTTP).
         let gone = context
             .extensions
@@ -243,73 +267,77 @@ impl ServerHandler for QuarryMcp {
             .unwrap_or_default();
         let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _slot = CallSlot(self.calls.clone());
-        let held = self.budget.take(args.len());
-        let response = if waiting >= self.max_calls {
-            let message = format!(
+        let held = self.budget.take(logged.len());
+        let answer = match &args {
+            _ if waiting >= self.max_calls => Answer::Busy(format!(
                 "this session already has {waiting} tool calls waiting or running, its maximum ([serve] max_queued_calls); wait for their answers"
-            );
-            Ok(tool_error("busy", message))
-        } else if let Some((size, _)) = refused {
-            let tool = crate::text::cut(&name, 256);
-            to_response(Err(CallError::ArgsTooLarge { tool, size, limit: crate::registry::MAX_ARGS_BYTES }))
-        } else if held.is_none() {
-            let message = format!(
+            )),
+            Err((size, _)) => {
+                let tool = crate::text::cut(&name, 256);
+                Answer::Call(Err(CallError::ArgsTooLarge { tool, size: *size, limit: crate::args::MAX_ARGS_BYTES }))
+            }
+            Ok(_) if held.is_none() => Answer::Busy(format!(
                 "the server holds its maximum of {} bytes of requests from all clients ([serve] max_request_bytes); try again when earlier calls have answered",
                 self.budget.total()
-            );
-            Ok(tool_error("busy", message))
-        } else {
-            // A `notifications/cancelled` for this request cancels `context.ct`, and a closed
-            // connection cancels `gone`: a call still waiting for its instance is dropped from
-            // the queue; one already running finishes (its answer is then ignored), since
-            // stopping it would cost the instance a restart.
-            let cancelled = async {
-                tokio::select! {
-                    () = context.ct.cancelled() => {}
-                    () = gone.cancelled() => {}
+            )),
+            Ok(args) => {
+                // A `notifications/cancelled` for this request cancels `context.ct`, and a closed
+                // connection cancels `gone`: a call still waiting for its instance is dropped from
+                // the queue; one already running finishes (its answer is then ignored), since
+                // stopping it would cost the instance a restart.
+                let cancelled = async {
+                    tokio::select! {
+                        () = context.ct.cancelled() => {}
+                        () = gone.cancelled() => {}
+                    }
+                };
+                self.host.loaded().await;
+                let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
+                let caller = Caller {
+                    client: &self.client,
+                    listener: listener.as_ref().map(|l| l as &dyn crate::instance::Listener),
+                };
+                let outcome = self.host.call_unless(&name, args, caller, cancelled).await;
+                if let Some(l) = listener {
+                    l.finish().await;
                 }
-            };
-            self.host.loaded().await;
-            let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
-            let caller = Caller {
-                client: &self.client,
-                listener: listener.as_ref().map(|l| l as &dyn crate::instance::Listener),
-            };
-            let outcome = self.host.call_unless(&name, &args, caller, cancelled).await;
-            if let Some(l) = listener {
-                l.finish().await;
+                if let Err(e) = &outcome
+                    && let Some(held) = FAILURES_LOG.take()
+                {
+                    let e = crate::text::cut(&e.to_string(), 1024);
+                    let tool = crate::text::cut(&name, 256);
+                    tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::log_budget::held_note(held));
+                }
+                Answer::Call(outcome)
             }
-            if let Err(e) = &outcome
-                && let Some(held) = FAILURES_LOG.take()
-            {
-                let e = crate::text::cut(&e.to_string(), 1024);
-                let tool = crate::text::cut(&name, 256);
-                tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::log_budget::held_note(held));
-            }
-            to_response(outcome)
         };
         drop(held);
         if let Some(log) = &self.log {
             let client = context.peer.peer_info().map(|i| format!("{} {}", i.client_info.name, i.client_info.version));
-            let (outcome, error) = match &response {
-                Ok(r) if r.is_error == Some(true) => {
-                    let error = r.structured_content.as_ref().and_then(|s| s["error"]["message"].as_str());
-                    let kind = r.structured_content.as_ref().and_then(|s| s["error"]["kind"].as_str());
-                    (call_log::Outcome::Error(kind.unwrap_or("tool")), error)
-                }
-                Ok(_) => (call_log::Outcome::Ok, None),
-                Err(e) => (call_log::Outcome::Rejected, Some(e.message.as_ref())),
+            let failed = match &answer {
+                Answer::Call(Err(e)) => Some(failure(e)),
+                _ => None,
+            };
+            let (outcome, error) = match (&answer, &failed) {
+                (Answer::Busy(message), _) => (call_log::Outcome::Error("busy"), Some(message.as_str())),
+                (_, Some(Failure::Tool(kind, message))) => (call_log::Outcome::Error(kind), Some(message.as_ref())),
+                (_, Some(Failure::UnknownTool(e))) => (call_log::Outcome::Rejected, Some(e.message.as_ref())),
+                (_, None) => (call_log::Outcome::Ok, None),
             };
             log.record(&call_log::Entry {
                 session: self.session,
                 client,
                 tool: &name,
-                arguments: &args,
+                arguments: logged,
                 outcome,
                 error,
                 duration: start.elapsed(),
             });
         }
+        let response = match answer {
+            Answer::Busy(message) => Ok(tool_error("busy", message)),
+            Answer::Call(outcome) => to_response(outcome),
+        };
         response.map(Into::into)
     }
 

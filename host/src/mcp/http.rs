@@ -15,7 +15,7 @@
 //! - What every client together makes the server hold is bounded by `[serve] max_request_bytes`
 //!   ([`crate::mcp::budget`]): a body is charged as it arrives, and the tree it will be parsed
 //!   into is charged before it is built ([`crate::mcp::scan`]); a `tools/call` whose arguments
-//!   are over [`crate::registry::MAX_ARGS_BYTES`] is refused before any tree. One that does not
+//!   are over [`crate::args::MAX_ARGS_BYTES`] is refused before any tree. One that does not
 //!   fit gets 503 with a JSON-RPC error.
 //! - A connection that has not yet sent one request the server accepts (past the token check)
 //!   has [`UNACCEPTED_TIMEOUT`] to do so, and when every connection slot is taken, the oldest
@@ -28,13 +28,13 @@
 //! - A bearer token over plain HTTP beyond loopback travels in clear: that needs
 //!   `--insecure-http`, and TLS belongs in a proxy in front.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 

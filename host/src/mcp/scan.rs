@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::registry::MAX_ARGS_BYTES;
+use crate::args::MAX_ARGS_BYTES;
 
 /// What the host charges for one node of a parsed JSON tree: its 32-byte value, its share of
 /// a vector or map grown by doubling (and the old buffer while it is copied), a map entry's

@@ -1,0 +1,86 @@
+//! A tool call's arguments, typed where they enter the host and serialised once.
+//!
+//! The guest receives its arguments as JSON text (WIT `call: func(tool, args: string)`). An
+//! [`Args`] is that text, known to be a JSON object: built from an object the MCP server has
+//! already parsed ([`Args::from_object`], one serialisation), or from text a user typed
+//! ([`Args::parse`], one parse to check it, the text kept as it is). Nothing between the edge
+//! and the guest parses or serialises it again.
+
+use serde_json::{Map, Value};
+
+/// The largest arguments object a call accepts (1 MiB). Retrieval arguments are a question
+/// and a few options; anything this size is a mistake, and copying it into a sandbox and
+/// parsing it there would only waste the instance's time.
+pub const MAX_ARGS_BYTES: usize = 1 << 20;
+
+/// A JSON object of arguments, as the JSON text the guest receives; cloned by reference, as a
+/// call hands it to the future that runs the guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args(std::sync::Arc<str>);
+
+/// Why text is not an arguments object; the message is the one the user sees after the tool's
+/// name (see [`crate::CallError::BadArgs`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ArgsError(String);
+
+impl Args {
+    /// The arguments of an already parsed object.
+    pub fn from_object(object: &Map<String, Value>) -> Args {
+        // A map of JSON values always serialises.
+        Args(serde_json::to_string(object).unwrap_or_else(|_| "{}".into()).into())
+    }
+
+    /// Checks that `text` is one JSON object and keeps it as it is.
+    pub fn parse(text: &str) -> Result<Args, ArgsError> {
+        // Parsed to check, into a tree that is dropped: the guest parses the text itself.
+        let parsed: Value = serde_json::from_str(text).map_err(|e| ArgsError(e.to_string()))?;
+        match parsed {
+            Value::Object(_) => Ok(Args(text.into())),
+            other => Err(ArgsError(format!("got {}", kind(&other)))),
+        }
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the text is empty (never, for a parsed object; for clippy's pairing with `len`).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_pass_as_written_and_anything_else_says_what_it_is() {
+        let a = Args::parse(r#"{ "q": "x" }"#).unwrap();
+        assert_eq!(a.as_str(), r#"{ "q": "x" }"#, "the text is kept, not re-serialised");
+        assert_eq!(Args::parse("[1]").unwrap_err().to_string(), "got an array");
+        assert_eq!(Args::parse("\"s\"").unwrap_err().to_string(), "got a string");
+        assert!(Args::parse("{").is_err());
+        let mut m = Map::new();
+        m.insert("q".into(), "x".into());
+        assert_eq!(Args::from_object(&m).as_str(), r#"{"q":"x"}"#);
+    }
+}
