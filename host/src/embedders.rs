@@ -3,8 +3,8 @@
 //! without reopening the tools it serves. This is the backend of the `embedder` capability
 //! ([`crate::capability::embedder`]) today.
 
-use std::sync::Arc;
 use parking_lot::RwLock;
+use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::Store;
@@ -13,13 +13,13 @@ use wasmtime::component::Linker;
 use crate::bindings::embedder_world::exports::quarry::retrieval::embedder as ex;
 use crate::bindings::embedder_world::{EmbedderHost, EmbedderHostPre};
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
-use crate::capability::CapabilityStore;
+use crate::capability::CallCx;
 use crate::capability::embedder::{BoxFuture, Caller, EmbedderBackend, MAX_CHUNK};
 use crate::config::InstanceConfig;
 use crate::fair::FairQueue;
 use crate::instance::{OpenError, compile};
 use crate::runtime::engine::QuarryEngine;
-use crate::runtime::guarded::{GuestCall, new_store, run_guarded};
+use crate::runtime::guarded::{GuestCall, new_store, run_guarded, run_guarded_for};
 use crate::runtime::store::StoreState;
 
 /// Fault lines of embedders, all together: a hostile embedder can fault on every call.
@@ -270,8 +270,9 @@ impl ComponentEmbedder {
             }
         };
         let bindings = live.bindings.clone();
-        live.store.data_mut().parts().states.nn.set_caller(deadline.map(|d| (client, d)));
-        let outcome = run_guarded(&mut live.store, self.config.grants.deadline, |store| call(store, bindings)).await;
+        let cx = CallCx { for_caller: deadline.map(|d| (client, d)), tool_code: false };
+        let outcome =
+            run_guarded_for(&mut live.store, self.config.grants.deadline, cx, |store| call(store, bindings)).await;
         // Logged as they happened; kept only for a tool's error message, which an embed has not.
         let _ = live.store.data().take_denials();
         match outcome {

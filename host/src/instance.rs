@@ -21,7 +21,9 @@ use std::time::Instant;
 use wasmtime::Store;
 use wasmtime::component::{Component, Linker, ResourceAny};
 
+use crate::args::Args;
 use crate::bindings::{ToolError, ToolHost, ToolHostPre, ToolOutput, ToolSpec};
+use crate::capability::CallCx;
 use crate::capability::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
 use crate::capability::progress::{self, Report};
 use crate::config::InstanceConfig;
@@ -29,7 +31,7 @@ use crate::fair::FairQueue;
 use crate::runtime::cache::{CacheOutcome, ComponentCache};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 pub use crate::runtime::guarded::Fault;
-use crate::runtime::guarded::{new_store, run_guarded};
+use crate::runtime::guarded::{new_store, run_guarded, run_guarded_for};
 use crate::runtime::store::StoreState;
 
 /// Fault lines, all instances together: a hostile component can fault on every call.
@@ -164,7 +166,7 @@ pub enum CallError {
         /// The parser's reason.
         message: String,
     },
-    /// The arguments are over [`crate::registry::MAX_ARGS_BYTES`].
+    /// The arguments are over [`crate::args::MAX_ARGS_BYTES`].
     #[error("{tool}: the arguments are {size} bytes, over the limit of {limit} bytes; pass less text")]
     ArgsTooLarge {
         /// The tool.
@@ -331,6 +333,24 @@ struct Member {
     progress: Arc<progress::Sink>,
 }
 
+/// A JSON object, as a tool's schema is.
+pub type JsonObject = serde_json::Map<String, serde_json::Value>;
+
+/// One tool as listed to users: `instance.tool`. Built once when its instance opens.
+#[derive(Debug, Clone)]
+pub struct ToolEntry {
+    /// `instance.tool`, unique and stable.
+    pub qualified: String,
+    /// The instance name.
+    pub instance: String,
+    /// The tool's spec as the component gave it.
+    pub spec: ToolSpec,
+    /// Its arguments' JSON Schema, parsed once (shared with every listing of it).
+    pub schema: Arc<JsonObject>,
+    /// SHA-256 (hex) of the component version serving it.
+    pub component_hash: String,
+}
+
 /// A running tool instance: `pool` members of one component version and config, serving calls
 /// in parallel, queued fairly between clients.
 pub struct ToolInstance {
@@ -340,8 +360,8 @@ pub struct ToolInstance {
     pub config: Arc<InstanceConfig>,
     /// The component version it runs.
     pub plugin: Arc<ComponentVersion>,
-    /// The tools it offers.
-    pub specs: Vec<ToolSpec>,
+    /// The tools it offers, as listed.
+    pub tools: Vec<ToolEntry>,
     engine: QuarryEngine,
     embedder: Option<Arc<dyn EmbedderBackend>>,
     members: Vec<Member>,
@@ -372,7 +392,19 @@ impl ToolInstance {
         })
         .await
         .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
-        check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
+        let schemas = check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
+        let hash = hex::encode(plugin.hash);
+        let tools = specs
+            .into_iter()
+            .zip(schemas)
+            .map(|(spec, schema)| ToolEntry {
+                qualified: format!("{name}.{}", spec.name),
+                instance: name.clone(),
+                spec,
+                schema: Arc::new(schema),
+                component_hash: hash.clone(),
+            })
+            .collect();
         // The first member keeps the store it was opened in; the others start as they prepare.
         let mut first = Some(live);
         let members: Vec<Member> = sinks
@@ -384,7 +416,7 @@ impl ToolInstance {
             name,
             config,
             plugin,
-            specs,
+            tools,
             engine: engine.clone(),
             embedder,
             members,
@@ -399,11 +431,12 @@ impl ToolInstance {
     /// fails joins too, without a store: the call that takes it starts it again.
     pub async fn prepare(self: &Arc<Self>) -> Result<(), OpenError> {
         let first = self.prepare_member(0).await;
-        self.queue.add(0);
+        // Ready before the member joins: a call it serves must find the instance ready.
         self.readiness.send_replace(match &first {
             Ok(()) => Readiness::Ready,
             Err(e) => Readiness::Failed(crate::text::cut(&e.to_string(), MAX_REJECTION_BYTES)),
         });
+        self.queue.add(0);
         if self.members.len() > 1 {
             let this = self.clone();
             let ok = first.is_ok();
@@ -456,7 +489,7 @@ impl ToolInstance {
     }
 
     /// Runs tool `tool` with `args` (a JSON object) on the first free member.
-    pub async fn call(&self, tool: &str, args: &str) -> Result<ToolOutput, CallError> {
+    pub async fn call(&self, tool: &str, args: &Args) -> Result<ToolOutput, CallError> {
         self.call_unless(tool, args, Caller::default(), std::future::pending()).await
     }
 
@@ -470,7 +503,7 @@ impl ToolInstance {
     pub async fn call_unless(
         &self,
         tool: &str,
-        args: &str,
+        args: &Args,
         caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<ToolOutput, CallError> {
@@ -562,22 +595,20 @@ impl ToolInstance {
         &self,
         qualified: &str,
         tool: &str,
-        args: &str,
+        args: &Args,
         mut live: Live,
         slot: &mut Option<Live>,
         listener: Option<&dyn Listener>,
     ) -> Result<ToolOutput, CallError> {
         let (bindings, handle) = (live.bindings.clone(), live.handle);
         // Owned: the call's future may outlive this borrow of the caller's strings.
-        let (tool_name, args) = (tool.to_string(), args.to_string());
-        let busy = crate::capability::nn::pool::Busy::enter();
-        let outcome = run_guarded(&mut live.store, self.config.grants.deadline, |store| {
+        let (tool_name, args) = (tool.to_string(), args.clone());
+        let outcome = run_guarded_for(&mut live.store, self.config.grants.deadline, CallCx::TOOL_CODE, |store| {
             Box::pin(async move {
-                bindings.quarry_retrieval_tool().instance().call_call(store, handle, &tool_name, &args).await
+                bindings.quarry_retrieval_tool().instance().call_call(store, handle, &tool_name, args.as_str()).await
             })
         })
         .await;
-        drop(busy);
         let denials = live.store.data().take_denials();
         let lines = live.store.data_mut().take_logged();
         if let Some(l) = listener {
@@ -670,12 +701,10 @@ async fn start(
 async fn prepare(config: &InstanceConfig, mut live: Live) -> Result<Live, OpenError> {
     let name = config.name.clone();
     let (b, handle) = (live.bindings.clone(), live.handle);
-    let busy = crate::capability::nn::pool::Busy::enter();
-    let prepared = run_guarded(&mut live.store, config.grants.prepare_deadline, |store| {
+    let prepared = run_guarded_for(&mut live.store, config.grants.prepare_deadline, CallCx::TOOL_CODE, |store| {
         Box::pin(async move { b.quarry_retrieval_tool().instance().call_prepare(store, handle).await })
     })
     .await;
-    drop(busy);
     match prepared {
         Err(fault) => Err(OpenError::Fault { instance: name, fault }),
         Ok(Err(error)) => Err(OpenError::Unprepared { instance: name, error: bounded(error, MAX_REJECTION_BYTES) }),
@@ -725,7 +754,8 @@ fn output_size(out: &ToolOutput) -> usize {
             .sum::<usize>()
 }
 
-fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
+/// Checks what a component offers; returns each tool's schema, parsed once here.
+fn check_specs(specs: &[ToolSpec]) -> Result<Vec<JsonObject>, String> {
     if specs.is_empty() {
         return Err("it offers no tools".into());
     }
@@ -740,6 +770,7 @@ fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
         ));
     }
     let mut seen = std::collections::BTreeSet::new();
+    let mut schemas = Vec::with_capacity(specs.len());
     for s in specs {
         let ok =
             !s.name.is_empty() && s.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
@@ -754,9 +785,12 @@ fn check_specs(specs: &[ToolSpec]) -> Result<(), String> {
         }
         let schema: serde_json::Value = serde_json::from_str(&s.args_schema)
             .map_err(|e| format!("tool {:?}: args-schema is not JSON: {e}", s.name))?;
-        if schema.get("type").and_then(|t| t.as_str()) != Some("object") {
-            return Err(format!("tool {:?}: args-schema must be a JSON Schema with \"type\": \"object\"", s.name));
+        match schema {
+            serde_json::Value::Object(o) if o.get("type").and_then(|t| t.as_str()) == Some("object") => schemas.push(o),
+            _ => {
+                return Err(format!("tool {:?}: args-schema must be a JSON Schema with \"type\": \"object\"", s.name));
+            }
         }
     }
-    Ok(())
+    Ok(schemas)
 }

@@ -9,43 +9,29 @@
 //! If the new version fails to compile, link or open, nothing changes and the
 //! error says why.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use parking_lot::{Mutex, RwLock};
 use std::time::Instant;
 
 use wasmtime::component::Linker;
 
-use crate::bindings::{ToolOutput, ToolSpec};
+use crate::args::Args;
+use crate::bindings::ToolOutput;
 use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
 use crate::embedders::{ComponentEmbedder, EmbedderSlot};
+pub use crate::instance::ToolEntry;
 use crate::instance::{CallError, Caller, ComponentVersion, OpenError, ToolInstance};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 use crate::runtime::store::StoreState;
 
-/// The largest arguments object a call accepts (1 MiB). Retrieval arguments are a question
-/// and a few options; anything this size is a mistake, and copying it into a sandbox and
-/// parsing it there would only waste the instance's time.
-pub const MAX_ARGS_BYTES: usize = 1 << 20;
+pub use crate::args::MAX_ARGS_BYTES;
 /// The longest tool name looked up for suggestions; a longer one is no near miss.
 pub const MAX_NAME_BYTES: usize = 256;
 /// The longest reason kept for an instance that did not load.
 pub const MAX_FAILURE_BYTES: usize = 4 << 10;
-
-/// One tool as listed to users: `instance.tool`.
-#[derive(Debug, Clone)]
-pub struct ToolEntry {
-    /// `instance.tool`, unique and stable.
-    pub qualified: String,
-    /// The instance name.
-    pub instance: String,
-    /// The tool's spec.
-    pub spec: ToolSpec,
-    /// SHA-256 (hex) of the component version serving it.
-    pub component_hash: String,
-}
 
 /// What a successful swap did.
 #[derive(Debug, Clone)]
@@ -104,6 +90,9 @@ pub struct Registry {
     engine: QuarryEngine,
     linker: Linker<StoreState>,
     tools: RwLock<BTreeMap<String, Arc<ToolInstance>>>,
+    /// Every tool of `tools`, sorted by qualified name: rebuilt with each change to `tools`,
+    /// shared by every listing.
+    listing: RwLock<Arc<[ToolEntry]>>,
     embedders: RwLock<BTreeMap<String, Arc<EmbedderSlot>>>,
     failed: Mutex<BTreeMap<String, String>>,
     changes: tokio::sync::broadcast::Sender<SwapReport>,
@@ -123,6 +112,7 @@ impl Registry {
             engine,
             linker,
             tools: RwLock::default(),
+            listing: RwLock::new(Arc::new([])),
             embedders: RwLock::default(),
             failed: Mutex::default(),
             changes,
@@ -138,6 +128,11 @@ impl Registry {
     /// The engine.
     pub fn engine(&self) -> &QuarryEngine {
         &self.engine
+    }
+
+    /// The capabilities' state for this registry's stores (its models, its progress bus).
+    pub fn apps(&self) -> &crate::capability::AppStates {
+        self.engine.apps()
     }
 
     /// Loads every embedder, then opens every configured tool instance (the cheap part: the
@@ -158,8 +153,7 @@ impl Registry {
 
     /// Waits until every tool instance has prepared or failed; returns those that failed, with why.
     pub async fn prepared(&self) -> Vec<(String, String)> {
-        let tools: Vec<Arc<ToolInstance>> =
-            self.tools.read().values().cloned().collect();
+        let tools: Vec<Arc<ToolInstance>> = self.tools.read().values().cloned().collect();
         let mut failed = Vec::new();
         for inst in tools {
             if let crate::instance::Readiness::Failed(why) = inst.prepared().await {
@@ -181,9 +175,7 @@ impl Registry {
                 Ok(e) => {
                     let info = e.info();
                     tracing::info!(target: "quarry::load", embedder = %name, model = %info.id, dimension = info.dimension, "loaded");
-                    self.embedders
-                        .write()
-                        .insert(name.clone(), Arc::new(EmbedderSlot::new(e)));
+                    self.embedders.write().insert(name.clone(), Arc::new(EmbedderSlot::new(e)));
                 }
                 Err(e) => {
                     self.record_failure(&format!("embedders.{name}"), &e);
@@ -209,9 +201,9 @@ impl Registry {
             };
             match self.open_instance(cfg, plugin).await {
                 Ok(inst) => {
-                    tracing::info!(target: "quarry::load", instance = %name, tools = inst.specs.len(), pool = inst.pool(), "opened; preparing");
+                    tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools.len(), pool = inst.pool(), "opened; preparing");
                     let inst = Arc::new(inst);
-                    self.tools.write().insert(name.clone(), inst.clone());
+                    self.install([inst.clone()]);
                     tokio::spawn(async move {
                         let start = Instant::now();
                         match inst.prepare().await {
@@ -318,9 +310,7 @@ impl Registry {
         match slot {
             Some(slot) => slot.replace(e),
             None => {
-                self.embedders
-                    .write()
-                    .insert(name.to_string(), Arc::new(EmbedderSlot::new(e)));
+                self.embedders.write().insert(name.to_string(), Arc::new(EmbedderSlot::new(e)));
             }
         }
         self.failed.lock().remove(&format!("embedders.{name}"));
@@ -335,7 +325,8 @@ impl Registry {
         let mut changed = Vec::new();
         for section in self.config.sections.models.values().filter(|m| m.model_file() == path) {
             let s = section.clone();
-            let fresh = tokio::task::spawn_blocking(move || crate::nn::native::refresh(&s))
+            let models = self.engine.apps().nn.models.clone();
+            let fresh = tokio::task::spawn_blocking(move || models.refresh(&s))
                 .await
                 .map_err(|e| refused(format!("the model loader failed: {e}")))?;
             match fresh {
@@ -371,53 +362,49 @@ impl Registry {
     }
 
     /// Every tool of every loaded instance, sorted by qualified name.
-    pub fn tools(&self) -> Vec<ToolEntry> {
-        let tools = self.tools.read();
-        let mut out: Vec<ToolEntry> = tools
-            .values()
-            .flat_map(|inst| {
-                inst.specs.iter().map(|spec| ToolEntry {
-                    qualified: format!("{}.{}", inst.name, spec.name),
-                    instance: inst.name.clone(),
-                    spec: spec.clone(),
-                    component_hash: hex::encode(inst.plugin.hash),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.qualified.cmp(&b.qualified));
-        out
+    pub fn tools(&self) -> Arc<[ToolEntry]> {
+        self.listing.read().clone()
     }
 
-    /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`.
+    /// Tool `qualified` (`instance.tool`), if it is loaded.
+    pub fn tool(&self, qualified: &str) -> Option<ToolEntry> {
+        let listing = self.tools();
+        listing.binary_search_by(|t| t.qualified.as_str().cmp(qualified)).ok().map(|i| listing[i].clone())
+    }
+
+    /// Serves `instances` from now on, replacing those of the same names, and lists their tools.
+    fn install(&self, instances: impl IntoIterator<Item = Arc<ToolInstance>>) {
+        let mut tools = self.tools.write();
+        for inst in instances {
+            tools.insert(inst.name.clone(), inst);
+        }
+        let mut listing: Vec<ToolEntry> = tools.values().flat_map(|inst| inst.tools.iter().cloned()).collect();
+        listing.sort_by(|a, b| a.qualified.cmp(&b.qualified));
+        // Written while `tools` is still locked, so that two installs cannot list out of order.
+        *self.listing.write() = listing.into();
+    }
+
+    /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`, JSON
+    /// text as a user typed it: checked once to be an object, then passed on as it is.
     pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
-        self.call_unless(name, args, Caller::default(), std::future::pending()).await
+        let (inst, tool) = self.resolve(name)?;
+        check_size(&inst, &tool, args.len())?;
+        let args = Args::parse(args)
+            .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })?;
+        inst.call_unless(&tool, &args, Caller::default(), std::future::pending()).await
     }
 
-    /// [`Registry::call`] for `caller`, given up if `cancelled` completes before the call
+    /// Calls `name` with `args` for `caller`, given up if `cancelled` completes before the call
     /// starts to run (see [`ToolInstance::call_unless`]).
     pub async fn call_unless(
         &self,
         name: &str,
-        args: &str,
+        args: &Args,
         caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<ToolOutput, CallError> {
         let (inst, tool) = self.resolve(name)?;
-        if args.len() > MAX_ARGS_BYTES {
-            return Err(CallError::ArgsTooLarge {
-                tool: format!("{}.{tool}", inst.name),
-                size: args.len(),
-                limit: MAX_ARGS_BYTES,
-            });
-        }
-        let parsed: serde_json::Value = serde_json::from_str(args)
-            .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })?;
-        if !parsed.is_object() {
-            return Err(CallError::BadArgs {
-                tool: format!("{}.{tool}", inst.name),
-                message: format!("got {}", json_kind(&parsed)),
-            });
-        }
+        check_size(&inst, &tool, args.len())?;
         inst.call_unless(&tool, args, caller, cancelled).await
     }
 
@@ -429,17 +416,18 @@ impl Registry {
         };
         if let Some(inst) = tools.get(inst_name) {
             match tool {
-                Some(t) if inst.specs.iter().any(|s| s.name == t) => {
+                Some(t) if inst.tools.iter().any(|e| e.spec.name == t) => {
                     return Ok((inst.clone(), t.to_string()));
                 }
-                None if inst.specs.len() == 1 => {
-                    return Ok((inst.clone(), inst.specs[0].name.clone()));
+                None if inst.tools.len() == 1 => {
+                    return Ok((inst.clone(), inst.tools[0].spec.name.clone()));
                 }
                 _ => {}
             }
         }
         drop(tools);
-        let all: Vec<String> = self.tools().into_iter().map(|t| t.qualified).collect();
+        let listing = self.tools();
+        let all: Vec<&String> = listing.iter().map(|t| &t.qualified).collect();
         if name.len() > MAX_NAME_BYTES {
             // Suggestions cost time in proportion to the name's length: a name this long is
             // no typo, and is not echoed whole either.
@@ -452,7 +440,7 @@ impl Registry {
         let hint = if let Some(why) = failed.get(inst_name) {
             format!("instance {inst_name:?} did not load: {why}")
         } else {
-            let mut near: Vec<&String> = all.iter().filter(|q| similar(q, name)).collect();
+            let mut near: Vec<&String> = all.iter().copied().filter(|q| similar(q, name)).collect();
             near.truncate(5);
             if near.is_empty() {
                 format!("run `quarry list` to see the {} available tools", all.len())
@@ -498,12 +486,7 @@ impl Registry {
             opened.push(inst);
         }
         let instances: Vec<String> = opened.iter().map(|i| i.name.clone()).collect();
-        {
-            let mut tools = self.tools.write();
-            for inst in opened {
-                tools.insert(inst.name.clone(), inst);
-            }
-        }
+        self.install(opened);
         {
             let mut failed = self.failed.lock();
             for i in &instances {
@@ -531,15 +514,12 @@ pub fn build_linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<StoreS
     Ok(linker)
 }
 
-fn json_kind(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
+/// Arguments over [`MAX_ARGS_BYTES`] are refused before they reach an instance.
+fn check_size(inst: &ToolInstance, tool: &str, size: usize) -> Result<(), CallError> {
+    if size > MAX_ARGS_BYTES {
+        return Err(CallError::ArgsTooLarge { tool: format!("{}.{tool}", inst.name), size, limit: MAX_ARGS_BYTES });
     }
+    Ok(())
 }
 
 /// Near-miss test for suggestions: a shared prefix of the instance part, or a small edit distance.

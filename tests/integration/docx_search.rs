@@ -414,10 +414,9 @@ async fn bad_config_is_refused_at_load() {
 #[tokio::test]
 async fn ingest_reports_progress_to_the_host() {
     let env = env();
-    // A name no other test uses: the progress bus is process-wide.
     std::fs::write(env.path("docs/progress-report.docx"), fixture(NOTES)).unwrap();
     let host = env.host(&config("{}")).await;
-    let mut rx = quarry::progress::subscribe();
+    let mut rx = host.apps().progress.subscribe();
     call(&host, json!({"docx": "/docs/progress-report.docx", "search_query": "footnote"})).await.unwrap();
     let mut seen = Vec::new();
     while let Ok(p) = rx.try_recv() {

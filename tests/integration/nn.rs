@@ -160,7 +160,7 @@ async fn one_load_serves_every_instance_and_tool() {
     let v5: Vec<f32> = serde_json::from_value(a["vectors"][5].clone()).unwrap();
     assert_eq!(one[0].vector, v5);
     let section = quarry::nn::ModelSection { name: "m".into(), dir: dir.canonicalize().unwrap(), pin: None };
-    assert_eq!(quarry::nn::native::load_count(&section), 1, "4 embedder instances, 2 tools: one copy of the weights");
+    assert_eq!(host.apps().nn.models.load_count(&section), 1, "4 embedder instances, 2 tools: one copy of the weights");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,7 +185,7 @@ async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
     computes(&host).await;
     swap_to_int8(&free);
     computes(&host).await;
-    assert_eq!(quarry::nn::native::load_count(&section(&free)), 2, "unpinned: the new file is loaded");
+    assert_eq!(host.apps().nn.models.load_count(&section(&free)), 2, "unpinned: the new file is loaded");
 
     let env2 = TestEnv::new();
     let host = hostile_with_model(&env2, &pinned, &format!("sha256 = \"{fp32}\"")).await;
@@ -193,7 +193,7 @@ async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
     swap_to_int8(&pinned);
     // Refused (the host logs why); the pinned model loaded before keeps serving.
     computes(&host).await;
-    assert_eq!(quarry::nn::native::load_count(&section(&pinned)), 1, "pinned: the changed file is refused");
+    assert_eq!(host.apps().nn.models.load_count(&section(&pinned)), 1, "pinned: the changed file is refused");
     // With nothing loaded before, a file that does not match its pin never serves.
     let env3 = TestEnv::new();
     let wrong = model_copy(&env3, "all-minilm-l6-v2", "wrong");

@@ -28,11 +28,11 @@
 //! write (a stream write is at most 4 KiB to 1 MiB) and never create a file past it; it can
 //! still read, overwrite within the sizes it has, truncate and delete.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Weak};
-use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -158,12 +158,12 @@ pub struct SandboxError {
 }
 
 /// Preopens `dirs` in `wasi` with their permissions; the state that enforces their quotas.
-pub fn preopen(dirs: &[DirGrant], wasi: &mut WasiCtxBuilder) -> Result<FileGuard, SandboxError> {
+pub fn preopen(dirs: &[DirGrant], app: &AppState, wasi: &mut WasiCtxBuilder) -> Result<FileGuard, SandboxError> {
     let mut files = FileGuard::default();
     for d in dirs {
         let perms = if d.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
         if let Some(quota) = d.quota {
-            files.add(&d.guest, QuotaGrant::new(&d.host, quota));
+            files.add(&d.guest, QuotaGrant::new(app, &d.host, quota));
         }
         wasi.preopened_dir(&d.host, &d.guest, perms).map_err(|e| SandboxError {
             host: d.host.display().to_string(),
@@ -208,12 +208,17 @@ struct Usage {
     measured: Mutex<Option<Instant>>,
 }
 
-static USAGE: LazyLock<Mutex<HashMap<PathBuf, Weak<Usage>>>> = LazyLock::new(Mutex::default);
+/// The directory capability's state for one app: the usage of every read-write directory its
+/// instances are granted, shared by the instances granted the same directory.
+#[derive(Default)]
+pub struct AppState {
+    usage: Mutex<HashMap<PathBuf, Weak<Usage>>>,
+}
 
 impl Usage {
     /// The shared usage of `root`, measured now if no instance holds it yet.
-    fn of(root: &Path, quota: Quota) -> Arc<Usage> {
-        let mut all = USAGE.lock();
+    fn of(app: &AppState, root: &Path, quota: Quota) -> Arc<Usage> {
+        let mut all = app.usage.lock();
         if let Some(u) = all.get(root).and_then(Weak::upgrade) {
             return u;
         }
@@ -262,9 +267,9 @@ pub struct QuotaGrant {
 }
 
 impl QuotaGrant {
-    /// The grant of `quota` over host directory `root`.
-    pub fn new(root: &Path, quota: Quota) -> Arc<QuotaGrant> {
-        Arc::new(QuotaGrant { quota, usage: Usage::of(root, quota) })
+    /// The grant of `quota` over host directory `root`, its usage shared within `app`.
+    pub fn new(app: &AppState, root: &Path, quota: Quota) -> Arc<QuotaGrant> {
+        Arc::new(QuotaGrant { quota, usage: Usage::of(app, root, quota) })
     }
 
     /// Bytes and files in use now, as last counted.
@@ -283,11 +288,7 @@ impl QuotaGrant {
                 && u.files.load(Ordering::Relaxed).saturating_add(files) <= self.quota.files
         };
         if !fits(&self.usage) {
-            let stale = self
-                .usage
-                .measured
-                .lock()
-                .is_none_or(|t| t.elapsed() >= REMEASURE_EVERY);
+            let stale = self.usage.measured.lock().is_none_or(|t| t.elapsed() >= REMEASURE_EVERY);
             if stale {
                 self.usage.measure(self.quota);
             }

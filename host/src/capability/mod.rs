@@ -25,7 +25,17 @@
 //! | [`couchbase`] | `couchbase` | `[couchbase.NAME]` | `quarry:retrieval/couchbase` |
 //! | [`nn`] | `models` | `[models.NAME]` | `wasi:nn` |
 
+#[cfg(any(not(feature = "bedrock"), not(feature = "couchbase")))]
+mod absent;
+#[cfg(feature = "bedrock")]
 pub mod bedrock;
+#[cfg(not(feature = "bedrock"))]
+#[path = "absent/bedrock.rs"]
+pub mod bedrock;
+#[cfg(feature = "couchbase")]
+pub mod couchbase;
+#[cfg(not(feature = "couchbase"))]
+#[path = "absent/couchbase.rs"]
 pub mod couchbase;
 pub mod embedder;
 pub mod files;
@@ -149,6 +159,37 @@ impl Sections {
     }
 }
 
+/// Each capability's state for one app (a registry and everything it loads), as Spin's factors
+/// have an app state: built once with the engine and handed to every store made from it, so
+/// two registries in one process share nothing.
+#[derive(Default)]
+pub struct AppStates {
+    /// Directory usage.
+    pub files: files::AppState,
+    /// Name-lookup threads.
+    pub http: http::AppState,
+    /// The progress bus.
+    pub progress: progress::AppState,
+    /// Loaded models and the inference pool.
+    pub nn: nn::AppState,
+}
+
+/// Who a guest call runs for, as the capabilities see it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallCx<'a> {
+    /// The client and deadline of the tool call an embedder's call computes for; none: the
+    /// store's own instance and call.
+    pub for_caller: Option<(&'a str, Instant)>,
+    /// Whether this is a tool's own code (a call, a preparation), which the inference pool
+    /// counts (see [`nn::pool::Busy`]).
+    pub tool_code: bool,
+}
+
+impl CallCx<'_> {
+    /// A tool's own call or preparation.
+    pub const TOOL_CODE: CallCx<'static> = CallCx { for_caller: None, tool_code: true };
+}
+
 /// What a capability's state may depend on beside its grant.
 pub struct StateCx<'a> {
     /// The instance's name.
@@ -157,6 +198,8 @@ pub struct StateCx<'a> {
     pub max_output: u64,
     /// The backend of its `embedder` import, when it has one.
     pub embedder: Option<Arc<dyn embedder::EmbedderBackend>>,
+    /// The app the store belongs to.
+    pub app: &'a AppStates,
 }
 
 /// One store's state of every capability.
@@ -181,15 +224,25 @@ impl States {
     /// The states for a new store of an instance granted `grants`; directory grants become
     /// preopens of `wasi`.
     pub fn new(grants: &Grants, cx: StateCx<'_>, wasi: &mut WasiCtxBuilder) -> Result<States, files::SandboxError> {
+        let files = files::preopen(&grants.dirs, &cx.app.files, wasi)?;
+        // wasi-nn's models are files too: their directories come through the directory capability.
+        for (host, guest) in nn::read_only_dirs(&grants.models) {
+            files::preopen_read_only(host, &guest, wasi)?;
+        }
         Ok(States {
-            files: files::preopen(&grants.dirs, wasi)?,
-            http: http::State::new(&grants.http),
+            files,
+            http: http::State::new(&grants.http, &cx.app.http),
             embedder: embedder::State::new(cx.embedder, cx.instance),
-            progress: progress::State::new(cx.instance),
+            progress: progress::State::new(cx.instance, &cx.app.progress),
             bedrock: bedrock::State::new(grants.bedrock.as_ref(), cx.max_output),
             couchbase: couchbase::State::new(grants.couchbase.as_ref(), cx.max_output),
-            nn: nn::State::new(&grants.models, cx.instance, wasi)?,
+            nn: nn::State::new(&grants.models, cx.instance, &cx.app.nn),
         })
+    }
+
+    /// Before each guest call: who it runs for.
+    pub fn begin_call(&mut self, cx: &CallCx<'_>) {
+        self.nn.begin_call(cx);
     }
 
     /// What the capabilities refused since the last call (appended to a tool's error).
@@ -199,6 +252,7 @@ impl States {
 
     /// After each guest call: what a call started ends with it.
     pub async fn end_call(&mut self) {
+        self.nn.end_call();
         self.http.end_call().await;
     }
 }

@@ -3,14 +3,14 @@
 //! subscribes.
 //!
 //! Every report goes to two places, the same events for both:
-//! - one process-wide broadcast bus, tagged with the reporting instance's name, for the CLI's
+//! - the app's broadcast bus ([`AppState`]), tagged with the reporting instance's name, for the CLI's
 //!   progress bars, which want every store's reports (a tool preparing, a call, a recycled
 //!   instance). A lagging or absent subscriber loses reports, never blocks a tool.
 //! - the store's own [`Sink`], when its owner gave it one: the latest [`Report`] of that
 //!   instance, which a call waiting on its preparation, or running on it, forwards to its MCP
 //!   client as `notifications/progress`, and which a "not ready" error quotes.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
@@ -87,26 +87,37 @@ fn thousands(n: u64) -> String {
 /// Where a store's latest [`Report`] is kept for its owner (see the module docs).
 pub type Sink = tokio::sync::watch::Sender<Option<Report>>;
 
-fn bus() -> &'static broadcast::Sender<Progress> {
-    static BUS: OnceLock<broadcast::Sender<Progress>> = OnceLock::new();
-    BUS.get_or_init(|| broadcast::channel(256).0)
+/// Progress's state for one app: the bus every store of it reports to (the CLI's bars).
+#[derive(Clone)]
+pub struct AppState {
+    bus: broadcast::Sender<Progress>,
 }
 
-/// Receives every report sent from now on.
-pub fn subscribe() -> broadcast::Receiver<Progress> {
-    bus().subscribe()
+impl Default for AppState {
+    fn default() -> Self {
+        AppState { bus: broadcast::channel(256).0 }
+    }
 }
 
-/// One store's progress reporting: the name its reports carry, and its owner's sink.
+impl AppState {
+    /// Receives every report the app's stores send from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Progress> {
+        self.bus.subscribe()
+    }
+}
+
+/// One store's progress reporting: the name its reports carry, the app's bus, and its owner's
+/// sink.
 pub struct State {
     instance: String,
+    bus: broadcast::Sender<Progress>,
     sink: Option<Arc<Sink>>,
 }
 
 impl State {
-    /// The state of instance `instance`.
-    pub fn new(instance: &str) -> State {
-        State { instance: instance.to_string(), sink: None }
+    /// The state of instance `instance`, reporting to `app`'s bus.
+    pub fn new(instance: &str, app: &AppState) -> State {
+        State { instance: instance.to_string(), bus: app.bus.clone(), sink: None }
     }
 
     /// Keeps this store's latest report in `sink` too.
@@ -145,7 +156,7 @@ impl wit::Host for State {
                 *latest = Some(Report { progress: progress.clone(), since, at: now });
             });
         }
-        let _ = bus().send(progress);
+        let _ = self.bus.send(progress);
         Ok(())
     }
 }
@@ -158,8 +169,9 @@ mod tests {
     /// Reports carry the instance's name, and a guest's strings are cut on a char boundary.
     #[tokio::test]
     async fn reports_are_tagged_and_bounded() {
-        let mut rx = subscribe();
-        let mut s = State::new("docs");
+        let app = AppState::default();
+        let mut rx = app.subscribe();
+        let mut s = State::new("docs", &app);
         s.report("é".repeat(300), 1, 2, "chunks".into()).await.unwrap();
         let p = loop {
             let p = rx.recv().await.unwrap();
@@ -175,7 +187,7 @@ mod tests {
     #[tokio::test]
     async fn the_sink_keeps_the_latest_report_of_a_task() {
         let sink = Arc::new(tokio::sync::watch::channel(None).0);
-        let mut s = State::new("docs");
+        let mut s = State::new("docs", &AppState::default());
         s.set_sink(sink.clone());
         s.report("indexing m.md".into(), 0, 3259, "chunks".into()).await.unwrap();
         let first = sink.borrow().clone().unwrap();

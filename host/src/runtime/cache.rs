@@ -27,13 +27,13 @@
 //! `QUARRY_CACHE_DIR`), components are compiled in memory at every start: there is no shared
 //! fallback such as `/tmp`.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
-use parking_lot::Mutex;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;

@@ -17,6 +17,7 @@ use wasmtime::component::Component;
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{CacheOutcome, ComponentCache};
+use crate::capability::AppStates;
 use crate::limits::{DEFAULT_MAX_COMPONENT_BYTES, MAX_MEMORY};
 
 /// How often the epoch advances.
@@ -65,6 +66,8 @@ pub struct QuarryEngine {
     cache: Arc<ComponentCache>,
     yields: bool,
     max_component_bytes: u64,
+    /// The capabilities' app-level state: every store made with this engine shares it.
+    apps: Arc<AppStates>,
 }
 
 impl QuarryEngine {
@@ -93,7 +96,20 @@ impl QuarryEngine {
         let engine = wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         start_ticker(engine.weak());
         let cache = Arc::new(ComponentCache::new(cache_dir, &engine));
-        Ok(QuarryEngine { engine, cache, yields: true, max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES })
+        Ok(QuarryEngine {
+            engine,
+            cache,
+            yields: true,
+            max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            apps: Arc::default(),
+        })
+    }
+
+    /// The capabilities' app-level state of every store made with this engine (one per
+    /// registry: its loaded models, inference pool, progress bus, lookup threads, directory
+    /// usage).
+    pub fn apps(&self) -> &Arc<AppStates> {
+        &self.apps
     }
 
     /// The same engine, refusing component files over `bytes`.
@@ -109,7 +125,7 @@ impl QuarryEngine {
 
     /// The same engine whose stores trap at their deadline without yielding their thread at
     /// each tick before it. Only `make bench` uses it, to measure what yielding costs: a host
-    /// serving more than one call at a time needs yielding (see [`crate::instance`]).
+    /// serving more than one call at a time needs yielding (the tool instances' pools).
     pub fn without_yielding(mut self) -> Self {
         self.yields = false;
         self

@@ -15,6 +15,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 use super::engine::QuarryEngine;
 use super::limiter::{FREE_HANDLES, HOST_BYTES_PER_HANDLE};
 use super::store::StoreState;
+use crate::capability::CallCx;
 use crate::capability::embedder::EmbedderBackend;
 use crate::capability::files::SandboxError;
 use crate::config::InstanceConfig;
@@ -68,7 +69,7 @@ pub(crate) fn new_store(
     config: &InstanceConfig,
     embedder: Option<Arc<dyn EmbedderBackend>>,
 ) -> Result<Store<StoreState>, SandboxError> {
-    let mut state = StoreState::new(config, embedder)?;
+    let mut state = StoreState::new(config, embedder, engine.apps())?;
     state.yields = engine.yields();
     let memory = state.memory_limit();
     let mut store = Store::new(engine.engine(), state);
@@ -107,7 +108,18 @@ pub(crate) async fn run_guarded<T>(
     deadline: Duration,
     call: impl for<'a> FnOnce(&'a mut Store<StoreState>) -> GuestCall<'a, T>,
 ) -> Result<T, Fault> {
-    store.data_mut().begin_call(Instant::now() + deadline);
+    run_guarded_for(store, deadline, CallCx::default(), call).await
+}
+
+/// [`run_guarded`] for a call that the capabilities see as `cx` (a tool's own code, or an
+/// embedder's call for a tool's client).
+pub(crate) async fn run_guarded_for<T>(
+    store: &mut Store<StoreState>,
+    deadline: Duration,
+    cx: CallCx<'_>,
+    call: impl for<'a> FnOnce(&'a mut Store<StoreState>) -> GuestCall<'a, T>,
+) -> Result<T, Fault> {
+    store.data_mut().begin_call(Instant::now() + deadline, &cx);
     // Yielding stores check their deadline at every tick; the others trap when it has passed.
     let yields = store.data().yields;
     store.set_epoch_deadline(if yields { 1 } else { QuarryEngine::ticks(deadline) });

@@ -1,8 +1,8 @@
 //! A guest's stderr, captured (capped) and written to the log after each call.
 
+use parking_lot::Mutex;
 use std::pin::Pin;
 use std::sync::Arc;
-use parking_lot::Mutex;
 use std::task::{Context, Poll};
 
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};

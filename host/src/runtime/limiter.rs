@@ -1,5 +1,5 @@
 //! The memory grant, over all of an instance's linear memories together and the host resources
-//! it holds (see [`crate::runtime::store`] for how they are charged).
+//! it holds (the store charges them: see its `StoreState`).
 
 use wasmtime::{StoreLimits, StoreLimitsBuilder};
 

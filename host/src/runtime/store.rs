@@ -30,7 +30,7 @@ use super::limiter::MemoryLimiter;
 pub use super::limiter::{FREE_HANDLES, HOST_BYTES_PER_HANDLE};
 use crate::capability::embedder::EmbedderBackend;
 use crate::capability::files::SandboxError;
-use crate::capability::{CapabilityStore, StateCx, States, StoreParts};
+use crate::capability::{AppStates, CallCx, CapabilityStore, StateCx, States, StoreParts};
 use crate::config::InstanceConfig;
 
 /// The data of one instance's `Store`.
@@ -54,7 +54,12 @@ pub struct StoreState {
 
 impl StoreState {
     /// A sandbox holding exactly what `cfg` grants; its `embedder` import served by `embedder`.
-    pub fn new(cfg: &InstanceConfig, embedder: Option<Arc<dyn EmbedderBackend>>) -> Result<Self, SandboxError> {
+    /// Its capabilities' app-level state is `app`'s.
+    pub fn new(
+        cfg: &InstanceConfig,
+        embedder: Option<Arc<dyn EmbedderBackend>>,
+        app: &AppStates,
+    ) -> Result<Self, SandboxError> {
         let stderr = GuestLog::default();
         let mut b = WasiCtxBuilder::new();
         b.stderr(stderr.clone())
@@ -62,7 +67,7 @@ impl StoreState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let cx = StateCx { instance: &cfg.name, max_output: cfg.grants.max_output, embedder };
+        let cx = StateCx { instance: &cfg.name, max_output: cfg.grants.max_output, embedder, app };
         let caps = States::new(&cfg.grants.caps, cx, &mut b)?;
         let limiter = MemoryLimiter::new(cfg.grants.memory as usize);
         let mut table = ResourceTable::new();
@@ -87,9 +92,10 @@ impl StoreState {
 
     /// Prepares for a guest call that must end by `deadline`: a refused growth from an earlier
     /// call must not make this call's trap read as out of memory.
-    pub(crate) fn begin_call(&mut self, deadline: Instant) {
+    pub(crate) fn begin_call(&mut self, deadline: Instant, cx: &CallCx<'_>) {
         self.call_deadline = deadline;
         self.limiter.denied = None;
+        self.caps.begin_call(cx);
     }
 
     /// After a guest call: what the capabilities started for it ends with it.
@@ -233,7 +239,7 @@ mod tests {
         let component = Component::new(engine.engine(), wat::parse_str(FOUR_MEMORIES).unwrap()).unwrap();
         let grant = 64 << 20;
         let mut store = crate::runtime::guarded::new_store(&engine, &instance(grant), None).unwrap();
-        store.data_mut().begin_call(Instant::now() + Duration::from_secs(10));
+        store.data_mut().begin_call(Instant::now() + Duration::from_secs(10), &crate::capability::CallCx::default());
         store.set_epoch_deadline(1);
         let inst = Linker::new(engine.engine()).instantiate_async(&mut store, &component).await.unwrap();
         let mut grow = async |name: &str, pages: u32| -> i32 {

@@ -125,7 +125,8 @@ fn main() -> Result<()> {
     let questions = quarry::eval::load_questions(&questions)?;
     let dir = std::fs::canonicalize(model_dir).with_context(|| model_dir.clone())?;
     let section = quarry::nn::ModelSection { name: "eval".into(), dir: dir.clone(), pin: None };
-    let graph = HostInference(quarry::nn::native::model(&section).map_err(|e| anyhow::anyhow!("{e}"))?);
+    let graph =
+        HostInference(quarry::nn::native::Models::default().model(&section).map_err(|e| anyhow::anyhow!("{e}"))?);
     let model = onnx::Model::open(&dir, true, graph).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let env = Native { model, threads: std::thread::available_parallelism().map_or(2, |n| n.get()) };
     let model_id = env.model().id;

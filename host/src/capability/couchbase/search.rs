@@ -89,9 +89,7 @@ impl Client {
                     .map(|d| search_index(d, false))
                     .filter(|i| self.grant.allows_whole_bucket(&i.source_bucket))
                     .collect();
-                self.allowed_indexes
-                    .lock()
-                    .extend(granted.iter().map(|i| i.name.clone()));
+                self.allowed_indexes.lock().extend(granted.iter().map(|i| i.name.clone()));
                 Ok(granted)
             }
         }

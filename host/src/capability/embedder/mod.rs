@@ -5,7 +5,7 @@
 //! config (`embedder = "NAME"`), or loading fails with a config error. Behind the import is an
 //! [`EmbedderBackend`], so the backend (an embedder component in its own store, a pool of them,
 //! or native inference) can change without touching any tool; the component pool that serves
-//! it today is [`crate::embedders`].
+//! it today is the host core's `embedders` module.
 
 mod backend;
 

@@ -10,8 +10,8 @@
 //! Header names and values (of requests and trailers alike) live in `fields`, which
 //! wasmtime-wasi-http bounds itself at [`super::FIELD_SIZE_LIMIT`] when they are stored. With
 //! these bounds, one outgoing request holds at most its header set and [`MAX_REQUEST_STRINGS`]
-//! bytes of strings, less than the [`crate::runtime::limiter::HOST_BYTES_PER_HANDLE`] each
-//! host resource is charged against `grants.memory`.
+//! bytes of strings, less than the `HOST_BYTES_PER_HANDLE` each host resource is charged
+//! against `grants.memory` (by the runtime's memory limiter).
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};

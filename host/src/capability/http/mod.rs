@@ -42,7 +42,7 @@ use super::StoreParts;
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
 pub use bounds::{MAX_METHOD, MAX_PATH_WITH_QUERY, MAX_REQUEST_STRINGS, MAX_SCHEME};
 pub use grant::{DEFAULT_HTTP_TIMEOUT, grant};
-pub use policy::{Denial, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, special_range};
+pub use policy::{Denial, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, Lookups, special_range};
 pub use refusals::{MAX_KEPT, MAX_REFUSAL_BYTES, Refusals};
 pub use send::{MAX_AUTHORITY, MAX_IN_FLIGHT, PolicyHooks, RESPONSE_HEAD_MAX};
 
@@ -51,6 +51,17 @@ pub const FIELD_SIZE_LIMIT: usize = 64 << 10;
 /// The largest write to an outgoing body; one is buffered while the previous one is sent.
 pub const BODY_CHUNK: usize = 64 << 10;
 
+/// Outgoing HTTP's state for one app: the name-lookup threads every instance shares.
+pub struct AppState {
+    lookups: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for AppState {
+    fn default() -> Self {
+        AppState { lookups: Arc::new(tokio::sync::Semaphore::new(LOOKUPS_IN_HOST)) }
+    }
+}
+
 /// One store's outgoing HTTP: wasi-http's context and the hooks that enforce the policy.
 pub struct State {
     ctx: WasiHttpCtx,
@@ -58,11 +69,11 @@ pub struct State {
 }
 
 impl State {
-    /// The state for an instance whose policy is `policy`.
-    pub fn new(policy: &HttpPolicy) -> State {
+    /// The state for an instance whose policy is `policy`, in `app`.
+    pub fn new(policy: &HttpPolicy, app: &AppState) -> State {
         let mut ctx = WasiHttpCtx::new();
         ctx.set_field_size_limit(FIELD_SIZE_LIMIT);
-        State { ctx, hooks: PolicyHooks::new(Arc::new(policy.clone())) }
+        State { ctx, hooks: PolicyHooks::new(Arc::new(policy.clone()), app) }
     }
 
     /// The hooks: refusal records, requests in flight.

@@ -1,7 +1,7 @@
 //! The decision: may this instance connect to this URL, and to which address.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Semaphore;
@@ -16,7 +16,14 @@ pub const LOOKUPS_IN_HOST: usize = 8;
 /// Name lookups one instance may have running at once (counted until each thread returns).
 pub const LOOKUPS_PER_INSTANCE: usize = 2;
 
-static LOOKUPS: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new(LOOKUPS_IN_HOST)));
+/// The lookup threads a store's requests may take: its instance's share of the app's.
+#[derive(Clone)]
+pub struct Lookups {
+    /// The instance's, [`LOOKUPS_PER_INSTANCE`].
+    pub instance: Arc<Semaphore>,
+    /// The app's, [`LOOKUPS_IN_HOST`], shared by every instance (see [`super::AppState`]).
+    pub host: Arc<Semaphore>,
+}
 
 /// An instance's outgoing-HTTP grant.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,22 +160,17 @@ impl HttpPolicy {
         )))
     }
 
-    /// Resolves `host` (bounded by the timeout, on a bounded set of threads: see
-    /// [`LOOKUPS_IN_HOST`]; `instance_lookups` holds the instance's share) and returns the first
-    /// address the policy admits; the caller must connect to exactly that address.
-    pub async fn resolve(
-        &self,
-        host: &str,
-        port: u16,
-        instance_lookups: &Arc<Semaphore>,
-    ) -> Result<SocketAddr, ResolveError> {
+    /// Resolves `host` (bounded by the timeout, on the bounded set of threads of `lookups`) and
+    /// returns the first address the policy admits; the caller must connect to exactly that
+    /// address.
+    pub async fn resolve(&self, host: &str, port: u16, lookups: &Lookups) -> Result<SocketAddr, ResolveError> {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let addrs: Vec<SocketAddr> = if let Ok(ip) = bare.parse::<IpAddr>() {
             vec![SocketAddr::new(ip, port)]
         } else {
             let name = bare.to_string();
             let lookup = move || std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port)).map(Vec::from_iter);
-            lookup_bounded(self.timeout, instance_lookups, &LOOKUPS, lookup).await?
+            lookup_bounded(self.timeout, &lookups.instance, &lookups.host, lookup).await?
         };
         let mut first_denial = None;
         for a in &addrs {
@@ -359,7 +361,10 @@ mod tests {
 
     #[tokio::test]
     async fn resolves_only_to_vetted_addresses() {
-        let lookups = Arc::new(Semaphore::new(LOOKUPS_PER_INSTANCE));
+        let lookups = Lookups {
+            instance: Arc::new(Semaphore::new(LOOKUPS_PER_INSTANCE)),
+            host: Arc::new(Semaphore::new(LOOKUPS_IN_HOST)),
+        };
         let p = policy(&["http://localhost:1"], &[]);
         assert!(matches!(p.resolve("localhost", 1, &lookups).await, Err(ResolveError::Denied(_))));
         let p = policy(&["http://localhost:1"], &["127.0.0.0/8", "::1/128"]);

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::allowlist::split_host_port;
-use super::policy::{HttpPolicy, ResolveError};
+use super::policy::{HttpPolicy, Lookups, ResolveError};
 use super::refusals::Refusals;
 
 /// Requests one instance may have open at once.
@@ -49,19 +49,22 @@ pub struct PolicyHooks {
     policy: Arc<HttpPolicy>,
     refusals: Arc<Refusals>,
     in_flight: Arc<Semaphore>,
-    lookups: Arc<Semaphore>,
+    lookups: Lookups,
     /// Cancelled when the running call ends; every request started in it watches this token.
     call: CancellationToken,
 }
 
 impl PolicyHooks {
-    /// Hooks enforcing `policy`.
-    pub fn new(policy: Arc<HttpPolicy>) -> Self {
+    /// Hooks enforcing `policy`, resolving names on `app`'s lookup threads.
+    pub fn new(policy: Arc<HttpPolicy>, app: &super::AppState) -> Self {
         PolicyHooks {
             policy,
             refusals: Arc::default(),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
-            lookups: Arc::new(Semaphore::new(super::policy::LOOKUPS_PER_INSTANCE)),
+            lookups: Lookups {
+                instance: Arc::new(Semaphore::new(super::policy::LOOKUPS_PER_INSTANCE)),
+                host: app.lookups.clone(),
+            },
             call: CancellationToken::new(),
         }
     }

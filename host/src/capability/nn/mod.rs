@@ -29,15 +29,13 @@ mod grant;
 pub mod native;
 pub mod pool;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
-use wasmtime_wasi::WasiCtxBuilder;
 
 pub use grant::{GUEST_ROOT, MANIFEST_FILE, MODEL_FILE, ModelGrant, ModelSection, RawModel, grant, section};
 use native::{Code, ElementType, NativeModel, NnError, RawTensor};
-
-use super::files::{self, SandboxError};
 
 mod wit {
     wasmtime::component::bindgen!({
@@ -79,9 +77,23 @@ pub struct Tensor(Result<RawTensor, NnError>);
 pub struct Error(NnError);
 
 /// One store's wasi-nn state: what it is granted, who its calls are for, what it holds.
+/// wasi-nn's state for one app: the models it has loaded and its inference pool, shared by
+/// every store of the app.
+#[derive(Clone, Default)]
+pub struct AppState {
+    /// The loaded models, by file.
+    pub models: Arc<native::Models>,
+    /// The inference threads.
+    pub pool: Arc<pool::Pool>,
+}
+
+/// One store's wasi-nn: its grant, what it holds, and who its running call computes for.
 pub struct State {
     grant: ModelGrant,
     instance: String,
+    app: AppState,
+    /// Held while the store runs a tool's own code (see [`pool::Busy`]).
+    busy: Option<pool::Busy>,
     /// The tool instance (and its deadline) the running call computes for, when another
     /// instance's call asked for it (an embedder embedding for a tool).
     caller: Option<(String, Instant)>,
@@ -116,28 +128,39 @@ impl State {
 }
 
 impl State {
-    /// The state of `instance`, granted `grant`; the granted models' directories become
-    /// read-only preopens of `wasi` at `/models/NAME`.
-    pub fn new(grant: &ModelGrant, instance: &str, wasi: &mut WasiCtxBuilder) -> Result<State, SandboxError> {
-        for (name, model) in &grant.models {
-            files::preopen_read_only(&model.dir, &format!("{GUEST_ROOT}/{name}"), wasi)?;
-        }
-        Ok(State {
+    /// The state of `instance`, granted `grant`, in `app`.
+    pub fn new(grant: &ModelGrant, instance: &str, app: &AppState) -> State {
+        State {
             grant: grant.clone(),
             instance: instance.to_string(),
+            app: app.clone(),
+            busy: None,
             caller: None,
             graphs: 0,
             contexts: 0,
             tensor_bytes: 0,
-        })
+        }
     }
 
-    /// Says that the next calls compute for `client`, whose call must end by `deadline`:
-    /// the inference pool serves them in `client`'s turn, and refuses work past `deadline`.
-    /// `None`: for this instance itself.
-    pub fn set_caller(&mut self, caller: Option<(&str, Instant)>) {
-        self.caller = caller.map(|(c, d)| (c.to_string(), d));
+    /// Before a guest call: who it computes for. An embedder's call computes for the tool
+    /// that asked (the inference pool serves it in that client's turn, and refuses work past
+    /// its deadline); a tool's own code counts as a running tool call.
+    pub fn begin_call(&mut self, cx: &super::CallCx<'_>) {
+        self.caller = cx.for_caller.map(|(c, d)| (c.to_string(), d));
+        self.busy = cx.tool_code.then(|| self.app.pool.enter());
     }
+
+    /// After a guest call.
+    pub fn end_call(&mut self) {
+        self.busy = None;
+    }
+}
+
+/// The directories a store granted `grant` reads its models' files from (the tokenizer beside
+/// a model): each granted model's directory, read-only at `/models/NAME`. The capability list
+/// preopens them through the directory capability.
+pub fn read_only_dirs(grant: &ModelGrant) -> impl Iterator<Item = (&std::path::Path, String)> {
+    grant.models.iter().map(|(name, model)| (model.dir.as_path(), format!("{GUEST_ROOT}/{name}")))
 }
 
 /// What the wasi-nn functions need of a store, borrowed together.
@@ -229,7 +252,8 @@ impl wit::wasi::nn::graph::Host for View<'_> {
         }
         // Loading reads and optimises the model (about a second, once per host): off the
         // runtime's workers, like inference.
-        let loaded = match tokio::task::spawn_blocking(move || native::model(&section)).await {
+        let models = self.state.app.models.clone();
+        let loaded = match tokio::task::spawn_blocking(move || models.model(&section)).await {
             Ok(r) => r,
             Err(e) => Err(NnError::new(Code::Runtime, format!("the model loader failed: {e}"))),
         };
@@ -294,7 +318,7 @@ impl wit::wasi::nn::inference::HostGraphExecutionContext for View<'_> {
             Some((client, d)) => (client.clone(), (*d).min(self.deadline)),
             None => (self.state.instance.clone(), self.deadline),
         };
-        let outputs = match pool::run(&client, deadline, move || model.run(inputs)).await {
+        let outputs = match self.state.app.pool.run(&client, deadline, move || model.run(inputs)).await {
             Ok(outputs) => outputs,
             Err(e) => return self.fail(e),
         };

@@ -1,15 +1,15 @@
 //! The backend: ONNX graphs run natively by tract (its AVX2/FMA kernels, no sandbox), loaded,
-//! checked and optimised once per host and shared by every store that is granted them.
+//! checked and optimised once per app (a registry: [`Models`]) and shared by every store granted them.
 //!
 //! A model is loaded the first time an instance asks for it, off the async runtime. Later
 //! requests get the same [`NativeModel`] while `model.onnx` is unchanged on disk. A changed
 //! file is loaded again if its section is unpinned; a pinned one must match its pin, and
 //! until it does the loaded model keeps serving (and the host says why in its log).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock};
-use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
@@ -323,45 +323,51 @@ struct Slot {
     loads: u64,
 }
 
-/// Every model the host has loaded, by file; each behind its own lock, so one slow load
-/// holds up only the instances waiting for the same model.
-static MODELS: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<Slot>>>>> = LazyLock::new(Mutex::default);
-
-fn slot(path: &Path) -> Arc<Mutex<Slot>> {
-    MODELS.lock().entry(path.to_path_buf()).or_default().clone()
+/// Every model an app has loaded, by file; each behind its own lock, so one slow load holds
+/// up only the instances waiting for the same model.
+#[derive(Default)]
+pub struct Models {
+    slots: Mutex<HashMap<PathBuf, Arc<Mutex<Slot>>>>,
 }
 
-/// How many times the host has built a model from `section`'s file.
-pub fn load_count(section: &ModelSection) -> u64 {
-    slot(&section.model_file()).lock().loads
-}
-
-/// The model of `section`, loaded now unless the host holds it and the file is unchanged (see
-/// the module docs). Blocks: call it off the async runtime.
-pub fn model(section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
-    let path = section.model_file();
-    let slot = slot(&path);
-    let mut slot = slot.lock();
-    match current(&mut slot, section, &path) {
-        Ok((model, _)) => Ok(model),
-        Err(e) => match &slot.loaded {
-            Some((_, model)) => {
-                tracing::warn!(target: "quarry::nn", model = %section.name, "{e}; the model loaded before keeps serving");
-                Ok(model.clone())
-            }
-            None => Err(e),
-        },
+impl Models {
+    fn slot(&self, path: &Path) -> Arc<Mutex<Slot>> {
+        self.slots.lock().entry(path.to_path_buf()).or_default().clone()
     }
-}
 
-/// Checks `section`'s file now, as a hot swap does: whether a new model was loaded from it.
-/// A file that fails its checks (a pin, the manifest) is an error here, and the model loaded
-/// before stays the one [`model`] serves. Blocks: call it off the async runtime.
-pub fn refresh(section: &ModelSection) -> Result<bool, NnError> {
-    let path = section.model_file();
-    let slot = slot(&path);
-    let mut slot = slot.lock();
-    current(&mut slot, section, &path).map(|(_, built)| built)
+    /// How many times this app has built a model from `section`'s file.
+    pub fn load_count(&self, section: &ModelSection) -> u64 {
+        self.slot(&section.model_file()).lock().loads
+    }
+
+    /// The model of `section`, loaded now unless it is held and the file is unchanged (see the
+    /// module docs). Blocks: call it off the async runtime.
+    pub fn model(&self, section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
+        let path = section.model_file();
+        let slot = self.slot(&path);
+        let mut slot = slot.lock();
+        match current(&mut slot, section, &path) {
+            Ok((model, _)) => Ok(model),
+            Err(e) => match &slot.loaded {
+                Some((_, model)) => {
+                    tracing::warn!(target: "quarry::nn", model = %section.name, "{e}; the model loaded before keeps serving");
+                    Ok(model.clone())
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Checks `section`'s file now, as a hot swap does: whether a new model was loaded from it.
+    /// A file that fails its checks (a pin, the manifest) is an error here, and the model
+    /// loaded before stays the one [`Models::model`] serves. Blocks: call it off the async
+    /// runtime.
+    pub fn refresh(&self, section: &ModelSection) -> Result<bool, NnError> {
+        let path = section.model_file();
+        let slot = self.slot(&path);
+        let mut slot = slot.lock();
+        current(&mut slot, section, &path).map(|(_, built)| built)
+    }
 }
 
 /// The model of the file as it is now (whether it was built just now), or why the file is refused.

@@ -6,9 +6,10 @@
 //! most for a while (a query on an idle host) splits its matrix products over every core, as onnxruntime does for one run; under
 //! load each job keeps to its own thread, which is the faster way to use the cores for many jobs.
 
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-
 use std::time::Instant;
+
 use tract_linalg::multithread::{Executor, multithread_tract_scope};
 
 use super::native::{Code, NnError};
@@ -18,33 +19,32 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// The host's inference slots.
-fn queue() -> &'static Arc<FairQueue> {
-    static QUEUE: OnceLock<Arc<FairQueue>> = OnceLock::new();
-    QUEUE.get_or_init(|| FairQueue::new(cores()))
-}
-
-/// tract's matrix products over every core, for a job alone on the pool.
-fn wide() -> Executor {
-    static WIDE: OnceLock<Executor> = OnceLock::new();
-    WIDE.get_or_init(|| Executor::multithread_with_name(cores(), "quarry-nn")).clone()
-}
-
-/// Tool calls running in the host, all instances together (see [`Busy`]).
-static TOOL_CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-/// When two or more tool calls last ran at once, in milliseconds since [`epoch`].
-static LAST_CONCURRENT_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// How long after two tool calls ran at once the host still counts as busy: calls of a loaded
 /// pool come and go faster than this, a lone client's calls do not overlap.
 const CONCURRENT_FOR: std::time::Duration = std::time::Duration::from_millis(250);
 
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+/// One app's inference slots, and what it knows of the tool calls running beside them.
+pub struct Pool {
+    queue: Arc<FairQueue>,
+    /// tract's matrix products over every core, for a job alone on the pool (made at first use).
+    wide: OnceLock<Executor>,
+    /// Tool calls running, all instances together (see [`Busy`]).
+    tool_calls: AtomicUsize,
+    /// When two or more tool calls last ran at once, in milliseconds since `epoch`.
+    last_concurrent_ms: AtomicU64,
+    epoch: Instant,
 }
 
-fn since_epoch_ms() -> u64 {
-    u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+impl Default for Pool {
+    fn default() -> Self {
+        Pool {
+            queue: FairQueue::new(cores()),
+            wide: OnceLock::new(),
+            tool_calls: AtomicUsize::new(0),
+            last_concurrent_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
 }
 
 /// Held while a tool's guest code runs (a call, a preparation). A job goes wide only when no
@@ -52,59 +52,68 @@ fn since_epoch_ms() -> u64 {
 /// the cores the wide job splits over, and tract's matrix products wait for their slowest
 /// thread. Measured with `make bench-mcp` (2 cores, `pool = 2`, 8 clients): 81 calls/s when
 /// jobs went wide beside another call's guest code, 106 when every job kept to one thread.
-pub struct Busy(());
-
-impl Busy {
-    /// A tool call starts running.
-    pub fn enter() -> Busy {
-        let running = TOOL_CALLS.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
-        if running > 1 {
-            LAST_CONCURRENT_MS.store(since_epoch_ms().max(1), std::sync::atomic::Ordering::Release);
-        }
-        Busy(())
-    }
-}
+pub struct Busy(Arc<Pool>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        TOOL_CALLS.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.tool_calls.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
-/// Whether the host is running one tool call at most, and has been for a while.
-fn quiet() -> bool {
-    let last = LAST_CONCURRENT_MS.load(std::sync::atomic::Ordering::Acquire);
-    TOOL_CALLS.load(std::sync::atomic::Ordering::Acquire) <= 1
-        && (last == 0 || since_epoch_ms().saturating_sub(last) > CONCURRENT_FOR.as_millis() as u64)
-}
-
-/// Slots free now, and clients waiting (for tests and benches).
-pub fn load() -> (usize, usize) {
-    queue().load()
-}
-
-/// Runs `job` on an inference thread when `client`'s turn comes, unless `deadline` passes
-/// first: a job never waits past it, and one that would start after it is refused. A caller
-/// that gives up does not stop a job that has started; the job keeps its slot until it ends,
-/// so the pool never runs more jobs than it has slots.
-pub async fn run<T: Send + 'static>(
-    client: &str,
-    deadline: Instant,
-    job: impl FnOnce() -> Result<T, NnError> + Send + 'static,
-) -> Result<T, NnError> {
-    let late = || NnError::new(Code::Timeout, "the call's deadline passed before the inference could start");
-    let permit = tokio::time::timeout_at(deadline.into(), queue().acquire(client)).await.map_err(|_| late())?;
-    if Instant::now() >= deadline {
-        return Err(late());
+impl Pool {
+    fn since_epoch_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
-    let (free, waiting) = queue().load();
-    let alone = cores() > 1 && free + 1 == cores() && waiting == 0 && quiet();
-    tokio::task::spawn_blocking(move || {
-        let _slot = permit;
-        if alone { multithread_tract_scope(wide(), job) } else { job() }
-    })
-    .await
-    .map_err(|e| NnError::new(Code::Runtime, format!("the inference thread failed: {e}")))?
+
+    /// A tool call starts running.
+    pub fn enter(self: &Arc<Self>) -> Busy {
+        let running = self.tool_calls.fetch_add(1, Ordering::AcqRel) + 1;
+        if running > 1 {
+            self.last_concurrent_ms.store(self.since_epoch_ms().max(1), Ordering::Release);
+        }
+        Busy(self.clone())
+    }
+
+    /// Whether the app is running one tool call at most, and has been for a while.
+    fn quiet(&self) -> bool {
+        let last = self.last_concurrent_ms.load(Ordering::Acquire);
+        self.tool_calls.load(Ordering::Acquire) <= 1
+            && (last == 0 || self.since_epoch_ms().saturating_sub(last) > CONCURRENT_FOR.as_millis() as u64)
+    }
+
+    /// Slots free now, and clients waiting (for tests and benches).
+    pub fn load(&self) -> (usize, usize) {
+        self.queue.load()
+    }
+
+    /// Runs `job` on an inference thread when `client`'s turn comes, unless `deadline` passes
+    /// first: a job never waits past it, and one that would start after it is refused. A caller
+    /// that gives up does not stop a job that has started; the job keeps its slot until it ends,
+    /// so the pool never runs more jobs than it has slots.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        client: &str,
+        deadline: Instant,
+        job: impl FnOnce() -> Result<T, NnError> + Send + 'static,
+    ) -> Result<T, NnError> {
+        let late = || NnError::new(Code::Timeout, "the call's deadline passed before the inference could start");
+        let permit = tokio::time::timeout_at(deadline.into(), self.queue.acquire(client)).await.map_err(|_| late())?;
+        if Instant::now() >= deadline {
+            return Err(late());
+        }
+        let (free, waiting) = self.queue.load();
+        let wide = (cores() > 1 && free + 1 == cores() && waiting == 0 && self.quiet())
+            .then(|| self.wide.get_or_init(|| Executor::multithread_with_name(cores(), "quarry-nn")).clone());
+        tokio::task::spawn_blocking(move || {
+            let _slot = permit;
+            match wide {
+                Some(wide) => multithread_tract_scope(wide, job),
+                None => job(),
+            }
+        })
+        .await
+        .map_err(|e| NnError::new(Code::Runtime, format!("the inference thread failed: {e}")))?
+    }
 }
 
 #[cfg(test)]
@@ -117,42 +126,50 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_never_waits_or_starts_past_its_deadline() {
+        let pool = Pool::default();
         // Past already: refused without running.
         let ran = Arc::new(AtomicBool::new(false));
         let r = ran.clone();
-        let e = run("late", Instant::now(), move || {
-            r.store(true, Ordering::Relaxed);
-            Ok(())
-        })
-        .await
-        .unwrap_err();
+        let e = pool
+            .run("late", Instant::now(), move || {
+                r.store(true, Ordering::Relaxed);
+                Ok(())
+            })
+            .await
+            .unwrap_err();
         assert_eq!(e.code, Code::Timeout);
         assert!(!ran.load(Ordering::Relaxed));
 
         // Every slot busy for 2 s: a job due in 200 ms gives up in about that, and never runs.
-        let (slots, _) = load();
+        let (slots, _) = pool.load();
+        let pool = Arc::new(pool);
         let busy: Vec<_> = (0..slots)
             .map(|_| {
-                tokio::spawn(run("ingest", Instant::now() + Duration::from_secs(60), || {
-                    std::thread::sleep(Duration::from_secs(2));
-                    Ok(())
-                }))
+                let pool = pool.clone();
+                tokio::spawn(async move {
+                    pool.run("ingest", Instant::now() + Duration::from_secs(60), || {
+                        std::thread::sleep(Duration::from_secs(2));
+                        Ok(())
+                    })
+                    .await
+                })
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (r, start) = (ran.clone(), Instant::now());
-        let e = run("query", Instant::now() + Duration::from_millis(200), move || {
-            r.store(true, Ordering::Relaxed);
-            Ok(())
-        })
-        .await
-        .unwrap_err();
+        let e = pool
+            .run("query", Instant::now() + Duration::from_millis(200), move || {
+                r.store(true, Ordering::Relaxed);
+                Ok(())
+            })
+            .await
+            .unwrap_err();
         assert_eq!(e.code, Code::Timeout);
         assert!(start.elapsed() < Duration::from_secs(1), "waited {:?}", start.elapsed());
         for b in busy {
             b.await.unwrap().unwrap();
         }
         assert!(!ran.load(Ordering::Relaxed), "a job refused at its deadline never runs");
-        assert_eq!(run("query", Instant::now() + Duration::from_secs(5), || Ok(7)).await.unwrap(), 7);
+        assert_eq!(pool.run("query", Instant::now() + Duration::from_secs(5), || Ok(7)).await.unwrap(), 7);
     }
 }
