@@ -10,9 +10,9 @@
 //! Cancellation-safe: a waiter that gives up (its future dropped) leaves the queue, and a
 //! worker handed to a waiter that has just given up goes to the next one.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use parking_lot::Mutex;
 
 use tokio::sync::oneshot;
 

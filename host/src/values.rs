@@ -55,7 +55,8 @@ impl ByteSize {
     /// Parses a size (the `bytesize` crate's forms: SI and binary units, any case), or says
     /// what form is accepted.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let bad = || format!("invalid size {s:?}: write a whole number and a unit, like \"64MiB\", \"1GiB\" or \"512KiB\"");
+        let bad =
+            || format!("invalid size {s:?}: write a whole number and a unit, like \"64MiB\", \"1GiB\" or \"512KiB\"");
         // The crate saturates where a size overflows: u64::MAX bytes is no size anyone means.
         match s.trim().parse::<bytesize::ByteSize>() {
             Ok(b) if b.as_u64() == u64::MAX => Err(format!("size {s:?} is too large")),

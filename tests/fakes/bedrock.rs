@@ -8,9 +8,9 @@
 //! headers, body) for tests to assert on. What it answers depends on the knowledge-base id:
 //! see [`Fake::start`].
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use parking_lot::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;

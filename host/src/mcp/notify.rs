@@ -5,8 +5,8 @@
 //! `notifications/tools/list_changed` after every successful swap. 2026-07-28
 //! clients hear of swaps through `subscriptions/listen` instead (see the handler).
 
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::{Peer, RoleServer};

@@ -19,8 +19,8 @@
 //! management API in `mgmt`, the Search API in `search` and the bleve queries it runs in
 //! `query_string`.
 
-use std::sync::Arc;
 use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::BodyExt;
