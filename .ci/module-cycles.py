@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Fails if modules of the host import each other in a cycle, at any depth.
+"""Fails if modules of a crate import each other in a cycle, at any depth, in code or in docs.
 
-Reads every file under host/src, drops comments and everything from the first `#[cfg(test)]`
-on (the crate's test modules sit at the end of their files), and collects the module paths each
-file names: `crate::a::b`, `super::x`, `self::x`, and the items of `{...}` groups after them.
+Reads every file under the crate's src, drops plain comments and everything from the first
+`#[cfg(test)]` on (the crate's test modules sit at the end of their files), and collects the
+module paths each file names: `crate::a::b`, `super::x`, `self::x`, and the items of `{...}`
+groups after them, in its code and in its doc comments (a rustdoc link from a lower layer to a
+higher one is a cycle in the docs, though the code has none).
 Each file is a module (host/src/a/b.rs and host/src/a/b/mod.rs are `a::b`). For every module
 P, its children are the nodes of one graph: a file inside child A that names something inside
 child B gives an edge A -> B. A strongly connected component of more than one node in any of
@@ -14,17 +16,20 @@ exits 1. So `config` <-> `capability` is caught at the top, `capability::http` <
 A module brought into scope by `use` and then named bare (`capability::files::View` after
 `use crate::capability;`) counts as an edge to the imported module only.
 
-Usage: module-cycles.py [host/src]
+Usage: module-cycles.py [SRC ...]   (default: host/src and every components/*/src)
 """
+import glob
 import os
 import re
 import sys
 
-root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "host", "src")
-root = os.path.normpath(root)
+here_dir = os.path.dirname(os.path.abspath(__file__))
+roots = sys.argv[1:] or [os.path.join(here_dir, "..", "host", "src")] + sorted(
+    glob.glob(os.path.join(here_dir, "..", "components", "*", "src"))
+)
 
 
-def module_path(path):
+def module_path(path, root):
     parts = os.path.relpath(path, root)[:-3].split(os.sep)
     if parts[-1] == "mod":
         parts = parts[:-1]
@@ -38,9 +43,11 @@ def code_of(text):
     if cut >= 0:
         text = text[:cut]
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    # Doc comments, kept apart: their paths are rustdoc links.
+    docs = "\n".join(m.group(1) for m in re.finditer(r"^\s*//[/!](.*)$", text, flags=re.M))
     # Strings may hold `crate::` (messages, docs in attributes): drop them.
     text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-    return "\n".join(line.split("//")[0] for line in text.splitlines())
+    return "\n".join(line.split("//")[0] for line in text.splitlines()) + "\n" + docs
 
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -60,37 +67,40 @@ def absolute(segments, here):
     return out + rest
 
 
-files = []
-for dirpath, _, names in os.walk(root):
-    for f in names:
-        if f.endswith(".rs"):
-            files.append(os.path.join(dirpath, f))
-modules = {tuple(module_path(f)) for f in files}
+def edges_of(root):
+    """The graph of each module's children, and the modules."""
+    files = []
+    for dirpath, _, names in os.walk(root):
+        for f in names:
+            if f.endswith(".rs"):
+                files.append(os.path.join(dirpath, f))
+    modules = {tuple(module_path(f, root)) for f in files}
 
-edges = {}  # parent -> {child: {child: {files}}}
-for path in files:
-    here = module_path(path)
-    code = code_of(open(path, encoding="utf-8").read())
-    named = []
-    for m in PATH.finditer(code):
-        base = absolute(m.group(1).split("::"), here)
-        named.append(base)
-        if m.group(2) is not None:
-            for item in m.group(2).split(","):
-                segs = [s for s in item.strip().split(" as ")[0].split("::") if s]
-                if segs and segs != ["self"]:
-                    named.append(base + segs)
-    for target in named:
-        # The longest prefix of the target that is a module.
-        while target and tuple(target) not in modules:
-            target = target[:-1]
-        depth = 0
-        while depth < min(len(here), len(target)) and here[depth] == target[depth]:
-            depth += 1
-        if depth < len(here) and depth < len(target):
-            parent = tuple(here[:depth])
-            a, b = here[depth], target[depth]
-            edges.setdefault(parent, {}).setdefault(a, {}).setdefault(b, set()).add(os.path.relpath(path, root))
+    edges = {}  # parent -> {child: {child: {files}}}
+    for path in files:
+        here = module_path(path, root)
+        code = code_of(open(path, encoding="utf-8").read())
+        named = []
+        for m in PATH.finditer(code):
+            base = absolute(m.group(1).split("::"), here)
+            named.append(base)
+            if m.group(2) is not None:
+                for item in m.group(2).split(","):
+                    segs = [s for s in item.strip().split(" as ")[0].split("::") if s]
+                    if segs and segs != ["self"]:
+                        named.append(base + segs)
+        for target in named:
+            # The longest prefix of the target that is a module.
+            while target and tuple(target) not in modules:
+                target = target[:-1]
+            depth = 0
+            while depth < min(len(here), len(target)) and here[depth] == target[depth]:
+                depth += 1
+            if depth < len(here) and depth < len(target):
+                parent = tuple(here[:depth])
+                a, b = here[depth], target[depth]
+                edges.setdefault(parent, {}).setdefault(a, {}).setdefault(b, set()).add(os.path.relpath(path, root))
+    return edges, modules
 
 
 def sccs(graph):
@@ -126,15 +136,20 @@ def sccs(graph):
 
 sys.setrecursionlimit(10000)
 failed = False
-for parent in sorted(edges):
-    for cycle in sccs(edges[parent]):
-        failed = True
-        where = "::".join(parent) or "crate"
-        print(f"cycle under {where}: " + " <-> ".join(cycle))
-        for a in cycle:
-            for b, used in sorted(edges[parent].get(a, {}).items()):
-                if b in cycle:
-                    print(f"  {a} -> {b}: {', '.join(sorted(used))}")
+for root in roots:
+    root = os.path.normpath(root)
+    edges, modules = edges_of(root)
+    name = os.path.relpath(os.path.dirname(root), os.path.join(here_dir, ".."))
+    for parent in sorted(edges):
+        for cycle in sccs(edges[parent]):
+            failed = True
+            where = "::".join(parent) or "crate"
+            print(f"{name}: cycle under {where}: " + " <-> ".join(cycle))
+            for a in cycle:
+                for b, used in sorted(edges[parent].get(a, {}).items()):
+                    if b in cycle:
+                        print(f"  {a} -> {b}: {', '.join(sorted(used))}")
+    print(f"{name}: {len(modules) - 1} modules checked")
 if failed:
     sys.exit(1)
-print(f"no module cycles among {len(modules) - 1} host modules, at any depth")
+print("no module cycles, in code or docs, at any depth")

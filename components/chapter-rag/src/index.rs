@@ -17,8 +17,8 @@ use rag_core::tool::ToolError;
 use serde::Serialize;
 use serde_json::json;
 
+use crate::env::Env;
 use crate::manual::Manual;
-use crate::tool::Env;
 use crate::tree::{self, Tree};
 use crate::units::{self, Params, Piece};
 

@@ -4,6 +4,7 @@
 //! - [`manual`] reads a manual: Markdown as it is, DOCX through `docx-text`;
 //! - [`tree`] builds the chapter tree from the Markdown headings (CommonMark) or the DOCX's;
 //! - [`units`] turns chapters into chunks, merging short chapters with a neighbour;
+//! - [`env`] is what the index and the tools need from outside;
 //! - [`index`] embeds the chunks (reusing the vectors of unchanged text) and keeps the index;
 //! - [`search`] is hybrid search (vectors + BM25, fused by rank) and routing;
 //! - [`tool`] is the six tools, their schemas, arguments and output;
@@ -11,6 +12,7 @@
 //!
 //! All but the glue is plain Rust, tested natively.
 
+pub mod env;
 pub mod index;
 pub mod manual;
 pub mod search;

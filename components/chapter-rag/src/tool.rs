@@ -39,11 +39,7 @@ const MAX_TREE_LINES: usize = 400;
 /// The longest question or query accepted, in bytes.
 const MAX_QUERY_BYTES: usize = 4096;
 
-/// What the tool needs from outside beyond rag-core's [`BaseEnv`].
-pub trait Env: BaseEnv {
-    /// Size and modification time of a file, to notice edits; `None` when it cannot be read.
-    fn stamp(&self, path: &str) -> Option<(u64, u128)>;
-}
+pub use crate::env::Env;
 
 /// `config` as the host passes it to `open`.
 #[derive(Deserialize)]
