@@ -490,7 +490,7 @@ impl ToolInstance {
 
     /// Runs tool `tool` with `args` (a JSON object) on the first free member.
     pub async fn call(&self, tool: &str, args: &Args) -> Result<ToolOutput, CallError> {
-        self.call_unless(tool, args, Caller::default(), std::future::pending()).await
+        self.call_cancellable(tool, args, Caller::default(), std::future::pending()).await
     }
 
     /// [`ToolInstance::call`] for `caller`, given up if `cancelled` completes while the call
@@ -500,7 +500,7 @@ impl ToolInstance {
     /// While the instance prepares, a call waits, forwarding the preparation's progress, for
     /// at most the instance's deadline; then it fails with [`CallError::NotReady`], which says
     /// how far along the preparation is.
-    pub async fn call_unless(
+    pub async fn call_cancellable(
         &self,
         tool: &str,
         args: &Args,

@@ -391,12 +391,12 @@ impl Registry {
         check_size(&inst, &tool, args.len())?;
         let args = Args::parse(args)
             .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })?;
-        inst.call_unless(&tool, &args, Caller::default(), std::future::pending()).await
+        inst.call_cancellable(&tool, &args, Caller::default(), std::future::pending()).await
     }
 
     /// Calls `name` with `args` for `caller`, given up if `cancelled` completes before the call
-    /// starts to run (see [`ToolInstance::call_unless`]).
-    pub async fn call_unless(
+    /// starts to run (see [`ToolInstance::call_cancellable`]).
+    pub async fn call_cancellable(
         &self,
         name: &str,
         args: &Args,
@@ -405,7 +405,7 @@ impl Registry {
     ) -> Result<ToolOutput, CallError> {
         let (inst, tool) = self.resolve(name)?;
         check_size(&inst, &tool, args.len())?;
-        inst.call_unless(&tool, args, caller, cancelled).await
+        inst.call_cancellable(&tool, args, caller, cancelled).await
     }
 
     fn resolve(&self, name: &str) -> Result<(Arc<ToolInstance>, String), CallError> {

@@ -48,7 +48,7 @@ async fn tools_are_listed_at_once_and_calls_wait_for_the_preparation() {
     let caller = Caller { client: "a", listener: Some(&heard) };
     let out = within(
         30,
-        host.call_unless(
+        host.call_cancellable(
             "slow.echo",
             &quarry::Args::parse(r#"{"text": "after"}"#).unwrap(),
             caller,
@@ -131,7 +131,7 @@ async fn a_pool_serves_calls_in_parallel() {
                 let host = host.clone();
                 tokio::spawn(async move {
                     let caller = Caller { client, listener: None };
-                    host.call_unless(
+                    host.call_cancellable(
                         "slow.sleep",
                         &quarry::Args::parse(r#"{"ms": 1500}"#).unwrap(),
                         caller,

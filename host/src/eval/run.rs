@@ -172,7 +172,7 @@ pub async fn run(
     for q in questions {
         let t = Instant::now();
         let args = plan.args(&q.text, retrieval);
-        let out = match host.call_unless(&plan.tool, &args, Caller::default(), std::future::pending()).await {
+        let out = match host.call_cancellable(&plan.tool, &args, Caller::default(), std::future::pending()).await {
             Ok(out) => out,
             Err(CallError::Tool { error: ToolError::InvalidArgs(m), .. })
                 if retrieval.is_some() && m.contains("retrieval") =>

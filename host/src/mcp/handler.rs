@@ -297,7 +297,7 @@ impl ServerHandler for QuarryMcp {
                     client: &self.client,
                     listener: listener.as_ref().map(|l| l as &dyn crate::instance::Listener),
                 };
-                let outcome = self.host.call_unless(&name, args, caller, cancelled).await;
+                let outcome = self.host.call_cancellable(&name, args, caller, cancelled).await;
                 if let Some(l) = listener {
                     l.finish().await;
                 }
