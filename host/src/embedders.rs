@@ -274,7 +274,7 @@ impl ComponentEmbedder {
         let outcome =
             run_guarded_for(&mut live.store, self.config.grants.deadline, cx, |store| call(store, bindings)).await;
         // Logged as they happened; kept only for a tool's error message, which an embed has not.
-        let _ = live.store.data().take_denials();
+        let _ = live.store.data().take_refusals();
         match outcome {
             Err(fault) => {
                 if let Some(held) = FAULTS_LOG.take() {

@@ -609,13 +609,13 @@ impl ToolInstance {
             })
         })
         .await;
-        let denials = live.store.data().take_denials();
+        let refusals = live.store.data().take_refusals();
         let lines = live.store.data_mut().take_logged();
         if let Some(l) = listener {
             for line in &lines {
                 l.log(tracing::Level::INFO, line);
             }
-            for d in &denials {
+            for d in &refusals {
                 l.log(tracing::Level::WARN, &format!("{qualified}: the sandbox refused: {d}"));
             }
         }
@@ -634,7 +634,7 @@ impl ToolInstance {
             Ok(Err(error)) => {
                 *slot = Some(live);
                 let cap = MAX_ERROR_BYTES.min(usize::try_from(max_output).unwrap_or(usize::MAX));
-                Err(CallError::Tool { tool: qualified, error: with_denials(bounded(error, cap), &denials) })
+                Err(CallError::Tool { tool: qualified, error: with_denials(bounded(error, cap), &refusals) })
             }
             Ok(Ok(out)) => {
                 *slot = Some(live);
@@ -714,11 +714,11 @@ async fn prepare(config: &InstanceConfig, mut live: Live) -> Result<Live, OpenEr
 
 /// Appends the sandbox's refusals to a tool error so the user sees which grant would help; an
 /// upstream failure the sandbox caused becomes `denied`.
-fn with_denials(error: ToolError, denials: &[String]) -> ToolError {
-    if denials.is_empty() {
+fn with_denials(error: ToolError, refusals: &[String]) -> ToolError {
+    if refusals.is_empty() {
         return error;
     }
-    let note = format!(" [host: {}]", denials.join("; "));
+    let note = format!(" [host: {}]", refusals.join("; "));
     match map_message(error, |m| m + &note) {
         ToolError::Upstream(m) => ToolError::Denied(m),
         other => other,

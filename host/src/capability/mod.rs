@@ -246,8 +246,8 @@ impl States {
     }
 
     /// What the capabilities refused since the last call (appended to a tool's error).
-    pub fn take_denials(&self) -> Vec<String> {
-        self.http.take_denials()
+    pub fn take_refusals(&self) -> Vec<String> {
+        self.http.take_refusals()
     }
 
     /// After each guest call: what a call started ends with it.

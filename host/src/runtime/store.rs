@@ -109,8 +109,8 @@ impl StoreState {
     }
 
     /// What the capabilities refused since the last call.
-    pub(crate) fn take_denials(&self) -> Vec<String> {
-        self.caps.take_denials()
+    pub(crate) fn take_refusals(&self) -> Vec<String> {
+        self.caps.take_refusals()
     }
 
     /// The size a refused memory growth asked for, if one was refused during this call.

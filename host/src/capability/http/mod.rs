@@ -42,7 +42,7 @@ use super::StoreParts;
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
 pub use bounds::{MAX_METHOD, MAX_PATH_WITH_QUERY, MAX_REQUEST_STRINGS, MAX_SCHEME};
 pub use grant::{DEFAULT_HTTP_TIMEOUT, grant};
-pub use policy::{Denial, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, Lookups, special_range};
+pub use policy::{Refusal, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, Lookups, special_range};
 pub use refusals::{MAX_KEPT, MAX_REFUSAL_BYTES, Refusals};
 pub use send::{MAX_AUTHORITY, MAX_IN_FLIGHT, PolicyHooks, RESPONSE_HEAD_MAX};
 
@@ -82,8 +82,8 @@ impl State {
     }
 
     /// Refusals since the last call (bounded).
-    pub fn take_denials(&self) -> Vec<String> {
-        self.hooks.take_denials()
+    pub fn take_refusals(&self) -> Vec<String> {
+        self.hooks.take_refusals()
     }
 
     /// Ends the requests of the call that just returned (see [`PolicyHooks::end_call`]).

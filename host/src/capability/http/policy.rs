@@ -37,7 +37,7 @@ pub struct HttpPolicy {
 /// Why a request was refused; the message names the grant that would allow it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct Denial(pub String);
+pub struct Refusal(pub String);
 
 /// The kind of special-purpose network `ip` belongs to, if any. Such addresses
 /// are refused unless a grant names them. An IPv6 address that embeds an IPv4 one (mapped,
@@ -122,7 +122,7 @@ impl HttpPolicy {
     }
 
     /// Whether the allowlist admits `scheme://host:port` (before any resolution).
-    pub fn check_target(&self, scheme: &str, host: &str, port: u16) -> Result<(), Denial> {
+    pub fn check_target(&self, scheme: &str, host: &str, port: u16) -> Result<(), Refusal> {
         if self.allow.iter().any(|e| e.matches(scheme, host, port)) {
             return Ok(());
         }
@@ -131,14 +131,14 @@ impl HttpPolicy {
         let host = crate::text::cut(host, 253);
         let entry =
             if port == default_port { format!("{scheme}://{host}") } else { format!("{scheme}://{host}:{port}") };
-        Err(Denial(format!(
+        Err(Refusal(format!(
             "HTTP to {scheme}://{host}:{port} refused: not in the allowlist of tool instance {:?}; to allow it, add {entry:?} to its grants.http",
             self.instance
         )))
     }
 
     /// Whether the instance may connect to `ip`, reached as `host`.
-    pub fn check_addr(&self, host: &str, ip: IpAddr) -> Result<(), Denial> {
+    pub fn check_addr(&self, host: &str, ip: IpAddr) -> Result<(), Refusal> {
         let Some(kind) = special_range(ip) else {
             return Ok(());
         };
@@ -154,7 +154,7 @@ impl HttpPolicy {
         } else {
             format!(" ({} resolves to it)", crate::text::cut(host, 253))
         };
-        Err(Denial(format!(
+        Err(Refusal(format!(
             "HTTP to {ip}{via} refused: it is {kind}; to allow it, add {net:?} to grants.private_networks of tool instance {:?}",
             self.instance
         )))
@@ -218,7 +218,7 @@ pub async fn lookup_bounded(
 #[derive(Debug)]
 pub enum ResolveError {
     /// Every address it resolves to is refused.
-    Denied(Denial),
+    Denied(Refusal),
     /// DNS did not answer in time.
     Timeout,
     /// The name does not resolve.

@@ -70,7 +70,7 @@ impl PolicyHooks {
     }
 
     /// Takes the refusals recorded since the last call (bounded: see [`Refusals::take`]).
-    pub fn take_denials(&self) -> Vec<String> {
+    pub fn take_refusals(&self) -> Vec<String> {
         self.refusals.take()
     }
 
