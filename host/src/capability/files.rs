@@ -353,7 +353,7 @@ pub struct View<'a> {
 }
 
 /// The [`View`] of a store.
-pub fn view(parts: super::StoreParts<'_>) -> View<'_> {
+pub fn view(parts: super::StoreView<'_>) -> View<'_> {
     View {
         fs: WasiFilesystemCtxView { ctx: parts.wasi.filesystem(), table: parts.table },
         guard: &mut parts.states.files,

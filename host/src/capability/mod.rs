@@ -11,7 +11,7 @@
 //!   do), so no capability names the store.
 //!
 //! This module is the one list of them. It holds no logic: one field per capability in
-//! [`RawGrants`], [`Grants`], [`Sections`] and [`States`], and one line per capability where
+//! [`RawGrants`], [`Grants`], [`CapabilitySections`] and [`CapabilityStates`], and one line per capability where
 //! they are built and linked. Adding a capability means a new folder, a line in each of these,
 //! and its WIT.
 //!
@@ -83,7 +83,7 @@ pub struct RawGrants {
 }
 
 /// What a capability's grant may depend on beside its own keys.
-pub struct GrantCx<'a> {
+pub struct GrantContext<'a> {
     /// The instance, for messages.
     pub instance: &'a str,
     /// The config file's directory: relative paths start there.
@@ -91,7 +91,7 @@ pub struct GrantCx<'a> {
     /// The instance's deadline: a capability's timeouts must fit in it.
     pub deadline: Duration,
     /// The capabilities' sections.
-    pub sections: &'a Sections,
+    pub sections: &'a CapabilitySections,
 }
 
 /// What an instance is granted, capability by capability.
@@ -112,7 +112,7 @@ pub struct Grants {
 impl Grants {
     /// Each capability's grant from its keys of `raw`; an error's key is relative to the grants
     /// table.
-    pub fn parse(raw: RawGrants, cx: &GrantCx<'_>) -> Result<Grants, KeyError> {
+    pub fn parse(raw: RawGrants, cx: &GrantContext<'_>) -> Result<Grants, KeyError> {
         Ok(Grants {
             dirs: files::grant(raw.dirs, cx.base)?,
             http: http::grant(cx.instance, &raw.http, &raw.private_networks, raw.http_timeout)?,
@@ -127,7 +127,7 @@ impl Grants {
 }
 
 /// The capabilities' operator-level sections as written (top-level tables of the config file).
-pub struct RawSections {
+pub struct RawCapabilitySections {
     /// `[couchbase.NAME]`.
     pub couchbase: BTreeMap<String, couchbase::RawConnection>,
     /// `[models.NAME]`.
@@ -136,17 +136,17 @@ pub struct RawSections {
 
 /// The capabilities' operator-level sections.
 #[derive(Debug, Clone, Default)]
-pub struct Sections {
+pub struct CapabilitySections {
     /// `[couchbase.NAME]`: named connections.
     pub couchbase: BTreeMap<String, Arc<couchbase::Connection>>,
     /// `[models.NAME]`: model directories.
     pub models: BTreeMap<String, Arc<nn::ModelSection>>,
 }
 
-impl Sections {
+impl CapabilitySections {
     /// Validates the sections; an error's key is the section's (`couchbase.NAME.key`).
-    pub fn parse(raw: RawSections, base: &Path) -> Result<Sections, KeyError> {
-        let mut sections = Sections::default();
+    pub fn parse(raw: RawCapabilitySections, base: &Path) -> Result<CapabilitySections, KeyError> {
+        let mut sections = CapabilitySections::default();
         for (name, raw) in raw.couchbase {
             let c = couchbase::connection(base, raw).map_err(|e| e.under(&format!("couchbase.{name}")))?;
             sections.couchbase.insert(name, Arc::new(c));
@@ -191,7 +191,7 @@ impl CallCx<'_> {
 }
 
 /// What a capability's state may depend on beside its grant.
-pub struct StateCx<'a> {
+pub struct StoreContext<'a> {
     /// The instance's name.
     pub instance: &'a str,
     /// Its `max_output`: what a capability may bring into the host for one call.
@@ -203,7 +203,7 @@ pub struct StateCx<'a> {
 }
 
 /// One store's state of every capability.
-pub struct States {
+pub struct CapabilityStates {
     /// Directory quotas.
     pub files: files::FileGuard,
     /// Outgoing HTTP.
@@ -220,16 +220,16 @@ pub struct States {
     pub nn: nn::State,
 }
 
-impl States {
+impl CapabilityStates {
     /// The states for a new store of an instance granted `grants`; directory grants become
     /// preopens of `wasi`.
-    pub fn new(grants: &Grants, cx: StateCx<'_>, wasi: &mut WasiCtxBuilder) -> Result<States, files::SandboxError> {
+    pub fn new(grants: &Grants, cx: StoreContext<'_>, wasi: &mut WasiCtxBuilder) -> Result<CapabilityStates, files::SandboxError> {
         let files = files::preopen(&grants.dirs, &cx.app.files, wasi)?;
         // wasi-nn's models are files too: their directories come through the directory capability.
         for (host, guest) in nn::read_only_dirs(&grants.models) {
             files::preopen_read_only(host, &guest, wasi)?;
         }
-        Ok(States {
+        Ok(CapabilityStates {
             files,
             http: http::State::new(&grants.http, &cx.app.http),
             embedder: embedder::State::new(cx.embedder, cx.instance),
@@ -259,9 +259,9 @@ impl States {
 
 /// What a store lends the capabilities, borrowed together: their states, and the parts of the
 /// store some of them build on (the resource table, WASI's context, the instance's name).
-pub struct StoreParts<'a> {
+pub struct StoreView<'a> {
     /// Every capability's state.
-    pub states: &'a mut States,
+    pub states: &'a mut CapabilityStates,
     /// The store's resource table.
     pub table: &'a mut ResourceTable,
     /// WASI's context (its filesystem, for the directory capability).
@@ -279,10 +279,10 @@ pub struct StoreParts<'a> {
 /// the store, and the store names no capability.
 pub trait CapabilityStore: Send + 'static {
     /// The store's parts, for the capabilities' projections.
-    fn parts(&mut self) -> StoreParts<'_>;
+    fn parts(&mut self) -> StoreView<'_>;
 }
 
-fn states<T: CapabilityStore>(t: &mut T) -> &mut States {
+fn states<T: CapabilityStore>(t: &mut T) -> &mut CapabilityStates {
     t.parts().states
 }
 
@@ -295,8 +295,8 @@ pub fn link_all<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
     bedrock::link(l, |t| &mut states(t).bedrock)?;
     couchbase::link(l, |t| &mut states(t).couchbase)?;
     nn::link(l, |t| nn::view(t.parts()))?;
-    wit_types::add_to_linker::<T, HasSelf<States>>(l, states)
+    wit_types::add_to_linker::<T, HasSelf<CapabilityStates>>(l, states)
 }
 
 /// The `types` interface has no functions: its linking needs a `Host`, with nothing in it.
-impl wit_types::Host for States {}
+impl wit_types::Host for CapabilityStates {}

@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::capability::{self, Sections};
+use crate::capability::{self, CapabilitySections};
 use crate::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY, MIN_PREPARE_DEADLINE};
 use crate::values::{KeyError, expand_path, valid_name};
 
@@ -103,7 +103,7 @@ pub struct Config {
     /// Embedder instances by name.
     pub embedders: BTreeMap<String, InstanceConfig>,
     /// The capabilities' operator-level sections (`[couchbase.NAME]`, `[models.NAME]`).
-    pub sections: Sections,
+    pub sections: CapabilitySections,
     /// Limits of `quarry serve` (`[serve]`); flags override them.
     pub serve: ServeConfig,
 }
@@ -226,7 +226,7 @@ impl Config {
                 )));
             }
         };
-        let sections = Sections::parse(capability::RawSections { couchbase: raw.couchbase, models: raw.models }, &base)
+        let sections = CapabilitySections::parse(capability::RawCapabilitySections { couchbase: raw.couchbase, models: raw.models }, &base)
             .map_err(invalid)?;
         let mut embedders = BTreeMap::new();
         for (name, inst) in raw.embedders {
@@ -338,7 +338,7 @@ fn validate_instance(
     section: &str,
     name: &str,
     raw: RawInstance,
-    sections: &Sections,
+    sections: &CapabilitySections,
 ) -> Result<InstanceConfig, KeyError> {
     let key = |k: &str| format!("{section}.{name}{k}");
     if !valid_name(name) {
@@ -369,7 +369,7 @@ fn validate_instance(
     let deadline = raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0);
     let prepare_deadline = raw.grants.prepare_deadline.map_or(deadline.max(MIN_PREPARE_DEADLINE), |d| d.0);
     let max_output = raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0);
-    let cx = capability::GrantCx { instance: name, base, deadline, sections };
+    let cx = capability::GrantContext { instance: name, base, deadline, sections };
     let caps = capability::Grants::parse(raw.grants, &cx).map_err(|e| e.under(&key(".grants")))?;
     let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     Ok(InstanceConfig {

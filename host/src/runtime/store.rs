@@ -1,6 +1,6 @@
 //! The data of one instance's `Store`: the WASI context built from the instance's grants, the
 //! resource table, the memory limiter, the captured stderr, and every capability's state
-//! ([`crate::capability::States`], which this module knows only as a bundle).
+//! ([`crate::capability::CapabilityStates`], which this module knows only as a bundle).
 //!
 //! Denied by default: every environment variable, every argument, stdin, stdout,
 //! every directory not granted, every socket and name lookup (`wasi:sockets`),
@@ -30,7 +30,7 @@ use super::limiter::MemoryLimiter;
 pub use super::limiter::{FREE_HANDLES, HOST_BYTES_PER_HANDLE};
 use crate::capability::embedder::EmbedderBackend;
 use crate::capability::files::SandboxError;
-use crate::capability::{AppStates, CallCx, CapabilityStore, StateCx, States, StoreParts};
+use crate::capability::{AppStates, CallCx, CapabilityStore, StoreContext, CapabilityStates, StoreView};
 use crate::config::InstanceConfig;
 
 /// The data of one instance's `Store`.
@@ -40,7 +40,7 @@ pub struct StoreState {
     limiter: MemoryLimiter,
     pub(crate) stderr: GuestLog,
     /// Every capability's state.
-    pub(crate) caps: States,
+    pub(crate) caps: CapabilityStates,
     /// The instance's name, for tagging what it reports.
     pub(crate) instance: String,
     /// When the running call's deadline passes; the epoch callback interrupts the guest then.
@@ -67,8 +67,8 @@ impl StoreState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let cx = StateCx { instance: &cfg.name, max_output: cfg.grants.max_output, embedder, app };
-        let caps = States::new(&cfg.grants.caps, cx, &mut b)?;
+        let cx = StoreContext { instance: &cfg.name, max_output: cfg.grants.max_output, embedder, app };
+        let caps = CapabilityStates::new(&cfg.grants.caps, cx, &mut b)?;
         let limiter = MemoryLimiter::new(cfg.grants.memory as usize);
         let mut table = ResourceTable::new();
         table.set_max_capacity(limiter.handle_capacity(0));
@@ -146,8 +146,8 @@ impl WasiView for StoreState {
 }
 
 impl CapabilityStore for StoreState {
-    fn parts(&mut self) -> StoreParts<'_> {
-        StoreParts {
+    fn parts(&mut self) -> StoreView<'_> {
+        StoreView {
             states: &mut self.caps,
             table: &mut self.table,
             wasi: &mut self.wasi,

@@ -50,7 +50,7 @@ pub struct View<'a> {
 }
 
 /// The [`View`] of a store.
-pub fn view(parts: super::StoreParts<'_>) -> View<'_> {
+pub fn view(parts: super::StoreView<'_>) -> View<'_> {
     View { state: &mut parts.states.embedder, deadline: parts.deadline, memory: parts.memory }
 }
 

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use wasmtime::component::Linker;
 use wasmtime_wasi_http::{WasiHttp, WasiHttpCtx, WasiHttpCtxView};
 
-use super::StoreParts;
+use super::StoreView;
 
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
 pub use bounds::{MAX_METHOD, MAX_PATH_WITH_QUERY, MAX_REQUEST_STRINGS, MAX_SCHEME};
@@ -93,7 +93,7 @@ impl State {
 }
 
 /// wasi-http's view of a store: this capability's [`State`] and the store's resource table.
-pub fn view(parts: StoreParts<'_>) -> WasiHttpCtxView<'_> {
+pub fn view(parts: StoreView<'_>) -> WasiHttpCtxView<'_> {
     let State { ctx, hooks } = &mut parts.states.http;
     WasiHttpCtxView { ctx, table: parts.table, hooks }
 }

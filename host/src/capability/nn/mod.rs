@@ -173,7 +173,7 @@ pub struct View<'a> {
 }
 
 /// The [`View`] of a store.
-pub fn view(parts: super::StoreParts<'_>) -> View<'_> {
+pub fn view(parts: super::StoreView<'_>) -> View<'_> {
     let tensor_limit = (parts.memory as u64).min(MAX_TENSOR_BYTES);
     View { state: &mut parts.states.nn, table: parts.table, deadline: parts.deadline, tensor_limit }
 }
