@@ -125,7 +125,7 @@ impl ComponentEmbedder {
         if texts.len() <= max_part && (n == 1 || texts.len() < 2 * MIN_CHUNK) {
             let count = texts.len();
             let me = self.clone();
-            return me.one_each(count, run(self, client, texts).await?);
+            return me.one_per_text(count, run(self, client, texts).await?);
         }
         let part = texts.len().div_ceil(n).clamp(MIN_CHUNK, max_part);
         let mut tasks = tokio::task::JoinSet::new();
@@ -141,14 +141,14 @@ impl ComponentEmbedder {
         let mut parts: Vec<Option<Vec<T>>> = sizes.iter().map(|_| None).collect();
         while let Some(done) = tasks.join_next().await {
             let (i, part) = done.map_err(|e| EmbedError::Internal(format!("embedder task failed: {e}")))?;
-            parts[i] = Some(self.one_each(sizes[i], part?)?);
+            parts[i] = Some(self.one_per_text(sizes[i], part?)?);
         }
         Ok(parts.into_iter().flatten().flatten().collect())
     }
 
     /// `answers` for `texts` texts, refused unless there is one per text: parts are joined in
     /// order, so a part that answered too few or too many would shift every answer after it.
-    fn one_each<T>(&self, texts: usize, answers: Vec<T>) -> Result<Vec<T>, EmbedError> {
+    fn one_per_text<T>(&self, texts: usize, answers: Vec<T>) -> Result<Vec<T>, EmbedError> {
         if answers.len() != texts {
             return Err(EmbedError::Internal(format!(
                 "embedder {:?} answered {} results for {texts} texts; it is faulty",

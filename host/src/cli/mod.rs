@@ -116,12 +116,12 @@ pub const EXIT_USAGE: u8 = 2;
 
 /// Text a component or a document chose, for stdout: escaped when stdout is a terminal (see
 /// [`crate::text::for_terminal`]), as it is when piped.
-fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     if std::io::stdout().is_terminal() { crate::text::for_terminal(text).into() } else { text.into() }
 }
 
 /// An error for stderr, escaped when stderr is a terminal (it may hold a tool's words).
-fn shown_err(text: &str) -> std::borrow::Cow<'_, str> {
+fn printable_error(text: &str) -> std::borrow::Cow<'_, str> {
     if std::io::stderr().is_terminal() { crate::text::for_terminal(text).into() } else { text.into() }
 }
 
@@ -164,14 +164,14 @@ pub async fn run(cli: Cli) -> ExitCode {
         let h = host.clone();
         tokio::spawn(async move {
             for (name, e) in h.load_all().await {
-                eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
+                eprintln!("warning: tool instance {name:?} not loaded: {}", printable_error(&e.to_string()));
             }
         });
         Vec::new()
     } else {
         let failures = host.load_all().await;
         for (name, e) in &failures {
-            eprintln!("warning: tool instance {name:?} not loaded: {}", shown_err(&e.to_string()));
+            eprintln!("warning: tool instance {name:?} not loaded: {}", printable_error(&e.to_string()));
         }
         failures
     };
@@ -218,7 +218,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             // Checked to the end: an index that cannot be built is a failure too.
             let unprepared = host.prepared().await;
             for (name, why) in &unprepared {
-                eprintln!("warning: tool instance {name:?} not prepared: {}", shown_err(why));
+                eprintln!("warning: tool instance {name:?} not prepared: {}", printable_error(why));
             }
             let tools = host.tools();
             let loaded = host.config().tools.len() - failures.len() - unprepared.len();
@@ -264,8 +264,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                     println!(
                         "{}\n    {}\n    args: {}",
                         t.qualified,
-                        shown(&t.spec.description),
-                        shown(&t.spec.args_schema)
+                        printable(&t.spec.description),
+                        printable(&t.spec.args_schema)
                     );
                 }
             }
@@ -284,12 +284,12 @@ pub async fn run(cli: Cli) -> ExitCode {
                     if json {
                         println!("{}", crate::output::output_json(&out));
                     } else {
-                        println!("{}", shown(&out.text));
+                        println!("{}", printable(&out.text));
                     }
                     ExitCode::from(EXIT_OK)
                 }
                 Err(e) => {
-                    eprintln!("error: {}", shown_err(&e.to_string()));
+                    eprintln!("error: {}", printable_error(&e.to_string()));
                     ExitCode::from(match e {
                         CallError::UnknownTool { .. } | CallError::BadArgs { .. } | CallError::ArgsTooLarge { .. } => {
                             EXIT_USAGE
@@ -313,7 +313,7 @@ async fn eval(
     let plan = match crate::eval::Plan::for_tool(host, tool) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {}", shown_err(&e.to_string()));
+            eprintln!("error: {}", printable_error(&e.to_string()));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -327,7 +327,7 @@ async fn eval(
                 eprintln!("note: {} does not offer retrieval {:?}; skipped", plan.tool, mode.unwrap_or_default())
             }
             Err(e) => {
-                eprintln!("error: {}", shown_err(&e.to_string()));
+                eprintln!("error: {}", printable_error(&e.to_string()));
                 return ExitCode::from(EXIT_TOOL);
             }
         }

@@ -128,11 +128,11 @@ pub(crate) async fn run_guarded_for<T>(
     into_outcome(store, deadline, res)
 }
 
-pub(crate) type Timed<T> = Result<wasmtime::Result<T>, tokio::time::error::Elapsed>;
+pub(crate) type TimedOutcome<T> = Result<wasmtime::Result<T>, tokio::time::error::Elapsed>;
 
 /// Turns the outcome of a guarded guest call into a value or a [`Fault`],
 /// logging what the guest wrote to stderr.
-fn into_outcome<T>(store: &mut Store<StoreState>, deadline: Duration, res: Timed<T>) -> Result<T, Fault> {
+fn into_outcome<T>(store: &mut Store<StoreState>, deadline: Duration, res: TimedOutcome<T>) -> Result<T, Fault> {
     let stderr = store.data().stderr.take();
     store.data_mut().logged = log_stderr(&stderr);
     let err = match res {

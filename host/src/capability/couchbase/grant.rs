@@ -30,7 +30,7 @@ pub fn check_bucket_name(name: &str) -> std::result::Result<(), String> {
     } else {
         Err(format!(
             "bucket name {} is not a Couchbase bucket name: 1 to 100 letters, digits, `_`, `-` and `.`, not starting with `.`",
-            shown(name)
+            quoted(name)
         ))
     }
 }
@@ -42,7 +42,7 @@ pub fn check_scope_name(name: &str) -> std::result::Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("scope name {} is not a Couchbase scope name: 1 to 251 letters, digits, `_` and `-`", shown(name)))
+        Err(format!("scope name {} is not a Couchbase scope name: 1 to 251 letters, digits, `_` and `-`", quoted(name)))
     }
 }
 
@@ -66,14 +66,14 @@ pub fn check_index_name(name: &str, qualified: bool) -> std::result::Result<(), 
         let form = if qualified { " (or `bucket.scope.index`)" } else { "" };
         Err(format!(
             "index name {} is not a Couchbase search index name: a letter, then letters, digits, `_` and `-`{form}",
-            shown(name)
+            quoted(name)
         ))
     }
 }
 
 /// A guest-chosen name for a message: quoted, and cut to 64 characters so a hostile one
 /// cannot make the error (and the log) large.
-fn shown(name: &str) -> String {
+fn quoted(name: &str) -> String {
     crate::text::quoted_prefix(name, 64)
 }
 
