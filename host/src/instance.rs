@@ -359,7 +359,7 @@ pub struct ToolInstance {
     /// Its configuration.
     pub config: Arc<InstanceConfig>,
     /// The component version it runs.
-    pub plugin: Arc<ComponentVersion>,
+    pub version: Arc<ComponentVersion>,
     /// The tools it offers, as listed.
     pub tools: Vec<ToolEntry>,
     engine: QuarryEngine,
@@ -371,21 +371,21 @@ pub struct ToolInstance {
 }
 
 impl ToolInstance {
-    /// Instantiates `plugin` for `config`, runs `open` and reads the specs: the cheap part,
+    /// Instantiates `version` for `config`, runs `open` and reads the specs: the cheap part,
     /// after which the tools can be listed. No call runs before [`ToolInstance::prepare`].
     pub async fn open(
         engine: &QuarryEngine,
         config: Arc<InstanceConfig>,
-        plugin: Arc<ComponentVersion>,
+        version: Arc<ComponentVersion>,
         embedder: Option<Arc<dyn EmbedderBackend>>,
     ) -> Result<ToolInstance, OpenError> {
         let name = config.name.clone();
-        if plugin.imports_embedder && embedder.is_none() {
+        if version.imports_embedder && embedder.is_none() {
             return Err(OpenError::NoEmbedder { instance: name });
         }
         let sinks: Vec<Arc<progress::Sink>> =
             (0..config.pool.max(1)).map(|_| Arc::new(tokio::sync::watch::channel(None).0)).collect();
-        let mut live = start(engine, &config, &plugin, embedder.clone(), &sinks[0]).await?;
+        let mut live = start(engine, &config, &version, embedder.clone(), &sinks[0]).await?;
         let (bindings, handle) = (live.bindings.clone(), live.handle);
         let specs = run_guarded(&mut live.store, config.grants.deadline, |store| {
             Box::pin(async move { bindings.quarry_retrieval_tool().instance().call_specs(store, handle).await })
@@ -393,7 +393,7 @@ impl ToolInstance {
         .await
         .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
         let schemas = check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
-        let hash = hex::encode(plugin.hash);
+        let hash = hex::encode(version.hash);
         let tools = specs
             .into_iter()
             .zip(schemas)
@@ -415,7 +415,7 @@ impl ToolInstance {
         Ok(ToolInstance {
             name,
             config,
-            plugin,
+            version,
             tools,
             engine: engine.clone(),
             embedder,
@@ -482,7 +482,7 @@ impl ToolInstance {
         let mut guard = member.live.lock().await;
         let live = match guard.take() {
             Some(live) => live,
-            None => start(&self.engine, &self.config, &self.plugin, self.embedder.clone(), &member.progress).await?,
+            None => start(&self.engine, &self.config, &self.version, self.embedder.clone(), &member.progress).await?,
         };
         *guard = Some(prepare(&self.config, live).await?);
         Ok(())
@@ -550,7 +550,7 @@ impl ToolInstance {
                 Some(live) => live,
                 None => {
                     let restart = |e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) };
-                    let live = start(&self.engine, &self.config, &self.plugin, self.embedder.clone(), &member.progress)
+                    let live = start(&self.engine, &self.config, &self.version, self.embedder.clone(), &member.progress)
                         .await
                         .map_err(restart)?;
                     prepare(&self.config, live).await.map_err(restart)?
@@ -666,11 +666,11 @@ async fn forward_progress(
     }
 }
 
-/// Instantiates `plugin` in a fresh sandbox, its progress kept in `sink`, and runs `open`.
+/// Instantiates `version` in a fresh sandbox, its progress kept in `sink`, and runs `open`.
 async fn start(
     engine: &QuarryEngine,
     config: &InstanceConfig,
-    plugin: &ComponentVersion,
+    version: &ComponentVersion,
     embedder: Option<Arc<dyn EmbedderBackend>>,
     sink: &Arc<progress::Sink>,
 ) -> Result<Live, OpenError> {
@@ -679,7 +679,7 @@ async fn start(
         .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
     store.data_mut().caps.progress.set_sink(sink.clone());
     let deadline = config.grants.deadline;
-    let pre = plugin.pre.clone();
+    let pre = version.pre.clone();
     let bindings =
         run_guarded(&mut store, deadline, |store| Box::pin(async move { pre.instantiate_async(store).await }))
             .await

@@ -183,13 +183,13 @@ impl Registry {
                 }
             }
         }
-        let mut plugins: BTreeMap<PathBuf, Arc<ComponentVersion>> = BTreeMap::new();
+        let mut versions: BTreeMap<PathBuf, Arc<ComponentVersion>> = BTreeMap::new();
         for (name, cfg) in &self.config.tools {
-            let plugin = match plugins.get(&cfg.component) {
+            let version = match versions.get(&cfg.component) {
                 Some(p) => p.clone(),
                 None => match ComponentVersion::load(&self.engine, &self.linker, &cfg.component).await {
                     Ok(p) => {
-                        plugins.insert(cfg.component.clone(), p.clone());
+                        versions.insert(cfg.component.clone(), p.clone());
                         p
                     }
                     Err(e) => {
@@ -199,7 +199,7 @@ impl Registry {
                     }
                 },
             };
-            match self.open_instance(cfg, plugin).await {
+            match self.open_instance(cfg, version).await {
                 Ok(inst) => {
                     tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools.len(), pool = inst.pool(), "opened; preparing");
                     let inst = Arc::new(inst);
@@ -236,7 +236,7 @@ impl Registry {
     async fn open_instance(
         &self,
         cfg: &InstanceConfig,
-        plugin: Arc<ComponentVersion>,
+        version: Arc<ComponentVersion>,
     ) -> Result<ToolInstance, OpenError> {
         let embedder: Option<Arc<dyn EmbedderBackend>> = match &cfg.embedder {
             None => None,
@@ -258,7 +258,7 @@ impl Registry {
                 }
             }
         };
-        ToolInstance::open(&self.engine, Arc::new(cfg.clone()), plugin, embedder).await
+        ToolInstance::open(&self.engine, Arc::new(cfg.clone()), version, embedder).await
     }
 
     /// The model behind embedder `name`, if it is loaded.
@@ -470,18 +470,18 @@ impl Registry {
             return Err(ReloadError::NotConfigured(path.to_path_buf()));
         }
         let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
-        let plugin = ComponentVersion::load(&self.engine, &self.linker, path).await.map_err(rejected)?;
+        let version = ComponentVersion::load(&self.engine, &self.linker, path).await.map_err(rejected)?;
         let current: Vec<Option<[u8; 32]>> = {
             let tools = self.tools.read();
-            targets.iter().map(|c| tools.get(&c.name).map(|i| i.plugin.hash)).collect()
+            targets.iter().map(|c| tools.get(&c.name).map(|i| i.version.hash)).collect()
         };
-        if current.iter().all(|h| *h == Some(plugin.hash)) {
+        if current.iter().all(|h| *h == Some(version.hash)) {
             return Err(ReloadError::Unchanged(path.to_path_buf()));
         }
         // Opened and prepared beside the running version, which serves meanwhile.
         let mut opened = Vec::new();
         for cfg in &targets {
-            let inst = Arc::new(self.open_instance(cfg, plugin.clone()).await.map_err(rejected)?);
+            let inst = Arc::new(self.open_instance(cfg, version.clone()).await.map_err(rejected)?);
             inst.prepare().await.map_err(rejected)?;
             opened.push(inst);
         }
@@ -496,7 +496,7 @@ impl Registry {
         let report = SwapReport {
             path: path.to_path_buf(),
             instances,
-            hash: hex::encode(plugin.hash),
+            hash: hex::encode(version.hash),
             elapsed: start.elapsed(),
         };
         tracing::info!(target: "quarry::swap", path = %path.display(), instances = ?report.instances, elapsed = ?report.elapsed, "new version serving");
