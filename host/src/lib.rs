@@ -1,24 +1,31 @@
 //! Quarry: a wasmtime host that loads retrieval tools as sandboxed WebAssembly
 //! components and serves them to agent runtimes.
 //!
-//! - [`config`]: the TOML config — instances, their component, their limits ([`limits`]) and
-//!   their grants, in the value types of [`values`];
-//! - [`capability`]: what a component may ask the host for, one folder each ([`capability::files`],
-//!   [`capability::http`], [`capability::embedder`], [`capability::progress`],
-//!   [`capability::bedrock`], [`capability::couchbase`], [`capability::nn`]), and the one list of them;
-//! - [`runtime`]: what runs guests — the engine and cache, the store's data, the guarded call;
-//! - [`instance`]: one component version and one running tool instance; [`embedders`]: embedder
-//!   components as a pool, the embedder capability's backend; [`fair`]: the fair queue that
-//!   shares a pool between tools;
-//! - [`registry`]: every instance, calls, and hot swap; [`watch`] drives it from the file system;
+//! The rooms, lowest first (a module uses only those above it in this list, and its own):
+//! - [`support`]: text the host does not trust ([`support::text`]), the config's value types
+//!   ([`support::values`]), the limits ([`support::limits`]), rate-limited log lines
+//!   ([`support::log_budget`]), the fair queue ([`support::fair`]); and [`args`], a call's
+//!   arguments, typed where they enter and serialised once;
+//! - [`capability`]: what a component may ask the host for, one folder each, and the one list
+//!   of them (its app-level states, its grants and sections, its store states);
+//! - [`config`]: the TOML config: instances, their component, their limits and grants;
+//! - [`runtime`]: what runs guests: the engine and cache, the store's data, the guarded call;
+//! - [`registry`]: the core: a component version and a tool instance ([`registry::instance`]),
+//!   the embedder pool ([`registry::embedders`]), every instance, calls and hot swap;
+//!   [`watch`] drives the swaps from the file system;
 //! - [`mcp`]: the MCP server (stdio and streamable HTTP); [`cli`]: the `quarry` command;
-//!   [`output`]: a call's output as JSON, for both;
-//! - [`args`]: a call's arguments, typed where they enter and serialised once;
-//! - [`text`]: bounding and escaping text the host does not trust; [`log_budget`]: rate-limited
-//!   log lines for what a guest or client can repeat.
+//!   [`eval`]: `quarry eval`; [`output`]: a call's output as JSON, for the MCP server and the
+//!   CLI both.
+//!
+//! Where a change goes: a new capability is a folder under `capability/` and a line in each
+//! list of `capability/mod.rs` (see host/README.md); a tool is a component under `components/`,
+//! never host code; a limit is a constant in `support/limits.rs` (or a grant key in its
+//! capability); an MCP feature is a module under `mcp/`.
 //!
 //! The capability modules are also reachable at the top (`quarry::http`, `quarry::bedrock`, …),
-//! as are the engine and the cache (`quarry::engine`, `quarry::cache`).
+//! as are the engine and the cache (`quarry::engine`, `quarry::cache`), the support modules
+//! (`quarry::text`, `quarry::values`, …) and the core's (`quarry::instance`,
+//! `quarry::embedders`).
 
 #![deny(missing_docs)]
 
@@ -27,23 +34,19 @@ pub mod bindings;
 pub mod capability;
 pub mod cli;
 pub mod config;
-pub mod embedders;
 pub mod eval;
-pub mod fair;
-pub mod instance;
-pub mod limits;
-pub mod log_budget;
 pub mod mcp;
 pub mod output;
 pub mod registry;
 pub mod runtime;
-pub mod text;
-pub mod values;
+pub mod support;
 pub mod watch;
 
 pub use args::Args;
 pub use capability::{bedrock, couchbase, embedder, files, http, nn, progress};
 pub use config::Config;
-pub use instance::{CallError, OpenError};
+pub use registry::instance::{CallError, OpenError};
 pub use registry::{Registry, ReloadError, SwapReport, ToolEntry};
+pub use registry::{embedders, instance};
 pub use runtime::{Fault, cache, engine};
+pub use support::{fair, limits, log_budget, text, values};

@@ -32,8 +32,8 @@ impl Drop for Watcher {
 }
 
 /// Starts watching `host`'s component directories. Must run inside a tokio runtime.
-pub fn watch(host: Arc<Registry>) -> Result<Watcher, notify::Error> {
-    let config = host.config();
+pub fn watch(registry: Arc<Registry>) -> Result<Watcher, notify::Error> {
+    let config = registry.config();
     let components: BTreeSet<PathBuf> =
         config.tools.values().chain(config.embedders.values()).map(|c| c.component.clone()).collect();
     // A model is reloaded by its model file; a new manifest (written beside it) counts as a change too.
@@ -85,7 +85,7 @@ pub fn watch(host: Arc<Registry>) -> Result<Watcher, notify::Error> {
                 if !path.is_file() {
                     continue;
                 }
-                match host.reload(&path).await {
+                match registry.reload(&path).await {
                     Ok(_) | Err(ReloadError::Unchanged(_)) => {}
                     Err(e) => tracing::error!(target: "quarry::swap", "{e}"),
                 }

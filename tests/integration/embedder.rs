@@ -23,7 +23,7 @@ fn env() -> TestEnv {
 async fn tool_import_is_served_by_the_named_embedder() {
     let env = env();
     let host = env.host(LINKED).await;
-    let info = host.embedder_info("toy").expect("loaded");
+    let info = host.embedder("toy").expect("loaded").info();
     assert_eq!((info.id.as_str(), info.dimension, info.max_tokens), ("toy-trigram", 8, 16));
     let long = vec!["word"; 20].join(" ");
     let args = serde_json::json!({ "texts": ["hello world", "hello world", "entirely different text", long] });
@@ -113,7 +113,7 @@ memory = "4MiB"
 "#;
     let host = env.host(&format!("{LINKED}{hostile}").replace("MODEL_ID", &"m".repeat(1 << 20))).await;
     // A model id is kept for the embedder's life: cut.
-    assert!(host.embedder_info("named").unwrap().id.len() < 512);
+    assert!(host.embedder("named").unwrap().info().id.len() < 512);
     let args = serde_json::json!({ "texts": ["hello world", "other text"] }).to_string();
     let err = within(30, host.call("wide_probe", &args)).await.unwrap_err().to_string();
     assert!(err.contains("answered a vector of 1000 dimensions for a model of 8; it is faulty"), "{err}");

@@ -47,14 +47,15 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 use wasmtime_wasi::p2::{DynOutputStream, FsResult, OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
-use crate::values::{ByteSize, KeyError, expand_path};
+use crate::support::values::{ByteSize, KeyError, expand_path};
 
 /// Bytes a read-write grant may hold when its config gives no quota.
 pub const DEFAULT_QUOTA_BYTES: u64 = 1 << 30;
 /// Files, directories and links a read-write grant may hold when its config gives no quota.
 pub const DEFAULT_QUOTA_FILES: u64 = 10_000;
 /// Log lines of refused writes and opens, all instances together: a guest repeats them at will.
-static REFUSALS_LOG: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new(10, Duration::from_secs(1));
+static REFUSALS_LOG: crate::support::log_budget::LogBudget =
+    crate::support::log_budget::LogBudget::new(10, Duration::from_secs(1));
 /// How often a directory may be measured again when a charge would pass its quota.
 const REMEASURE_EVERY: Duration = Duration::from_secs(1);
 
@@ -300,7 +301,7 @@ impl QuotaGrant {
                         "a write was refused: the directory is at its grants.dirs quota ({} bytes, {} files); raise `quota` on the grant if the work is legitimate{}",
                         self.quota.bytes,
                         self.quota.files,
-                        crate::log_budget::held_note(held)
+                        crate::support::log_budget::held_note(held)
                     );
                 }
                 return Err(ErrorCode::InsufficientSpace);
@@ -423,9 +424,9 @@ pub fn link<T: Send + 'static>(linker: &mut Linker<T>, get: fn(&mut T) -> View<'
                                     target: "quarry::sandbox",
                                     instance,
                                     "refused to open {}: it is a {:?}, not a regular file or directory{}",
-                                    crate::text::quoted_prefix(&path, 200),
+                                    crate::support::text::quoted_prefix(&path, 200),
                                     stat.type_,
-                                    crate::log_budget::held_note(held)
+                                    crate::support::log_budget::held_note(held)
                                 );
                             }
                             return Ok((Err(ErrorCode::NotPermitted),));

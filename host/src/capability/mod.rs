@@ -54,7 +54,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 use crate::bindings::quarry::retrieval::types as wit_types;
-use crate::values::{ByteSize, HumanDuration, KeyError};
+use crate::support::values::{ByteSize, HumanDuration, KeyError};
 
 /// `[tools.NAME.grants]` as written: the limits every instance has (`memory`, `deadline`,
 /// `max_output`, read by the config) and each capability's keys.
@@ -223,7 +223,11 @@ pub struct CapabilityStates {
 impl CapabilityStates {
     /// The states for a new store of an instance granted `grants`; directory grants become
     /// preopens of `wasi`.
-    pub fn new(grants: &Grants, cx: StoreContext<'_>, wasi: &mut WasiCtxBuilder) -> Result<CapabilityStates, files::SandboxError> {
+    pub fn new(
+        grants: &Grants,
+        cx: StoreContext<'_>,
+        wasi: &mut WasiCtxBuilder,
+    ) -> Result<CapabilityStates, files::SandboxError> {
         let files = files::preopen(&grants.dirs, &cx.app.files, wasi)?;
         // wasi-nn's models are files too: their directories come through the directory capability.
         for (host, guest) in nn::read_only_dirs(&grants.models) {

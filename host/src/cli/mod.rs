@@ -12,8 +12,8 @@ use std::io::IsTerminal;
 use clap::{Parser, Subcommand};
 
 use crate::config::Config;
-use crate::instance::CallError;
 use crate::registry::Registry;
+use crate::registry::instance::CallError;
 
 /// Sandboxed WebAssembly retrieval tools for AI agents.
 #[derive(Parser, Debug)]
@@ -91,11 +91,11 @@ pub enum Command {
         max_queued_calls: Option<u32>,
         /// Bytes of requests held at once, all clients together, e.g. 128MiB (overrides
         /// [serve] max_request_bytes).
-        #[arg(long, value_name = "SIZE", value_parser = |s: &str| crate::values::ByteSize::parse(s).and_then(|b| crate::config::ServeConfig::check_request_bytes(b.0)))]
+        #[arg(long, value_name = "SIZE", value_parser = |s: &str| crate::support::values::ByteSize::parse(s).and_then(|b| crate::config::ServeConfig::check_request_bytes(b.0)))]
         max_request_bytes: Option<usize>,
         /// Time a client has to send a request body, e.g. 30s (overrides [serve] body_timeout).
-        #[arg(long, value_name = "DURATION", value_parser = |s: &str| crate::values::HumanDuration::parse(s))]
-        body_timeout: Option<crate::values::HumanDuration>,
+        #[arg(long, value_name = "DURATION", value_parser = |s: &str| crate::support::values::HumanDuration::parse(s))]
+        body_timeout: Option<crate::support::values::HumanDuration>,
         /// A browser origin allowed to call the server, e.g. http://localhost:6274
         /// (repeatable; adds to [serve] allowed_origins).
         #[arg(long = "allowed-origin", value_name = "ORIGIN", value_parser = |s: &str| crate::config::ServeConfig::check_origin(s).map(|()| s.to_string()))]
@@ -115,14 +115,14 @@ pub const EXIT_TOOL: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 
 /// Text a component or a document chose, for stdout: escaped when stdout is a terminal (see
-/// [`crate::text::for_terminal`]), as it is when piped.
+/// [`crate::support::text::for_terminal`]), as it is when piped.
 fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if std::io::stdout().is_terminal() { crate::text::for_terminal(text).into() } else { text.into() }
+    if std::io::stdout().is_terminal() { crate::support::text::for_terminal(text).into() } else { text.into() }
 }
 
 /// An error for stderr, escaped when stderr is a terminal (it may hold a tool's words).
 fn printable_error(text: &str) -> std::borrow::Cow<'_, str> {
-    if std::io::stderr().is_terminal() { crate::text::for_terminal(text).into() } else { text.into() }
+    if std::io::stderr().is_terminal() { crate::support::text::for_terminal(text).into() } else { text.into() }
 }
 
 /// Runs the CLI; returns the exit status. Errors are printed on one line to stderr.
@@ -149,7 +149,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         },
         _ => Vec::new(),
     };
-    let host = match Registry::new(config) {
+    let registry = match Registry::new(config) {
         Ok(h) => h,
         Err(e) => {
             eprintln!("error: {e}");
@@ -157,11 +157,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
     };
     // Ingesting a large document (at load in fixed mode, or in a call) shows a progress bar.
-    tokio::spawn(progress_bar::show_progress(host.apps().progress.subscribe()));
+    tokio::spawn(progress_bar::show_progress(registry.apps().progress.subscribe()));
     let failures = if matches!(cli.command, Command::Serve { .. }) {
         // Served at once: clients hear `initialize` while the instances open, and `tools/list`
         // as soon as they have; index builds go on in the background.
-        let h = host.clone();
+        let h = registry.clone();
         tokio::spawn(async move {
             for (name, e) in h.load_all().await {
                 eprintln!("warning: tool instance {name:?} not loaded: {}", printable_error(&e.to_string()));
@@ -169,7 +169,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         });
         Vec::new()
     } else {
-        let failures = host.load_all().await;
+        let failures = registry.load_all().await;
         for (name, e) in &failures {
             eprintln!("warning: tool instance {name:?} not loaded: {}", printable_error(&e.to_string()));
         }
@@ -188,7 +188,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             allowed_origins,
             call_log,
         } => {
-            let mut limits = host.config().serve.clone();
+            let mut limits = registry.config().serve.clone();
             if let Some(n) = max_sessions {
                 limits.max_sessions = n as usize;
             }
@@ -212,26 +212,26 @@ pub async fn run(cli: Cli) -> ExitCode {
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
-            serve(host, stdio, http, limits, insecure_http, log).await
+            serve(registry, stdio, http, limits, insecure_http, log).await
         }
         Command::Check => {
             // Checked to the end: an index that cannot be built is a failure too.
-            let unprepared = host.prepared().await;
+            let unprepared = registry.prepared().await;
             for (name, why) in &unprepared {
                 eprintln!("warning: tool instance {name:?} not prepared: {}", printable_error(why));
             }
-            let tools = host.tools();
-            let loaded = host.config().tools.len() - failures.len() - unprepared.len();
+            let tools = registry.tools();
+            let loaded = registry.config().tools.len() - failures.len() - unprepared.len();
             println!(
                 "{}: {loaded} of {} tool instances opened, {} tools",
                 path.display(),
-                host.config().tools.len(),
+                registry.config().tools.len(),
                 tools.len()
             );
             for t in tools.iter() {
                 println!("  ok  {}", t.qualified);
             }
-            for (name, cfg) in &host.config().tools {
+            for (name, cfg) in &registry.config().tools {
                 let mib = |b: u64| b as f64 / f64::from(1 << 20);
                 println!(
                     "  pool {name}: {} instance{}, memory at most {:.0} MiB ({} x grants.memory {:.0} MiB)",
@@ -245,7 +245,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             ExitCode::from(if failures.is_empty() && unprepared.is_empty() { EXIT_OK } else { EXIT_TOOL })
         }
         Command::List { json } => {
-            let tools = host.tools();
+            let tools = registry.tools();
             if json {
                 let v: Vec<serde_json::Value> = tools
                     .iter()
@@ -274,12 +274,12 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Eval { tool, compare, json, .. } => {
             // The CLI waits for the index builds to the end, with the progress bar; an MCP call
             // waits at most its deadline.
-            host.prepared().await;
-            eval(&host, &tool, &questions, compare, json).await
+            registry.prepared().await;
+            eval(&registry, &tool, &questions, compare, json).await
         }
         Command::Call { tool, args, json } => {
-            host.prepared().await;
-            match host.call(&tool, &args).await {
+            registry.prepared().await;
+            match registry.call(&tool, &args).await {
                 Ok(out) => {
                     if json {
                         println!("{}", crate::output::output_json(&out));
@@ -304,13 +304,13 @@ pub async fn run(cli: Cli) -> ExitCode {
 
 /// `quarry eval`: the scores of `tool` on `questions`, as a table or JSON.
 async fn eval(
-    host: &Registry,
+    registry: &Registry,
     tool: &str,
     questions: &[crate::eval::questions::Question],
     compare: bool,
     json: bool,
 ) -> ExitCode {
-    let plan = match crate::eval::Plan::for_tool(host, tool) {
+    let plan = match crate::eval::Plan::for_tool(registry, tool) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: {}", printable_error(&e.to_string()));
@@ -321,7 +321,7 @@ async fn eval(
         if compare { crate::eval::COMPARED.iter().map(|m| Some(*m)).collect() } else { vec![None] };
     let mut rows = Vec::new();
     for mode in modes {
-        match crate::eval::run(host, &plan, questions, mode).await {
+        match crate::eval::run(registry, &plan, questions, mode).await {
             Ok(Some(row)) => rows.push(row),
             Ok(None) => {
                 eprintln!("note: {} does not offer retrieval {:?}; skipped", plan.tool, mode.unwrap_or_default())
@@ -353,14 +353,14 @@ async fn eval(
 /// `quarry serve`: watch the components, then serve until the client leaves (stdio) or the
 /// process is interrupted (HTTP).
 async fn serve(
-    host: std::sync::Arc<Registry>,
+    registry: std::sync::Arc<Registry>,
     stdio: bool,
     http: Option<std::net::SocketAddr>,
     limits: crate::config::ServeConfig,
     insecure_http: bool,
     log: Option<Arc<crate::mcp::call_log::CallLog>>,
 ) -> ExitCode {
-    let _watcher = match crate::watch::watch(host.clone()) {
+    let _watcher = match crate::watch::watch(registry.clone()) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("error: {}", crate::mcp::ServeError::Watch(e));
@@ -368,11 +368,11 @@ async fn serve(
         }
     };
     let result = match (stdio, http) {
-        (true, _) => crate::mcp::stdio::serve_stdio(host, limits.max_queued_calls, log).await,
+        (true, _) => crate::mcp::stdio::serve_stdio(registry, limits.max_queued_calls, log).await,
         (false, Some(addr)) => {
             let token = std::env::var(crate::mcp::http::TOKEN_ENV).ok();
             let options = crate::mcp::http::HttpOptions { addr, token, limits, insecure_http, call_log: log };
-            match crate::mcp::http::HttpServer::bind(host, options).await {
+            match crate::mcp::http::HttpServer::bind(registry, options).await {
                 Err(e) => Err(e),
                 Ok(server) => {
                     match server.addr() {

@@ -26,8 +26,8 @@ pub(super) async fn show_progress(mut rx: tokio::sync::broadcast::Receiver<crate
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
         // A tool names its tasks: they reach the terminal escaped.
-        p.task = crate::text::for_terminal(&p.task);
-        p.unit = crate::text::for_terminal(&p.unit);
+        p.task = crate::support::text::for_terminal(&p.task);
+        p.unit = crate::support::text::for_terminal(&p.unit);
         let key = (p.instance.clone(), p.task.clone());
         if !bars.contains_key(&key) && bars.len() >= MAX_BARS {
             // Reports that never finish must not grow the screen or the map without end.

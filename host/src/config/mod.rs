@@ -39,7 +39,7 @@
 //! address even for an allowlisted host. Unknown keys are errors.
 //!
 //! This module reads what every instance has (`[host]`, `[tools.*]`, `[embedders.*]`, the
-//! limits of [`crate::limits`]) and `[serve]` ([`ServeConfig`]); each capability parses its own keys
+//! limits of [`crate::support::limits`]) and `[serve]` ([`ServeConfig`]); each capability parses its own keys
 //! of the grants and its own sections ([`crate::capability`]), and its errors come back here to
 //! be given the file and the full key.
 
@@ -52,8 +52,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::capability::{self, CapabilitySections};
-use crate::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY, MIN_PREPARE_DEADLINE};
-use crate::values::{KeyError, expand_path, valid_name};
+use crate::support::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY, MIN_PREPARE_DEADLINE};
+use crate::support::values::{KeyError, expand_path, valid_name};
 
 pub use serve::ServeConfig;
 
@@ -175,7 +175,7 @@ struct RawConfig {
 #[serde(deny_unknown_fields)]
 struct RawHost {
     cache_dir: Option<PathBuf>,
-    max_component_size: Option<crate::values::ByteSize>,
+    max_component_size: Option<crate::support::values::ByteSize>,
 }
 
 #[derive(Deserialize)]
@@ -217,7 +217,7 @@ impl Config {
             None => default_cache_dir(),
         };
         let max_component_bytes = match raw.host.max_component_size {
-            None => crate::limits::DEFAULT_MAX_COMPONENT_BYTES,
+            None => crate::support::limits::DEFAULT_MAX_COMPONENT_BYTES,
             Some(b) if (1 << 20..=1 << 30).contains(&b.0) => b.0,
             Some(b) => {
                 return Err(invalid(KeyError::new(
@@ -226,8 +226,11 @@ impl Config {
                 )));
             }
         };
-        let sections = CapabilitySections::parse(capability::RawCapabilitySections { couchbase: raw.couchbase, models: raw.models }, &base)
-            .map_err(invalid)?;
+        let sections = CapabilitySections::parse(
+            capability::RawCapabilitySections { couchbase: raw.couchbase, models: raw.models },
+            &base,
+        )
+        .map_err(invalid)?;
         let mut embedders = BTreeMap::new();
         for (name, inst) in raw.embedders {
             if inst.embedder.is_some() {

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::values::{ByteSize, HumanDuration, KeyError};
+use crate::support::values::{ByteSize, HumanDuration, KeyError};
 
 /// The least `max_request_bytes` may be: one call's largest arguments, twice.
 pub const MIN_REQUEST_BYTES: u64 = 2 << 20;

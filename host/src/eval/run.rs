@@ -8,8 +8,8 @@ use super::questions::Question;
 use super::score::{DEPTH, Fragment, Row, Tally, chapter_order, chapters_of, percentile};
 use crate::args::Args;
 use crate::bindings::{Hit, ToolError};
-use crate::instance::{CallError, Caller};
 use crate::registry::Registry;
+use crate::registry::instance::{CallError, Caller};
 
 /// The retrieval modes `--compare` asks for, with the eval-only argument `retrieval`: global
 /// vector search, global hybrid search, and the tool's own routing.
@@ -69,15 +69,15 @@ pub struct Plan {
 
 impl Plan {
     /// Reads tool `name`'s schema (`instance.tool`, or an instance with one tool).
-    pub fn for_tool(host: &Registry, name: &str) -> Result<Plan, EvalError> {
-        let tools = host.tools();
+    pub fn for_tool(registry: &Registry, name: &str) -> Result<Plan, EvalError> {
+        let tools = registry.tools();
         let by_instance: Vec<_> = tools.iter().filter(|t| t.instance == name).collect();
         let entry = tools
             .iter()
             .find(|t| t.qualified == name)
             .or_else(|| if by_instance.len() == 1 { by_instance.first().copied() } else { None })
             .ok_or_else(|| EvalError::UnknownTool {
-                name: crate::text::cut(name, 64),
+                name: crate::support::text::cut(name, 64),
                 known: tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>().join(", "),
             })?;
         let tool = entry.qualified.clone();
@@ -162,7 +162,7 @@ fn chapters(extra: Option<&str>, fragments: &[Fragment]) -> Vec<String> {
 /// Asks every question of `plan`'s tool (with `retrieval`, when given) and scores the answers.
 /// None when the tool refuses the `retrieval` argument: it has one mode.
 pub async fn run(
-    host: &Registry,
+    registry: &Registry,
     plan: &Plan,
     questions: &[Question],
     retrieval: Option<&str>,
@@ -172,7 +172,7 @@ pub async fn run(
     for q in questions {
         let t = Instant::now();
         let args = plan.args(&q.text, retrieval);
-        let out = match host.call_cancellable(&plan.tool, &args, Caller::default(), std::future::pending()).await {
+        let out = match registry.call_cancellable(&plan.tool, &args, Caller::default(), std::future::pending()).await {
             Ok(out) => out,
             Err(CallError::Tool { error: ToolError::InvalidArgs(m), .. })
                 if retrieval.is_some() && m.contains("retrieval") =>

@@ -120,8 +120,8 @@ impl Entry<'_> {
         let mut v = json!({
             "time": time,
             "session": self.session,
-            "client": self.client.as_deref().map(|c| crate::text::cut(c, MAX_CLIENT)),
-            "tool": crate::text::cut(self.tool, MAX_NAME),
+            "client": self.client.as_deref().map(|c| crate::support::text::cut(c, MAX_CLIENT)),
+            "tool": crate::support::text::cut(self.tool, MAX_NAME),
             "outcome": match self.outcome {
                 Outcome::Ok => "ok",
                 Outcome::Error(_) => "error",
@@ -134,7 +134,7 @@ impl Entry<'_> {
         match (args.len() <= MAX_ARGS).then(|| serde_json::from_str::<Value>(args)) {
             Some(Ok(tree)) => v["arguments"] = tree,
             _ => {
-                v["arguments"] = Value::String(crate::text::cut(args, MAX_ARGS));
+                v["arguments"] = Value::String(crate::support::text::cut(args, MAX_ARGS));
                 // Too long, or not whole: the head of arguments refused for their size.
                 v["arguments_cut"] = Value::Bool(true);
             }
@@ -143,7 +143,7 @@ impl Entry<'_> {
             v["error_kind"] = Value::String(kind.to_string());
         }
         if let Some(e) = self.error {
-            v["error"] = Value::String(crate::text::cut(e, MAX_ERROR));
+            v["error"] = Value::String(crate::support::text::cut(e, MAX_ERROR));
         }
         v
     }

@@ -18,23 +18,23 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::args::Args;
 use crate::bindings::ToolOutput;
-use crate::instance::CallError;
-use crate::instance::Caller;
 use crate::mcp::budget::Budget;
 use crate::mcp::call_log::{self, CallLog};
 use crate::mcp::listen::{CallListener, LogLevel};
 use crate::mcp::notify::Peers;
+use crate::registry::instance::CallError;
+use crate::registry::instance::Caller;
 use crate::registry::{Registry, ToolEntry};
 
 /// Lines for failed calls: a client can send failing calls as fast as it likes.
-static FAILURES_LOG: crate::log_budget::LogBudget =
-    crate::log_budget::LogBudget::new(20, std::time::Duration::from_millis(100));
+static FAILURES_LOG: crate::support::log_budget::LogBudget =
+    crate::support::log_budget::LogBudget::new(20, std::time::Duration::from_millis(100));
 
 /// Serves one host's tools. Cheap to clone: the HTTP transport makes one per session
 /// ([`QuarryMcp::for_session`]).
 #[derive(Clone)]
 pub struct QuarryMcp {
-    host: Arc<Registry>,
+    registry: Arc<Registry>,
     peers: Arc<Peers>,
     /// Calls of this session waiting or running, and how many it may have.
     calls: Arc<std::sync::atomic::AtomicUsize>,
@@ -75,10 +75,10 @@ impl Drop for CallSlot {
 
 impl QuarryMcp {
     /// A handler for `host`; handshake-era sessions register in `peers` to hear of swaps.
-    pub fn new(host: Arc<Registry>, peers: Arc<Peers>) -> Self {
+    pub fn new(registry: Arc<Registry>, peers: Arc<Peers>) -> Self {
         let limits = crate::config::ServeConfig::default();
         QuarryMcp {
-            host,
+            registry,
             peers,
             calls: Arc::default(),
             max_calls: limits.max_queued_calls,
@@ -123,7 +123,7 @@ impl QuarryMcp {
 
     /// The MCP tools, sorted by name.
     pub fn tools(&self) -> Vec<Tool> {
-        self.host.tools().iter().map(to_mcp_tool).collect()
+        self.registry.tools().iter().map(to_mcp_tool).collect()
     }
 }
 
@@ -215,7 +215,7 @@ impl ServerHandler for QuarryMcp {
     ) -> Result<ListToolsResult, ErrorData> {
         // The tools are known once every instance has opened (cheap); their preparation (an
         // index build) goes on in the background, and calls wait for it.
-        self.host.loaded().await;
+        self.registry.loaded().await;
         Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
@@ -230,7 +230,7 @@ impl ServerHandler for QuarryMcp {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.host.tool(name).as_ref().map(to_mcp_tool)
+        self.registry.tool(name).as_ref().map(to_mcp_tool)
     }
 
     async fn call_tool(
@@ -273,7 +273,7 @@ impl ServerHandler for QuarryMcp {
                 "this session already has {waiting} tool calls waiting or running, its maximum ([serve] max_queued_calls); wait for their answers"
             )),
             Err((size, _)) => {
-                let tool = crate::text::cut(&name, 256);
+                let tool = crate::support::text::cut(&name, 256);
                 Answer::Call(Err(CallError::ArgsTooLarge { tool, size: *size, limit: crate::args::MAX_ARGS_BYTES }))
             }
             Ok(_) if held.is_none() => Answer::Busy(format!(
@@ -291,22 +291,22 @@ impl ServerHandler for QuarryMcp {
                         () = gone.cancelled() => {}
                     }
                 };
-                self.host.loaded().await;
+                self.registry.loaded().await;
                 let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
                 let caller = Caller {
                     client: &self.client,
-                    listener: listener.as_ref().map(|l| l as &dyn crate::instance::Listener),
+                    listener: listener.as_ref().map(|l| l as &dyn crate::registry::instance::Listener),
                 };
-                let outcome = self.host.call_cancellable(&name, args, caller, cancelled).await;
+                let outcome = self.registry.call_cancellable(&name, args, caller, cancelled).await;
                 if let Some(l) = listener {
                     l.finish().await;
                 }
                 if let Err(e) = &outcome
                     && let Some(held) = FAILURES_LOG.take()
                 {
-                    let e = crate::text::cut(&e.to_string(), 1024);
-                    let tool = crate::text::cut(&name, 256);
-                    tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::log_budget::held_note(held));
+                    let e = crate::support::text::cut(&e.to_string(), 1024);
+                    let tool = crate::support::text::cut(&name, 256);
+                    tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::support::log_budget::held_note(held));
                 }
                 Answer::Call(outcome)
             }
@@ -352,7 +352,7 @@ impl ServerHandler for QuarryMcp {
     /// A 2026-07-28 client's `subscriptions/listen`: one `tools/list_changed` per swap until
     /// the client cancels it.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let mut swaps = self.host.subscribe();
+        let mut swaps = self.registry.subscribe();
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),

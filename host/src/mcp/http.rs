@@ -99,7 +99,7 @@ impl HttpOptions {
 pub struct HttpServer {
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
-    host: Arc<Registry>,
+    registry: Arc<Registry>,
     peers: Arc<Peers>,
     stop: CancellationToken,
     connections: Arc<tokio::sync::Semaphore>,
@@ -179,7 +179,7 @@ impl Connection {
 
 impl HttpServer {
     /// Binds `options.addr`; refuses a non-loopback address without a token.
-    pub async fn bind(host: Arc<Registry>, options: HttpOptions) -> Result<HttpServer, ServeError> {
+    pub async fn bind(registry: Arc<Registry>, options: HttpOptions) -> Result<HttpServer, ServeError> {
         let token = options.token.filter(|t| !t.is_empty());
         let loopback = options.addr.ip().is_loopback();
         if !loopback && token.is_none() {
@@ -203,7 +203,7 @@ impl HttpServer {
         }
         let peers = Arc::new(Peers::default());
         let budget = Budget::new(options.limits.max_request_bytes);
-        let handler = QuarryMcp::new(host.clone(), peers.clone())
+        let handler = QuarryMcp::new(registry.clone(), peers.clone())
             .with_queue_cap(options.limits.max_queued_calls)
             .with_budget(budget.clone())
             .with_call_log(options.call_log.clone());
@@ -216,7 +216,7 @@ impl HttpServer {
         let bound = listener.local_addr().map_err(|source| ServeError::Bind { addr: options.addr, source })?;
         let own_origins = own_origins(bound);
         let shared = Arc::new(Shared { service, sessions, token, limits: options.limits, budget, own_origins });
-        Ok(HttpServer { listener, shared, host, peers, stop, connections, unaccepted: Arc::default() })
+        Ok(HttpServer { listener, shared, registry, peers, stop, connections, unaccepted: Arc::default() })
     }
 
     /// The address actually bound.
@@ -231,7 +231,7 @@ impl HttpServer {
 
     /// Accepts connections until stopped.
     pub async fn serve(self) -> Result<(), ServeError> {
-        let fan = tokio::spawn(fan_out(self.host.clone(), self.peers.clone()));
+        let fan = tokio::spawn(fan_out(self.registry.clone(), self.peers.clone()));
         loop {
             let (stream, remote) = tokio::select! {
                 () = self.stop.cancelled() => break,
@@ -319,7 +319,8 @@ impl HttpServer {
 }
 
 /// Log lines for refused connections and sessions: a client chooses how many it sends.
-static REFUSALS_LOG: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new(5, Duration::from_secs(1));
+static REFUSALS_LOG: crate::support::log_budget::LogBudget =
+    crate::support::log_budget::LogBudget::new(5, Duration::from_secs(1));
 
 /// Answers a connection over the cap with 503 and closes it, within a second.
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
@@ -346,7 +347,7 @@ async fn route(
             shared.limits.allowed_origins.iter().chain(&shared.own_origins).any(|a| a.eq_ignore_ascii_case(o))
         });
         if !allowed {
-            let shown = crate::text::quoted_prefix(&String::from_utf8_lossy(origin.as_bytes()), 100);
+            let shown = crate::support::text::quoted_prefix(&String::from_utf8_lossy(origin.as_bytes()), 100);
             return plain(
                 StatusCode::FORBIDDEN,
                 &format!(

@@ -17,8 +17,8 @@ use rmcp::model::{
 use rmcp::service::Peer;
 
 use crate::capability::progress::Report;
-use crate::instance::Listener;
-use crate::log_budget::LogBudget;
+use crate::registry::instance::Listener;
+use crate::support::log_budget::LogBudget;
 
 /// The longest progress token followed: a client chooses it, and it is echoed in every note.
 pub const MAX_TOKEN_BYTES: usize = 256;
@@ -159,7 +159,7 @@ impl Listener for CallListener {
         }
         let mut note = LoggingMessageNotificationParam::new(
             level,
-            serde_json::Value::String(crate::text::cut(line, MAX_LINE_BYTES)),
+            serde_json::Value::String(crate::support::text::cut(line, MAX_LINE_BYTES)),
         );
         note.logger = Some("quarry".into());
         let _ = self.tx.try_send(Note::Log(note));

@@ -55,9 +55,9 @@ impl Peers {
 }
 
 /// Forwards every swap of `host` to `peers` until the host goes away. Spawn it once per server.
-pub async fn fan_out(host: Arc<Registry>, peers: Arc<Peers>) {
-    let mut swaps = host.subscribe();
-    drop(host);
+pub async fn fan_out(registry: Arc<Registry>, peers: Arc<Peers>) {
+    let mut swaps = registry.subscribe();
+    drop(registry);
     loop {
         match swaps.recv().await {
             Ok(report) => {

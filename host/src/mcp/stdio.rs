@@ -25,13 +25,17 @@ pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
 /// Serves `host` on this process's stdin/stdout until the client closes stdin; the client may
 /// have `max_calls` tool calls waiting or running.
-pub async fn serve_stdio(host: Arc<Registry>, max_calls: usize, log: Option<Arc<CallLog>>) -> Result<(), ServeError> {
-    serve(host, tokio::io::stdin(), tokio::io::stdout(), max_calls, log).await
+pub async fn serve_stdio(
+    registry: Arc<Registry>,
+    max_calls: usize,
+    log: Option<Arc<CallLog>>,
+) -> Result<(), ServeError> {
+    serve(registry, tokio::io::stdin(), tokio::io::stdout(), max_calls, log).await
 }
 
 /// Serves `host` over any pair of byte streams (stdio, or a pipe in tests).
 pub async fn serve<R, W>(
-    host: Arc<Registry>,
+    registry: Arc<Registry>,
     input: R,
     output: W,
     max_calls: usize,
@@ -42,7 +46,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let peers = Arc::new(Peers::default());
-    let fan = tokio::spawn(fan_out(host.clone(), peers.clone()));
+    let fan = tokio::spawn(fan_out(registry.clone(), peers.clone()));
     let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 16);
     let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
     let (lines_tx, lines_rx) = mpsc::channel::<Vec<u8>>(64);
@@ -50,7 +54,7 @@ where
     let forward = tokio::spawn(copy_lines(from_rmcp, lines_tx.clone()));
     let filter = tokio::spawn(filter_input(input, to_rmcp, lines_tx));
     let result = async {
-        let running = QuarryMcp::new(host, peers)
+        let running = QuarryMcp::new(registry, peers)
             .with_queue_cap(max_calls)
             .with_call_log(log)
             .serve((rmcp_in, rmcp_out))

@@ -18,7 +18,7 @@ use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{CacheOutcome, ComponentCache};
 use crate::capability::AppStates;
-use crate::limits::{DEFAULT_MAX_COMPONENT_BYTES, MAX_MEMORY};
+use crate::support::limits::{DEFAULT_MAX_COMPONENT_BYTES, MAX_MEMORY};
 
 /// How often the epoch advances.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);

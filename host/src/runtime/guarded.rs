@@ -173,7 +173,8 @@ const STDERR_LINE_BYTES: usize = 1024;
 /// The most of a guest's last words a fault carries.
 const LAST_WORDS_BYTES: usize = 1024;
 /// Guest stderr lines, all instances together: a guest writes as much as it likes.
-static STDERR_LOG: crate::log_budget::LogBudget = crate::log_budget::LogBudget::new(32, Duration::from_millis(100));
+static STDERR_LOG: crate::support::log_budget::LogBudget =
+    crate::support::log_budget::LogBudget::new(32, Duration::from_millis(100));
 
 /// Logs a call's guest stderr: at most [`STDERR_LINES_PER_CALL`] lines of at most
 /// [`STDERR_LINE_BYTES`], under the host's budget for guest lines, with a count of the rest.
@@ -182,9 +183,9 @@ fn log_stderr(stderr: &str) -> Vec<String> {
     let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
     let mut kept = Vec::new();
     for line in lines.by_ref().take(STDERR_LINES_PER_CALL) {
-        let line = crate::text::cut(line, STDERR_LINE_BYTES);
+        let line = crate::support::text::cut(line, STDERR_LINE_BYTES);
         if let Some(held) = STDERR_LOG.take() {
-            let note = crate::log_budget::held_note(held);
+            let note = crate::support::log_budget::held_note(held);
             tracing::info!(target: "quarry::guest", "{line}{note}");
         }
         kept.push(line);
@@ -205,5 +206,5 @@ fn last_words(stderr: &str) -> Option<String> {
         .filter(|l| !l.is_empty() && !l.starts_with("note: run with `RUST_BACKTRACE"))
         .collect();
     let tail = &lines[lines.len().saturating_sub(2)..];
-    (!tail.is_empty()).then(|| crate::text::cut(&tail.join(" "), LAST_WORDS_BYTES))
+    (!tail.is_empty()).then(|| crate::support::text::cut(&tail.join(" "), LAST_WORDS_BYTES))
 }

@@ -30,7 +30,7 @@ use super::limiter::MemoryLimiter;
 pub use super::limiter::{FREE_HANDLES, HOST_BYTES_PER_HANDLE};
 use crate::capability::embedder::EmbedderBackend;
 use crate::capability::files::SandboxError;
-use crate::capability::{AppStates, CallCx, CapabilityStore, StoreContext, CapabilityStates, StoreView};
+use crate::capability::{AppStates, CallCx, CapabilityStates, CapabilityStore, StoreContext, StoreView};
 use crate::config::InstanceConfig;
 
 /// The data of one instance's `Store`.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wasmtime::component::Linker;
 
-use crate::values::KeyError;
+use crate::support::values::KeyError;
 
 /// `grants.couchbase` as written: any table, refused by [`grant`].
 pub type RawGrant = toml::Table;

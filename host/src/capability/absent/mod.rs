@@ -3,7 +3,7 @@
 //! capability is refused at load and says how to get a host that has it. A component that
 //! imports its interface fails to link.
 
-use crate::values::KeyError;
+use crate::support::values::KeyError;
 
 /// The error a grant or section of a capability this host lacks gets.
 pub fn missing(capability: &str, feature: &str) -> KeyError {

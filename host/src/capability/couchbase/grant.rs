@@ -9,8 +9,8 @@ use serde::Deserialize;
 
 use super::connection::Connection;
 use crate::bindings::quarry::retrieval::couchbase::CouchbaseError;
-use crate::limits::within_deadline;
-use crate::values::{HumanDuration, KeyError};
+use crate::support::limits::within_deadline;
+use crate::support::values::{HumanDuration, KeyError};
 
 /// The default bound on one call, connecting included (never more than the deadline allows).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -74,7 +74,7 @@ pub fn check_index_name(name: &str, qualified: bool) -> std::result::Result<(), 
 /// A guest-chosen name for a message: quoted, and cut to 64 characters so a hostile one
 /// cannot make the error (and the log) large.
 fn quoted(name: &str) -> String {
-    crate::text::quoted_prefix(name, 64)
+    crate::support::text::quoted_prefix(name, 64)
 }
 
 /// `grants.couchbase` as written.
@@ -128,7 +128,7 @@ impl CouchbaseGrant {
 }
 
 /// Validates `grants.couchbase`: a known connection, `bucket.scope` or `bucket.*` entries, and
-/// a timeout inside the instance's deadline ([`crate::limits::deadline_room`]).
+/// a timeout inside the instance's deadline ([`crate::support::limits::deadline_room`]).
 pub fn grant(
     raw: RawGrant,
     connections: &BTreeMap<String, Arc<Connection>>,

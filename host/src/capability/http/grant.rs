@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::allowlist::{AllowEntry, Cidr};
 use super::policy::HttpPolicy;
-use crate::values::{HumanDuration, KeyError};
+use crate::support::values::{HumanDuration, KeyError};
 
 /// Default bound on each phase of an outgoing HTTP request.
 pub const DEFAULT_HTTP_TIMEOUT: Duration = Duration::from_secs(30);

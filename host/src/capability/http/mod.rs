@@ -42,7 +42,7 @@ use super::StoreView;
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
 pub use bounds::{MAX_METHOD, MAX_PATH_WITH_QUERY, MAX_REQUEST_STRINGS, MAX_SCHEME};
 pub use grant::{DEFAULT_HTTP_TIMEOUT, grant};
-pub use policy::{Refusal, HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, Lookups, special_range};
+pub use policy::{HttpPolicy, LOOKUPS_IN_HOST, LOOKUPS_PER_INSTANCE, Lookups, Refusal, special_range};
 pub use refusals::{MAX_KEPT, MAX_REFUSAL_BYTES, Refusals};
 pub use send::{MAX_AUTHORITY, MAX_IN_FLIGHT, PolicyHooks, RESPONSE_HEAD_MAX};
 

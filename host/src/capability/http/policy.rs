@@ -128,7 +128,7 @@ impl HttpPolicy {
         }
         let default_port = if scheme == "https" { 443 } else { 80 };
         // A guest chooses the host: the message (kept, logged, shown) holds at most a name's length of it.
-        let host = crate::text::cut(host, 253);
+        let host = crate::support::text::cut(host, 253);
         let entry =
             if port == default_port { format!("{scheme}://{host}") } else { format!("{scheme}://{host}:{port}") };
         Err(Refusal(format!(
@@ -152,7 +152,7 @@ impl HttpPolicy {
         let via = if host.trim_matches(['[', ']']).parse::<IpAddr>().is_ok() {
             String::new()
         } else {
-            format!(" ({} resolves to it)", crate::text::cut(host, 253))
+            format!(" ({} resolves to it)", crate::support::text::cut(host, 253))
         };
         Err(Refusal(format!(
             "HTTP to {ip}{via} refused: it is {kind}; to allow it, add {net:?} to grants.private_networks of tool instance {:?}",

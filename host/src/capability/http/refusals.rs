@@ -9,7 +9,7 @@
 use parking_lot::Mutex;
 use std::time::Duration;
 
-use crate::log_budget::LogBudget;
+use crate::support::log_budget::LogBudget;
 
 /// The longest refusal message kept or logged.
 pub const MAX_REFUSAL_BYTES: usize = 512;
@@ -41,7 +41,7 @@ struct State {
 impl Refusals {
     /// Records a refusal and logs it (rate-limited), tagged with `instance`.
     pub fn record(&self, instance: &str, message: &str) {
-        let message = crate::text::cut(message, MAX_REFUSAL_BYTES);
+        let message = crate::support::text::cut(message, MAX_REFUSAL_BYTES);
         match self.log.take() {
             Some(0) => tracing::warn!(target: "quarry::sandbox", instance, "{message}"),
             Some(held) => {

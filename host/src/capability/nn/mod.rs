@@ -240,7 +240,7 @@ impl wit::wasi::nn::graph::Host for View<'_> {
                 format!(
                     "instance {:?} is not granted a model named {}; it may load {granted:?} (grant more with `models = [\"NAME\"]`)",
                     self.state.instance,
-                    crate::text::quoted_prefix(&name, 100)
+                    crate::support::text::quoted_prefix(&name, 100)
                 ),
             ));
         };

@@ -258,7 +258,11 @@ impl NativeModel {
         if let Some((name, _)) = inputs.first() {
             return Err(NnError::new(
                 Code::InvalidArgument,
-                format!("the graph has no input {:?}; it takes {:?}", crate::text::cut(name, 200), self.input_names()),
+                format!(
+                    "the graph has no input {:?}; it takes {:?}",
+                    crate::support::text::cut(name, 200),
+                    self.input_names()
+                ),
             ));
         }
         Ok(ordered)

@@ -16,15 +16,15 @@ use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 use crate::capability::CallCx;
 use crate::capability::embedder::{BoxFuture, Caller, EmbedderBackend, MAX_CHUNK};
 use crate::config::InstanceConfig;
-use crate::fair::FairQueue;
-use crate::instance::{OpenError, compile};
+use crate::registry::instance::{OpenError, compile};
 use crate::runtime::engine::QuarryEngine;
 use crate::runtime::guarded::{GuestCall, new_store, run_guarded, run_guarded_for};
 use crate::runtime::store::StoreState;
+use crate::support::fair::FairQueue;
 
 /// Fault lines of embedders, all together: a hostile embedder can fault on every call.
-static FAULTS_LOG: crate::log_budget::LogBudget =
-    crate::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
+static FAULTS_LOG: crate::support::log_budget::LogBudget =
+    crate::support::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
 
 /// An embedder component: a pool of instances, each in its own store, each
 /// having run `model.load(config)`. A batch is split into contiguous chunks of at
@@ -278,7 +278,7 @@ impl ComponentEmbedder {
         match outcome {
             Err(fault) => {
                 if let Some(held) = FAULTS_LOG.take() {
-                    tracing::warn!(target: "quarry::embedder", embedder = %name, "{fault}; recycling the instance{}", crate::log_budget::held_note(held));
+                    tracing::warn!(target: "quarry::embedder", embedder = %name, "{fault}; recycling the instance{}", crate::support::log_budget::held_note(held));
                 }
                 Err(EmbedError::Unavailable(format!("embedder {name:?} {fault}; it was recycled")))
             }
@@ -325,13 +325,20 @@ async fn start(
     match loaded {
         Ok(i) => Ok((
             Live { store, bindings },
-            ModelInfo { id: crate::text::cut(&i.id, MAX_MODEL_ID), dimension: i.dimension, max_tokens: i.max_tokens },
+            ModelInfo {
+                id: crate::support::text::cut(&i.id, MAX_MODEL_ID),
+                dimension: i.dimension,
+                max_tokens: i.max_tokens,
+            },
         )),
         Err(e) => {
             let reason = match e {
                 ex::EmbedError::InvalidInput(m) | ex::EmbedError::Unavailable(m) | ex::EmbedError::Internal(m) => m,
             };
-            Err(OpenError::ModelRejected { instance: name.clone(), reason: crate::text::cut(&reason, 4 << 10) })
+            Err(OpenError::ModelRejected {
+                instance: name.clone(),
+                reason: crate::support::text::cut(&reason, 4 << 10),
+            })
         }
     }
 }

@@ -27,16 +27,16 @@ use crate::capability::CallCx;
 use crate::capability::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
 use crate::capability::progress::{self, Report};
 use crate::config::InstanceConfig;
-use crate::fair::FairQueue;
 use crate::runtime::cache::{CacheOutcome, ComponentCache};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 pub use crate::runtime::guarded::Fault;
 use crate::runtime::guarded::{new_store, run_guarded, run_guarded_for};
 use crate::runtime::store::StoreState;
+use crate::support::fair::FairQueue;
 
 /// Fault lines, all instances together: a hostile component can fault on every call.
-static FAULTS_LOG: crate::log_budget::LogBudget =
-    crate::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
+static FAULTS_LOG: crate::support::log_budget::LogBudget =
+    crate::support::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
 
 /// The longest tool error message passed on (it is also cut to `max_output`).
 pub const MAX_ERROR_BYTES: usize = 64 << 10;
@@ -52,12 +52,8 @@ pub const HIT_OVERHEAD: usize = 64;
 
 /// One version of a component, compiled and pre-instantiated.
 pub struct ComponentVersion {
-    /// The file it was read from.
-    pub path: PathBuf,
     /// SHA-256 of its bytes.
     pub hash: [u8; 32],
-    /// Whether it was compiled now or came from a cache.
-    pub outcome: CacheOutcome,
     /// Whether it imports the embedder.
     pub imports_embedder: bool,
     pre: ToolHostPre<StoreState>,
@@ -265,7 +261,7 @@ impl ComponentVersion {
         linker: &Linker<StoreState>,
         path: &Path,
     ) -> Result<Arc<ComponentVersion>, OpenError> {
-        let (component, hash, outcome) = compile(engine, path).await?;
+        let (component, hash, _) = compile(engine, path).await?;
         let imports_embedder =
             component.component_type().imports(engine.engine()).any(|(name, _)| name == EMBEDDER_IMPORT);
         let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
@@ -273,14 +269,7 @@ impl ComponentVersion {
         let pre = ToolHostPre::new(pre).map_err(|e| {
             link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.3.0`; see wit/)"))
         })?;
-        Ok(Arc::new(ComponentVersion {
-            path: path.to_path_buf(),
-            hash,
-            outcome,
-            imports_embedder,
-            pre,
-            _component: component,
-        }))
+        Ok(Arc::new(ComponentVersion { hash, imports_embedder, pre, _component: component }))
     }
 }
 
@@ -434,7 +423,7 @@ impl ToolInstance {
         // Ready before the member joins: a call it serves must find the instance ready.
         self.readiness.send_replace(match &first {
             Ok(()) => Readiness::Ready,
-            Err(e) => Readiness::Failed(crate::text::cut(&e.to_string(), MAX_REJECTION_BYTES)),
+            Err(e) => Readiness::Failed(crate::support::text::cut(&e.to_string(), MAX_REJECTION_BYTES)),
         });
         self.queue.add(0);
         if self.members.len() > 1 {
@@ -550,9 +539,10 @@ impl ToolInstance {
                 Some(live) => live,
                 None => {
                     let restart = |e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) };
-                    let live = start(&self.engine, &self.config, &self.version, self.embedder.clone(), &member.progress)
-                        .await
-                        .map_err(restart)?;
+                    let live =
+                        start(&self.engine, &self.config, &self.version, self.embedder.clone(), &member.progress)
+                            .await
+                            .map_err(restart)?;
                     prepare(&self.config, live).await.map_err(restart)?
                 }
             };
@@ -624,7 +614,7 @@ impl ToolInstance {
         match outcome {
             Err(fault) => {
                 if let Some(held) = FAULTS_LOG.take() {
-                    tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance{}", crate::log_budget::held_note(held));
+                    tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance{}", crate::support::log_budget::held_note(held));
                 }
                 if let Some(l) = listener {
                     l.log(tracing::Level::ERROR, &format!("{qualified}: {fault}; recycling the instance"));
@@ -727,7 +717,7 @@ fn with_denials(error: ToolError, refusals: &[String]) -> ToolError {
 
 /// A tool error with its message cut to `max` bytes: the guest chooses its length.
 fn bounded(error: ToolError, max: usize) -> ToolError {
-    map_message(error, |m| if m.len() > max { crate::text::cut(&m, max) } else { m })
+    map_message(error, |m| if m.len() > max { crate::support::text::cut(&m, max) } else { m })
 }
 
 /// `error` of the same kind with its message mapped by `f`.
@@ -765,7 +755,7 @@ fn check_specs(specs: &[ToolSpec]) -> Result<Vec<JsonObject>, String> {
     if let Some(s) = specs.iter().find(|s| s.name.len() + s.description.len() + s.args_schema.len() > MAX_SPEC_BYTES) {
         return Err(format!(
             "tool {} takes {} bytes to describe, more than {MAX_SPEC_BYTES}",
-            crate::text::quoted_prefix(&s.name, 64),
+            crate::support::text::quoted_prefix(&s.name, 64),
             s.name.len() + s.description.len() + s.args_schema.len()
         ));
     }
@@ -777,7 +767,7 @@ fn check_specs(specs: &[ToolSpec]) -> Result<Vec<JsonObject>, String> {
         if !ok || s.name.len() > 64 {
             return Err(format!(
                 "tool name {} must use lowercase letters, digits and `_` (at most 64)",
-                crate::text::quoted_prefix(&s.name, 64)
+                crate::support::text::quoted_prefix(&s.name, 64)
             ));
         }
         if !seen.insert(s.name.as_str()) {

@@ -8,6 +8,13 @@
 //! Calls already running hold an `Arc` of the old instance and finish on it.
 //! If the new version fails to compile, link or open, nothing changes and the
 //! error says why.
+//!
+//! The core of the host: [`instance`] is one component version and one running tool instance
+//! (a pool of members); [`embedders`] is the embedder components as a pool, the embedder
+//! capability's backend.
+
+pub mod embedders;
+pub mod instance;
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -21,9 +28,9 @@ use crate::args::Args;
 use crate::bindings::ToolOutput;
 use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
-use crate::embedders::{ComponentEmbedder, EmbedderSlot};
-pub use crate::instance::ToolEntry;
-use crate::instance::{CallError, Caller, ComponentVersion, OpenError, ToolInstance};
+use crate::registry::embedders::{ComponentEmbedder, EmbedderSlot};
+pub use crate::registry::instance::ToolEntry;
+use crate::registry::instance::{CallError, Caller, ComponentVersion, OpenError, ToolInstance};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 use crate::runtime::store::StoreState;
 
@@ -156,7 +163,7 @@ impl Registry {
         let tools: Vec<Arc<ToolInstance>> = self.tools.read().values().cloned().collect();
         let mut failed = Vec::new();
         for inst in tools {
-            if let crate::instance::Readiness::Failed(why) = inst.prepared().await {
+            if let crate::registry::instance::Readiness::Failed(why) = inst.prepared().await {
                 failed.push((inst.name.clone(), why));
             }
         }
@@ -211,7 +218,7 @@ impl Registry {
                                 tracing::info!(target: "quarry::load", instance = %inst.name, elapsed = ?start.elapsed(), "ready")
                             }
                             Err(e) => {
-                                let why = crate::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
+                                let why = crate::support::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
                                 tracing::error!(target: "quarry::load", instance = %inst.name, "not prepared (each call tries again): {why}");
                             }
                         }
@@ -228,7 +235,7 @@ impl Registry {
 
     fn record_failure(&self, name: &str, e: &OpenError) {
         // Kept for the life of the host and repeated in hints: a component chose part of it.
-        let why = crate::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
+        let why = crate::support::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
         tracing::error!(target: "quarry::load", instance = %name, "not loaded: {why}");
         self.failed.lock().insert(name.to_string(), why);
     }
@@ -259,12 +266,6 @@ impl Registry {
             }
         };
         ToolInstance::open(&self.engine, Arc::new(cfg.clone()), version, embedder).await
-    }
-
-    /// The model behind embedder `name`, if it is loaded.
-    pub fn embedder_info(&self, name: &str) -> Option<crate::bindings::ModelInfo> {
-        let slots = self.embedders.read();
-        slots.get(name).map(|s| s.info())
     }
 
     /// Embedder `name`, if it is loaded: what tools' `embedder` imports call.
@@ -432,7 +433,7 @@ impl Registry {
             // Suggestions cost time in proportion to the name's length: a name this long is
             // no typo, and is not echoed whole either.
             return Err(CallError::UnknownTool {
-                name: crate::text::cut(name, 64),
+                name: crate::support::text::cut(name, 64),
                 hint: format!("tool names are short; run `quarry list` to see the {} available tools", all.len()),
             });
         }

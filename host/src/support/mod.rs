@@ -1,0 +1,9 @@
+//! What every room of the host builds on and that knows none of them: bounding and escaping
+//! text the host does not trust, the config's value types, the limits, rate-limited log lines,
+//! and the fair queue that shares a pool between clients.
+
+pub mod fair;
+pub mod limits;
+pub mod log_budget;
+pub mod text;
+pub mod values;
