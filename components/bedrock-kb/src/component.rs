@@ -10,14 +10,10 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
 use quarry::retrieval::bedrock::{self, BedrockError};
-use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
-use tool_guest::{check_tool, output, specs, to_wit};
+use tool_guest::tool::{Output, Spec, ToolError, check_tool};
 
 use crate::tool::{self, Bedrock, Failure, Tool};
-
-struct Component;
 
 /// The host's capability.
 struct Host;
@@ -37,28 +33,20 @@ impl Bedrock for Host {
     }
 }
 
-impl Guest for Component {
-    type Instance = Tool;
-}
-
-impl GuestInstance for Tool {
-    fn open(config: String) -> Result<Instance, ToolError> {
-        Tool::open(&config, &Host).map(Instance::new).map_err(to_wit)
+impl tool_guest::Tools for Tool {
+    fn open(config: &str) -> Result<Tool, ToolError> {
+        Tool::open(config, &Host)
     }
 
-    /// Nothing heavy to do: the service holds the index.
-    fn prepare(&self) -> Result<(), ToolError> {
-        Ok(())
+    fn specs(&self) -> Vec<Spec> {
+        vec![self.spec()]
     }
 
-    fn specs(&self) -> Vec<ToolSpec> {
-        specs([self.spec()])
-    }
-
-    fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
-        check_tool(&tool, tool::NAME)?;
-        Tool::call(self, &args, &Host).map(output).map_err(to_wit)
+    fn call(&self, name: &str, args: &str) -> Result<Output, ToolError> {
+        check_tool(name, tool::NAME)?;
+        Tool::call(self, args, &Host)
     }
 }
 
-export!(Component);
+// Nothing to prepare: the service holds the index.
+tool_guest::export_tools!(Tool);

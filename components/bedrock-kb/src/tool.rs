@@ -6,7 +6,7 @@ use crate::config::{self, Config};
 use crate::output;
 
 /// Why a call or an open failed: rag-core's, which tool-guest maps to WIT's `tool-error`.
-pub use rag_core::tool::ToolError;
+pub use tool_guest::tool::ToolError;
 
 /// How the host's `bedrock` capability failed (see the WIT `bedrock-error`).
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +37,7 @@ pub trait Bedrock {
 /// A call's result: CrewAI's JSON text; one hit per result (a row's columns as `name: value`
 /// lines; metadata `{content_type, source_type, metadata, row_content, byte_content}` where
 /// present); extra `{nextToken, guardrailAction, knowledge_base_id}`.
-pub use rag_core::tool::{Hit, Output};
+pub use tool_guest::tool::{Hit, Output};
 
 /// A configured instance.
 #[derive(Debug)]

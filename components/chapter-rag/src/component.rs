@@ -15,13 +15,10 @@ wit_bindgen::generate!({
 
 use std::cell::RefCell;
 
-use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
-use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
-use tool_guest::{GuestEnv, output, specs, to_wit};
+use tool_guest::GuestEnv;
+use tool_guest::tool::{Output, Spec, ToolError};
 
 use crate::tool::{ChapterTool, Configured, Env};
-
-struct Component;
 
 const ENV: GuestEnv = GuestEnv { file_kind: "a Markdown file" };
 
@@ -40,7 +37,7 @@ enum State {
 }
 
 struct Chapters {
-    specs: Vec<(String, String, String)>,
+    specs: Vec<Spec>,
     state: RefCell<State>,
 }
 
@@ -49,7 +46,7 @@ impl Chapters {
         let mut state = self.state.borrow_mut();
         if let State::Configured(c) = &*state {
             // On a clone: a failed prepare leaves the config for the next try.
-            *state = State::Ready(Box::new(c.clone().prepare(&ENV).map_err(to_wit)?));
+            *state = State::Ready(Box::new(c.clone().prepare(&ENV)?));
         }
         std::cell::RefMut::filter_map(state, |s| match s {
             State::Ready(t) => Some(&mut **t),
@@ -59,28 +56,24 @@ impl Chapters {
     }
 }
 
-impl Guest for Component {
-    type Instance = Chapters;
-}
-
-impl GuestInstance for Chapters {
-    fn open(config: String) -> Result<Instance, ToolError> {
-        let configured = Configured::parse(&config, &ENV).map_err(to_wit)?;
+impl tool_guest::Tools for Chapters {
+    fn open(config: &str) -> Result<Chapters, ToolError> {
+        let configured = Configured::parse(config, &ENV)?;
         let specs = configured.specs();
-        Ok(Instance::new(Chapters { specs, state: RefCell::new(State::Configured(configured)) }))
+        Ok(Chapters { specs, state: RefCell::new(State::Configured(configured)) })
     }
 
-    fn specs(&self) -> Vec<ToolSpec> {
-        specs(self.specs.clone())
+    fn specs(&self) -> Vec<Spec> {
+        self.specs.clone()
     }
 
     fn prepare(&self) -> Result<(), ToolError> {
         self.ready().map(drop)
     }
 
-    fn call(&self, name: String, args: String) -> Result<ToolOutput, ToolError> {
-        self.ready()?.call(&ENV, &name, &args).map(output).map_err(to_wit)
+    fn call(&self, name: &str, args: &str) -> Result<Output, ToolError> {
+        self.ready()?.call(&ENV, name, args)
     }
 }
 
-export!(Component);
+tool_guest::export_tools!(Chapters);

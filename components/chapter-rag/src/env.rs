@@ -1,7 +1,7 @@
 //! What the tool needs from outside, beyond rag-core's: the index and the tool take it, the
 //! component implements it on the guest's WASI, tests natively.
 
-use rag_core::tool::BaseEnv;
+use tool_guest::tool::BaseEnv;
 
 /// What the tool needs from outside beyond rag-core's [`BaseEnv`].
 pub trait Env: BaseEnv {

@@ -13,9 +13,9 @@ use std::time::Instant;
 use rag_core::bm25::Bm25;
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
 use rag_core::store::{Index, content_hash};
-use rag_core::tool::ToolError;
 use serde::Serialize;
 use serde_json::json;
+use tool_guest::tool::ToolError;
 
 use crate::env::Env;
 use crate::manual::Manual;

@@ -3,7 +3,7 @@
 //! Lines and byte ranges of a DOCX manual refer to that text.
 
 use docx_text::extract::{Extracted, Kind};
-use rag_core::tool::ToolError;
+use tool_guest::tool::ToolError;
 
 use crate::tree::{self, Heading, Tree, TreeError};
 

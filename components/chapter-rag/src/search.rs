@@ -12,8 +12,8 @@
 
 use rag_core::hybrid::{self, LEG_DEPTH};
 use rag_core::score::{dot, from_cosine};
-use rag_core::tool::ToolError;
 use serde::Serialize;
+use tool_guest::tool::ToolError;
 
 use crate::index::Built;
 

@@ -14,7 +14,7 @@ use rag_core::store::Index;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use rag_core::tool::{BaseEnv, Hit, Model, Output, ToolError};
+pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError};
 
 use crate::index::{self, Built, Report};
 use crate::manual::Manual;
@@ -88,9 +88,51 @@ fn bad_args(tool: &str, m: impl std::fmt::Display) -> ToolError {
     ToolError::InvalidArgs(format!("{tool}: {m}"))
 }
 
-/// The tools, in the order `specs` lists them.
-pub const TOOLS: [&str; 6] =
-    ["list_chapter_tree", "get_chapter", "route", "search_chapter_content", "search", "validate_citations"];
+/// The tools: each named once here, in the order `specs` lists them; `call` dispatches on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Name {
+    /// `list_chapter_tree`.
+    ListChapterTree,
+    /// `get_chapter`.
+    GetChapter,
+    /// `route`.
+    Route,
+    /// `search_chapter_content`.
+    SearchChapterContent,
+    /// `search`.
+    Search,
+    /// `validate_citations`.
+    ValidateCitations,
+}
+
+impl Name {
+    /// Every tool, in the order `specs` lists them.
+    pub const ALL: [Name; 6] = [
+        Name::ListChapterTree,
+        Name::GetChapter,
+        Name::Route,
+        Name::SearchChapterContent,
+        Name::Search,
+        Name::ValidateCitations,
+    ];
+
+    /// The tool's name as clients call it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Name::ListChapterTree => "list_chapter_tree",
+            Name::GetChapter => "get_chapter",
+            Name::Route => "route",
+            Name::SearchChapterContent => "search_chapter_content",
+            Name::Search => "search",
+            Name::ValidateCitations => "validate_citations",
+        }
+    }
+
+    /// The tool called `name`, if there is one.
+    pub fn parse(name: &str) -> Option<Name> {
+        Name::ALL.into_iter().find(|n| n.as_str() == name)
+    }
+}
 
 /// A validated config and the manual it names, read and checked but not indexed: what `open`
 /// does at once, and all that the tools' specs need. [`Configured::prepare`] does the heavy part.
@@ -203,17 +245,18 @@ impl ChapterTool {
         if !args.is_object() {
             return Err(bad_args(tool, "arguments must be a JSON object"));
         }
-        if !TOOLS.contains(&tool) {
-            return Err(ToolError::NotFound(format!("no tool {tool:?}; this instance offers {}", TOOLS.join(", "))));
-        }
+        let Some(name) = Name::parse(tool) else {
+            let all: Vec<&str> = Name::ALL.iter().map(|n| n.as_str()).collect();
+            return Err(ToolError::NotFound(format!("no tool {tool:?}; this instance offers {}", all.join(", "))));
+        };
         self.refresh(env);
-        let mut out = match tool {
-            "list_chapter_tree" => self.list(&args),
-            "get_chapter" => self.get(&args),
-            "route" => self.route_tool(env, &args),
-            "search_chapter_content" => self.search_in(env, &args),
-            "search" => self.search(env, &args),
-            _ => self.validate(&args),
+        let mut out = match name {
+            Name::ListChapterTree => self.list(&args),
+            Name::GetChapter => self.get(&args),
+            Name::Route => self.route_tool(env, &args),
+            Name::SearchChapterContent => self.search_in(env, &args),
+            Name::Search => self.search(env, &args),
+            Name::ValidateCitations => self.validate(&args),
         }?;
         if let Some(stale) = &self.stale {
             out.extra["stale_index"] = json!(stale);
@@ -681,7 +724,7 @@ fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String,
     let id = json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
     let specs = [
             (
-                "list_chapter_tree",
+                Name::ListChapterTree,
                 format!("Lists the chapter tree of the manual {m}: ids, titles and chunk counts. Start here, then get_chapter or search_chapter_content."),
                 json!({"type": "object", "properties": {
                     "level": {"type": "integer", "minimum": 1, "maximum": 6, "default": 2, "description": "How many levels to show (below `under`, or from the top)"},
@@ -689,7 +732,7 @@ fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String,
                 }, "additionalProperties": false}),
             ),
             (
-                "get_chapter",
+                Name::GetChapter,
                 format!("Returns one chapter of the manual {m}: its title, its parent's title and its full text (sections included)."),
                 json!({"type": "object", "properties": {
                     "chapter_id": id,
@@ -697,14 +740,14 @@ fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String,
                 }, "required": ["chapter_id"], "additionalProperties": false}),
             ),
             (
-                "route",
+                Name::Route,
                 format!("Picks the 1-3 chapters of the manual {m} most likely to answer a question, with a confidence in [0, 1] and a one-line reason, as JSON. Below confidence 0.7 it names the parent chapter rather than a section."),
                 json!({"type": "object", "properties": {
                     "question": {"type": "string", "description": "The question, in words"}
                 }, "required": ["question"], "additionalProperties": false}),
             ),
             (
-                "search_chapter_content",
+                Name::SearchChapterContent,
                 format!("Searches inside given chapters of the manual {m} (sections included), by meaning and by keywords; returns JSON results with chapter_id, chapter_title, chunk_index, score and content."),
                 json!({"type": "object", "properties": {
                     "chapter_id": id,
@@ -715,7 +758,7 @@ fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String,
                 }, "required": ["query"], "additionalProperties": false}),
             ),
             (
-                "search",
+                Name::Search,
                 format!("Answers a question from the manual {m}: routes it to the right chapters, searches inside them and returns up to {} fragments, each with its chapter path and id, for citing.", fragments),
                 json!({"type": "object", "properties": {
                     "question": {"type": "string", "description": "The question, in words"},
@@ -723,7 +766,7 @@ fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String,
                 }, "required": ["question"], "additionalProperties": false}),
             ),
             (
-                "validate_citations",
+                Name::ValidateCitations,
                 "Checks that the chapter ids an answer cites are among the candidates routing gave (a section of a candidate counts as inside it). Returns JSON.".to_string(),
                 json!({"type": "object", "properties": {
                     "cited": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids the answer cites"},
@@ -731,7 +774,7 @@ fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String,
                 }, "required": ["cited", "candidates"], "additionalProperties": false}),
             ),
         ];
-    specs.into_iter().map(|(n, d, s)| (n.to_string(), d, s.to_string())).collect()
+    specs.into_iter().map(|(n, d, s)| (n.as_str().to_string(), d, s.to_string())).collect()
 }
 
 fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<Manual, ToolError> {

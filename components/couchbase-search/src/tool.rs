@@ -7,8 +7,8 @@
 //! CrewAI's `k = size = limit` and `fields = ["*"]`, and prints the rows' fields as CrewAI does.
 
 use rag_core::pyjson::{self, Ordered};
-pub use rag_core::tool::{Model, ToolError};
 use serde_json::{Value, json};
+pub use tool_guest::tool::{Model, ToolError};
 
 use crate::config::Config;
 
@@ -127,7 +127,7 @@ pub trait Env {
 /// (its fields as text, a normalised score for cosine and dot-product indexes,
 /// `bucket.scope.collection/id` as its source, `{id, score, fields}` with the server's own
 /// score); extra `{index, scoped_index, embedding_key, prefilter}`.
-pub use rag_core::tool::{Hit, Output};
+pub use tool_guest::tool::{Hit, Output};
 
 /// A configured, checked instance.
 #[derive(Debug)]

@@ -17,17 +17,14 @@ wit_bindgen::generate!({
 use std::cell::RefCell;
 use std::time::Duration;
 
-use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
-use tool_guest::types::{ToolError, ToolOutput, ToolSpec};
-use tool_guest::{GuestEnv, check_tool, output, specs, to_wit};
+use tool_guest::GuestEnv;
+use tool_guest::tool::{Output, Spec, check_tool};
 use wasi::clocks::monotonic_clock;
 use wasi::http::outgoing_handler;
 use wasi::http::types::{ErrorCode, Fields, OutgoingRequest, RequestOptions, Scheme};
 use wasi::io::streams::StreamError;
 
 use crate::tool::{self, DocxTool, Env};
-
-struct Component;
 
 /// The component's view of the world: tool-guest's, plus the preopens and wasi:http.
 fn env() -> GuestEnv {
@@ -134,29 +131,24 @@ fn refused(url: &str, e: ErrorCode) -> tool::ToolError {
 /// One instance; calls come one at a time, the RefCell only satisfies `&self`.
 struct Docx(RefCell<DocxTool<GuestEnv>>);
 
-impl Guest for Component {
-    type Instance = Docx;
-}
-
-impl GuestInstance for Docx {
-    fn open(config: String) -> Result<Instance, ToolError> {
-        let tool = DocxTool::configure(&config, env()).map_err(to_wit)?;
-        Ok(Instance::new(Docx(RefCell::new(tool))))
+impl tool_guest::Tools for Docx {
+    fn open(config: &str) -> Result<Docx, tool::ToolError> {
+        Ok(Docx(RefCell::new(DocxTool::configure(config, env())?)))
     }
 
-    fn prepare(&self) -> Result<(), ToolError> {
-        self.0.borrow_mut().prepare().map_err(to_wit)
+    fn prepare(&self) -> Result<(), tool::ToolError> {
+        self.0.borrow_mut().prepare()
     }
 
-    fn specs(&self) -> Vec<ToolSpec> {
+    fn specs(&self) -> Vec<Spec> {
         let t = self.0.borrow();
-        specs([(tool::TOOL_NAME.into(), t.description(), t.schema())])
+        vec![(tool::TOOL_NAME.into(), t.description(), t.schema())]
     }
 
-    fn call(&self, name: String, args: String) -> Result<ToolOutput, ToolError> {
-        check_tool(&name, tool::TOOL_NAME)?;
-        self.0.borrow_mut().call(&args).map(output).map_err(to_wit)
+    fn call(&self, name: &str, args: &str) -> Result<Output, tool::ToolError> {
+        check_tool(name, tool::TOOL_NAME)?;
+        self.0.borrow_mut().call(args)
     }
 }
 
-export!(Component);
+tool_guest::export_tools!(Docx);

@@ -42,7 +42,7 @@ pub const INDEX_FILE: &str = "docx-search.qix";
 /// Texts per embedder call while ingesting.
 const EMBED_BATCH: usize = 32;
 
-pub use rag_core::tool::{BaseEnv, Hit, Model, Output, ToolError};
+pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError};
 
 /// What the tool needs from outside beyond rag-core's [`BaseEnv`].
 pub trait Env: BaseEnv {

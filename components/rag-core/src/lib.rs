@@ -8,7 +8,6 @@
 //!   (`instant-distance`) above;
 //! - [`bm25`]: a keyword leg, and [`fuse`]: reciprocal rank fusion of the legs;
 //! - [`pyjson`]: JSON as Python's `json.dumps(indent=2)` writes it, keys in their order;
-//! - [`tool`]: the error kinds and model identity every tool component shares;
 //! - [`store`]: the index of documents and chunks, keyed by content hash + model id + chunking
 //!   parameters, in a versioned file written atomically.
 
@@ -21,5 +20,4 @@ pub mod hybrid;
 pub mod pyjson;
 pub mod score;
 pub mod store;
-pub mod tool;
 pub mod vector;

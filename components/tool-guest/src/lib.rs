@@ -1,14 +1,37 @@
-//! The guest side every tool component shares, so that it is written once: the bindings of
-//! Quarry's `types`, `embedder` and `progress` interfaces (components reuse them through
-//! wit-bindgen's `with:`), the mapping between them and rag-core's plain Rust types (errors,
-//! outputs, specs, the tool-name check), and [`GuestEnv`], rag-core's [`BaseEnv`] over the WIT
-//! imports. A component keeps only its bindgen call and the mapping of its own imports.
-//! wasm32 only: natively the crate is empty.
+//! The guest SDK every tool component is written on, so that what they share is written once:
+//!
+//! - [`tool`] (native and wasm32): what a tool has in common with its host, as plain Rust: the
+//!   error kinds of WIT's `tool-error`, the shape of a call's output, the embedding model's
+//!   identity, and what a RAG tool asks of its environment ([`tool::BaseEnv`]); a tool's logic
+//!   is written against these and tested natively;
+//! - on wasm32: the bindings of Quarry's `types`, `embedder` and `progress` interfaces
+//!   (components reuse them through wit-bindgen's `with:`), the mapping between them and
+//!   [`tool`] (errors, outputs, specs, the tool-name check), `GuestEnv` ([`tool::BaseEnv`] over
+//!   the WIT imports), and [`export_tools!`], the `open`/`prepare`/`specs`/`call` glue of the
+//!   `tool` export over a [`Tools`] type. A component keeps only its bindgen call, the mapping
+//!   of its own imports, and its [`Tools`] impl.
 //!
 //! A component that does not call the embedder or progress (bedrock-kb) does not import them:
 //! the component linker keeps only the imports the module uses.
-//!
-//! [`BaseEnv`]: rag_core::tool::BaseEnv
+
+pub mod tool;
+
+/// A component's tools, as the `tool` export serves them: an instance opened from its config,
+/// prepared once, offering its specs and answering calls. [`export_tools!`] turns it into the
+/// WIT export.
+pub trait Tools: Sized + 'static {
+    /// Validates `config` (cheap: the host lists the tools as soon as it returns).
+    fn open(config: &str) -> Result<Self, tool::ToolError>;
+    /// The heavy half of opening (an index build); nothing by default.
+    fn prepare(&self) -> Result<(), tool::ToolError> {
+        Ok(())
+    }
+    /// The tools it offers, as `(name, description, args JSON Schema)`.
+    fn specs(&self) -> Vec<tool::Spec>;
+    /// Runs tool `tool` on `args`; a tool it does not offer is `not-found`
+    /// ([`tool::check_tool`] for a single-tool component).
+    fn call(&self, tool: &str, args: &str) -> Result<tool::Output, tool::ToolError>;
+}
 
 #[cfg(target_arch = "wasm32")]
 mod bindings {
@@ -24,4 +47,41 @@ pub use bindings::quarry::retrieval::{embedder, progress, types};
 #[cfg(target_arch = "wasm32")]
 mod mapping;
 #[cfg(target_arch = "wasm32")]
-pub use mapping::{GuestEnv, check_tool, output, specs, to_wit};
+pub use mapping::{GuestEnv, output, specs, to_wit};
+
+/// Exports `$instance` (a [`Tools`]) as the component's `tool` interface: `open`, `prepare`,
+/// `specs` and `call`, its errors and outputs mapped once here. Expands in the component,
+/// beside its `wit_bindgen::generate!` (whose `exports` module it implements).
+#[cfg(target_arch = "wasm32")]
+#[macro_export]
+macro_rules! export_tools {
+    ($instance:ty) => {
+        struct ToolsComponent;
+
+        impl exports::quarry::retrieval::tool::Guest for ToolsComponent {
+            type Instance = $instance;
+        }
+
+        impl exports::quarry::retrieval::tool::GuestInstance for $instance {
+            fn open(config: String) -> Result<exports::quarry::retrieval::tool::Instance, $crate::types::ToolError> {
+                <$instance as $crate::Tools>::open(&config)
+                    .map(exports::quarry::retrieval::tool::Instance::new)
+                    .map_err($crate::to_wit)
+            }
+
+            fn prepare(&self) -> Result<(), $crate::types::ToolError> {
+                <$instance as $crate::Tools>::prepare(self).map_err($crate::to_wit)
+            }
+
+            fn specs(&self) -> Vec<$crate::types::ToolSpec> {
+                $crate::specs(<$instance as $crate::Tools>::specs(self))
+            }
+
+            fn call(&self, tool: String, args: String) -> Result<$crate::types::ToolOutput, $crate::types::ToolError> {
+                <$instance as $crate::Tools>::call(self, &tool, &args).map($crate::output).map_err($crate::to_wit)
+            }
+        }
+
+        export!(ToolsComponent);
+    };
+}

@@ -1,6 +1,6 @@
 //! rag-core's types to and from the WIT bindings, and the imports as a [`BaseEnv`].
 
-use rag_core::tool::{BaseEnv, Model, Output, ToolError};
+use crate::tool::{BaseEnv, Model, Output, ToolError};
 
 use crate::embedder::{self, EmbedError, InputKind};
 use crate::types;
@@ -40,16 +40,6 @@ pub fn specs(list: impl IntoIterator<Item = (String, String, String)>) -> Vec<ty
     list.into_iter()
         .map(|(name, description, args_schema)| types::ToolSpec { name, description, args_schema })
         .collect()
-}
-
-/// Refuses a call to a tool other than `offered`, the one tool of a single-tool component.
-/// The host checks names against the specs first, so this guards direct callers.
-pub fn check_tool(tool: &str, offered: &str) -> Result<(), types::ToolError> {
-    if tool == offered {
-        Ok(())
-    } else {
-        Err(types::ToolError::NotFound(format!("no tool `{tool}`; this component offers `{offered}`")))
-    }
 }
 
 fn embed_err(e: EmbedError) -> ToolError {
@@ -96,7 +86,7 @@ impl BaseEnv for GuestEnv {
     }
 
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError> {
-        rag_core::tool::read_file(path, max_bytes, self.file_kind)
+        crate::tool::read_file(path, max_bytes, self.file_kind)
     }
 
     fn log(&self, line: &str) {

@@ -72,8 +72,8 @@ pub trait BaseEnv {
     fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
     /// Tokens each text takes in the embedder's window.
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
-    /// Each text's tokens as byte spans of it, in order (see [`crate::chunk::SpanCounter`]).
-    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<crate::chunk::TokenSpan>>, ToolError>;
+    /// Each text's tokens as byte spans of it, in order (see [`rag_core::chunk::SpanCounter`]).
+    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<rag_core::chunk::TokenSpan>>, ToolError>;
     /// Reads a granted file, refusing more than `max_bytes` (see [`read_file`]).
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
     /// A line for the host's log.
@@ -111,4 +111,16 @@ pub fn read_file(path: &str, max_bytes: u64, what: &str) -> Result<Vec<u8>, Tool
         return Err(ToolError::InvalidArgs(format!("{path} grew past the {max_bytes}-byte limit (config max_bytes)")));
     }
     Ok(bytes)
+}
+
+/// A tool as a component offers it: its name, description and arguments' JSON Schema.
+pub type Spec = (String, String, String);
+
+/// Refuses a call to a tool other than `offered`, the one tool of a single-tool component.
+pub fn check_tool(tool: &str, offered: &str) -> Result<(), ToolError> {
+    if tool == offered {
+        Ok(())
+    } else {
+        Err(ToolError::NotFound(format!("no tool `{tool}`; this component offers `{offered}`")))
+    }
 }
