@@ -30,10 +30,23 @@ fn main() {
         .map(|d| if d.is_absolute() { d } else { root.join(d) })
         .unwrap_or_else(|| root.join("target"))
         .join("guest");
-    println!("cargo:rerun-if-changed={}", manifest.join("components").display());
     let fixtures = fixtures(&root);
-    println!("cargo:rerun-if-changed={}", root.join("wit").display());
-    println!("cargo:rerun-if-changed={}", root.join("components").display());
+    // Only what a guest is built from: each crate's sources and manifest (not a component's
+    // README, its crew's Python or its model scripts), the WIT, the guest list, the workspace's
+    // manifest (its profiles) and lock file.
+    for dir in [root.join("components"), manifest.join("components")] {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            for part in ["src", "Cargo.toml"] {
+                let path = entry.path().join(part);
+                if path.exists() {
+                    println!("cargo:rerun-if-changed={}", path.display());
+                }
+            }
+        }
+    }
+    for path in ["wit", "components/guests.txt", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(path).display());
+    }
     // The guests' rustflags (simd128, relaxed-simd) live here.
     println!("cargo:rerun-if-changed={}", root.join(".cargo/config.toml").display());
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());

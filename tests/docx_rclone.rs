@@ -46,6 +46,9 @@ fn fragment(h: &quarry::bindings::Hit) -> Fragment {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rclone_manual_end_to_end() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let env = TestEnv::new();
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");

@@ -179,12 +179,81 @@ pub const BEDROCK_KB: &str = env!("QUARRY_FIXTURE_BEDROCK_KB");
 /// The Couchbase vector search component (components/couchbase-search).
 pub const COUCHBASE_SEARCH: &str = env!("QUARRY_FIXTURE_COUCHBASE_SEARCH");
 
-/// Where `make models` put the converted models.
-pub fn models_dir() -> PathBuf {
-    let dir = std::env::var_os("QUARRY_MODELS")
+/// What a test needs beyond the build: `make test` sets each up, a bare `cargo test` may lack it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// The converted models (`make models`).
+    Models,
+    /// The MCP clients' Python venvs (`tests/mcp/venvs.sh`).
+    Venvs,
+    /// The official MCP conformance suite (`tests/mcp/conformance/install.sh`).
+    Conformance,
+}
+
+impl Need {
+    fn present(self) -> bool {
+        match self {
+            Need::Models => ["all-minilm-l6-v2", "all-minilm-l6-v2-int8", "multilingual-e5-small"]
+                .iter()
+                .all(|m| models_root().join(m).join("quarry-model.json").is_file()),
+            Need::Venvs => ["mcp1", "mcp2", "crewai"].iter().all(|v| venvs_root().join(v).join("bin/python").is_file()),
+            Need::Conformance => conformance_index().is_file(),
+        }
+    }
+
+    fn how(self) -> &'static str {
+        match self {
+            Need::Models => "the models: run `make models`",
+            Need::Venvs => "the MCP clients' venvs: run `bash tests/mcp/venvs.sh`",
+            Need::Conformance => {
+                "the MCP conformance suite: run `bash tests/mcp/conformance/install.sh` (needs Node 20+)"
+            }
+        }
+    }
+}
+
+/// Whether the calling test must be skipped for want of `need`. In a bare `cargo test` (the
+/// quick tier) it is, and the terminal says which test and how to get what it needs; under
+/// `make test` (`QUARRY_TEST_ALL=1`) nothing is skipped, and a missing set-up fails the test.
+pub fn skip_unless(need: Need) -> bool {
+    if need.present() {
+        return false;
+    }
+    let strict = std::env::var_os("QUARRY_TEST_ALL").is_some_and(|v| v == "1");
+    assert!(!strict, "missing {} (make test does)", need.how());
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    // Written past the test harness's capture, which keeps only the print macros' output.
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped {test}: it needs {}, or run `make test`", need.how());
+    true
+}
+
+fn models_root() -> PathBuf {
+    std::env::var_os("QUARRY_MODELS")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/models"));
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/models"))
+}
+
+fn venvs_root() -> PathBuf {
+    std::env::var_os("QUARRY_VENVS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/venvs"))
+}
+
+/// The conformance suite's entry point, where `tests/mcp/conformance/install.sh` puts it.
+pub fn conformance_index() -> PathBuf {
+    let dir =
+        std::env::var_os("QUARRY_CONFORMANCE_DIR").filter(|d| !d.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/conformance")
+        });
+    dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
+}
+
+/// Where `make models` put the converted models.
+pub fn models_dir() -> PathBuf {
+    let dir = models_root();
     assert!(
         dir.join("all-minilm-l6-v2/quarry-model.json").is_file(),
         "no models in {}: run `make models` (make test does)",
@@ -223,11 +292,7 @@ pub fn shared_data() -> PathBuf {
 
 /// The Python of venv `name`, made by tests/mcp/venvs.sh (`make test` runs it).
 pub fn venv_python(name: &str) -> PathBuf {
-    let root = std::env::var_os("QUARRY_VENVS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/venvs"));
-    let python = root.join(name).join("bin/python");
+    let python = venvs_root().join(name).join("bin/python");
     assert!(python.is_file(), "{} is missing: run tests/mcp/venvs.sh (`make test` does)", python.display());
     python
 }

@@ -23,20 +23,20 @@ const TOOLS: [&str; 5] = [
 ];
 
 fn suite() -> PathBuf {
-    let dir = std::env::var_os("QUARRY_CONFORMANCE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").expect("HOME")).join(".cache/quarry/conformance"));
-    let index = dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js");
+    let index = quarry_tests::conformance_index();
     assert!(
         index.is_file(),
-        "the MCP conformance suite is not installed in {}: run tests/mcp/conformance/install.sh (make test does)",
-        dir.display()
+        "the MCP conformance suite is not installed at {}: run tests/mcp/conformance/install.sh (make test does)",
+        index.display()
     );
     index
 }
 
 #[test]
 fn the_official_conformance_suite_passes_in_server_mode() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Conformance) {
+        return;
+    }
     let index = suite();
     let env = TestEnv::new();
     env.plugin(CONFORMANCE, "conformance");

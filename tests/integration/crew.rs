@@ -198,6 +198,9 @@ fn script(router: Value, searched: &str) -> Value {
 
 #[test]
 fn the_crew_routes_searches_inside_the_route_and_validates_its_citations() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let router = json!([[
         tree(json!({"level": 1})),
         tree(json!({"level": 1, "under": "90"})),
@@ -276,6 +279,9 @@ fn the_crew_routes_searches_inside_the_route_and_validates_its_citations() {
 
 #[test]
 fn the_crew_reaches_a_running_server_over_http() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let router = json!([[tree(json!({"level": 1})), content(&route_json(&["90.10"], 0.9))]]);
     let r = run_crew_over(&script(router, "90.10"), Transport::Http);
     assert!(r.ok, "the crew failed\n{}", r.text);
@@ -291,6 +297,9 @@ fn the_crew_reaches_a_running_server_over_http() {
 
 #[test]
 fn a_router_answer_in_a_code_fence_is_read() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let fenced = format!("```json\n{}\n```", route_json(&["90.10"], 0.9));
     let r = run_crew(&script(json!([[tree(json!({"level": 1})), content(&fenced)]]), "90.10"));
     assert!(r.ok, "{}", r.text);
@@ -302,6 +311,9 @@ fn a_router_answer_in_a_code_fence_is_read() {
 
 #[test]
 fn a_router_answer_that_is_not_json_gets_one_retry_then_a_clear_error() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     // Prose, then JSON: the retry (told why) succeeds.
     let router = json!([
         [tree(json!({"level": 1})), content("Chapter 90.10 holds the bandwidth options.")],
@@ -331,6 +343,9 @@ fn a_router_answer_that_is_not_json_gets_one_retry_then_a_clear_error() {
 
 #[test]
 fn a_chapter_id_that_does_not_exist_is_refused_with_the_nearest_ones() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let router = json!([
         [tree(json!({"level": 1})), content(&route_json(&["999.1"], 0.9))],
         [content(&route_json(&["90.10"], 0.9))],
@@ -354,6 +369,9 @@ fn a_chapter_id_that_does_not_exist_is_refused_with_the_nearest_ones() {
 
 #[test]
 fn low_confidence_widens_the_search_to_the_parent_chapter() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let router = json!([[tree(json!({"level": 1})), content(&route_json(&["90.10.5"], 0.4))]]);
     // 90.10.3 is a sibling of the routed section: inside the widened scope.
     let r = run_crew(&script(router, "90.10.3"));
@@ -373,6 +391,9 @@ fn low_confidence_widens_the_search_to_the_parent_chapter() {
 
 #[test]
 fn an_answer_citing_what_it_did_not_validate_is_sent_back() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let mut s = script(json!([[tree(json!({"level": 1})), content(&route_json(&["90.10"], 0.9))]]), "90.10");
     s["answerer"] = json!([
         [content("Use --bwlimit [chapter 90.10.5].")],
@@ -387,6 +408,9 @@ fn an_answer_citing_what_it_did_not_validate_is_sent_back() {
 
 #[test]
 fn the_crews_own_checks() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let mut cmd = Command::new(venv_python("crewai"));
     cmd.current_dir(crew_dir()).args(["-m", "unittest", "-v", "test_guards"]);
     let out = quarry_tests::run_with_timeout(cmd, Duration::from_secs(120));
@@ -395,6 +419,9 @@ fn the_crews_own_checks() {
 
 #[test]
 fn a_quarry_that_cannot_start_is_a_clear_error() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let env = TestEnv::new();
     std::fs::write(env.path("broken.toml"), "[tools.x\n").unwrap();
     std::fs::write(env.path("ok.toml"), "").unwrap();

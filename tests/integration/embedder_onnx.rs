@@ -82,6 +82,9 @@ async fn parity(model: &str, set: &str, file: &str, min: f64) -> Arc<dyn Embedde
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minilm_fp32_matches_reference_and_survives_bad_input() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let e = parity("all-minilm-l6-v2", "minilm", "reference.json", 0.9999).await;
     let info = e.info();
     assert_eq!(
@@ -123,6 +126,9 @@ async fn spans_agree_with_counts(e: &Arc<dyn EmbedderBackend>, texts: &[&str]) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_spans_locate_the_counted_tokens() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let (_host, e) = embedder(&env, "all-minilm-l6-v2").await;
     let spans = spans_agree_with_counts(&e, &["Hello, world", "", "embeddings", "mixed: 中文 🦀"]).await;
@@ -137,11 +143,17 @@ async fn token_spans_locate_the_counted_tokens() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minilm_int8_matches_onnxruntime() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     parity("all-minilm-l6-v2-int8", "minilm", "reference-int8-onnxruntime.json", 0.999).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multilingual_e5_matches_reference_with_its_prefixes() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let e = parity("multilingual-e5-small", "me5-small", "reference.json", 0.999).await;
     // The prefix matters: the same text as query and as passage embeds differently.
     let q = e.embed(vec!["北京是中国的首都吗".into()], InputKind::Query).await.unwrap();
@@ -151,6 +163,9 @@ async fn multilingual_e5_matches_reference_with_its_prefixes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_reaches_the_model_through_its_import() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let (host, _) = embedder(&env, "all-minilm-l6-v2").await;
     let out = within(120, host.call("probe", r#"{"texts":["hello","world"],"kind":"document"}"#)).await.unwrap();
@@ -161,6 +176,9 @@ async fn a_tool_reaches_the_model_through_its_import() {
 
 #[tokio::test]
 async fn missing_or_corrupt_model_names_the_file_and_the_fix() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");
     let models = env.path("models");

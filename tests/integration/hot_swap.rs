@@ -2,7 +2,7 @@
 //! becomes visible, and a broken replacement leaves the old one serving.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use quarry_tests::{ECHO_V1, ECHO_V2, HOSTILE, TestEnv, within};
@@ -13,25 +13,45 @@ component = "plugins/echo.wasm"
 config = { greeting = "hi" }
 "#;
 
-/// Calls `echo` in a loop on `tasks` tasks until `stop`; returns every answer (or error) per task.
+/// Answers per load task.
+type Counts = Arc<Vec<AtomicUsize>>;
+/// A load task: every answer (or error) it had.
+type Task = tokio::task::JoinHandle<Vec<Result<String, String>>>;
+
+/// Calls `echo` in a loop on `tasks` tasks until `stop`, counting each task's answers in
+/// `calls`; returns every answer (or error) per task.
 fn load(
     host: &Arc<quarry::Registry>,
     tasks: usize,
     stop: &Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<Vec<Result<String, String>>>> {
-    (0..tasks)
+) -> (Vec<Task>, Counts) {
+    let calls: Counts = Arc::new((0..tasks).map(|_| AtomicUsize::new(0)).collect());
+    let handles = (0..tasks)
         .map(|i| {
-            let (host, stop) = (host.clone(), stop.clone());
+            let (host, stop, calls) = (host.clone(), stop.clone(), calls.clone());
             tokio::spawn(async move {
                 let mut seen = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
                     let r = host.call("echo", &format!(r#"{{"text":"t{i}"}}"#)).await;
                     seen.push(r.map(|o| o.text).map_err(|e| e.to_string()));
+                    calls[i].fetch_add(1, Ordering::Relaxed);
                 }
                 seen
             })
         })
-        .collect()
+        .collect();
+    (handles, calls)
+}
+
+/// Waits until every load task has had `n` more answers: an event, however loaded the machine.
+async fn more_calls(calls: &Counts, n: usize) {
+    let targets: Vec<usize> = calls.iter().map(|c| c.load(Ordering::Relaxed) + n).collect();
+    within(60, async {
+        while calls.iter().zip(&targets).any(|(c, t)| c.load(Ordering::Relaxed) < *t) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,13 +62,15 @@ async fn swap_under_load_loses_no_call() {
     let _watcher = quarry::watch::watch(host.clone()).expect("watch");
     let mut swaps = host.subscribe();
     let stop = Arc::new(AtomicBool::new(false));
-    let workers = load(&host, 4, &stop);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (workers, calls) = load(&host, 4, &stop);
+    more_calls(&calls, 3).await;
 
     env.replace(&plugin, &std::fs::read(ECHO_V2).unwrap());
     let report = within(60, swaps.recv()).await.expect("swap event");
     assert_eq!(report.instances, vec!["echo".to_string()]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Every task has answers from after the swap: it had one more call still on the old
+    // version at most.
+    more_calls(&calls, 3).await;
     stop.store(true, Ordering::Relaxed);
 
     let mut total = 0;
@@ -76,7 +98,7 @@ async fn broken_replacement_keeps_the_old_version() {
     let host = env.host(ECHO).await;
     let _watcher = quarry::watch::watch(host.clone()).expect("watch");
     let stop = Arc::new(AtomicBool::new(false));
-    let workers = load(&host, 2, &stop);
+    let (workers, _) = load(&host, 2, &stop);
 
     // Not a component at all.
     env.replace(&plugin, b"\0asm garbage that is not a component");

@@ -142,21 +142,33 @@ fn client(venv: &str, script: &str, transport: &str) {
 
 #[test]
 fn handshake_era_over_stdio() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     client("mcp1", "handshake_client.py", "stdio");
 }
 
 #[test]
 fn handshake_era_over_http() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     client("mcp1", "handshake_client.py", "http");
 }
 
 #[test]
 fn stateless_revision_over_stdio() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     client("mcp2", "modern_client.py", "stdio");
 }
 
 #[test]
 fn stateless_revision_over_http() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     client("mcp2", "modern_client.py", "http");
 }
 
@@ -180,12 +192,18 @@ fn crewai_example(url: Option<&str>, m: &McpEnv) {
 
 #[test]
 fn crewai_adapter_over_stdio() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let m = mcp_env();
     crewai_example(None, &m);
 }
 
 #[test]
 fn crewai_adapter_over_http() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let m = mcp_env();
     let served = quarry_tests::mcp_client::Served::start(&quarry_bin(), &m.config);
     crewai_example(Some(&served.url), &m);
@@ -198,6 +216,9 @@ fn crewai_adapter_over_http() {
 /// built.
 #[test]
 fn crewai_adapter_connects_to_a_first_start_with_its_default_timeout() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     let env = TestEnv::new();
     env.plugin(TOY_EMBEDDER, "toy");
     env.plugin(CHAPTER_RAG, "chapters");
@@ -295,10 +316,16 @@ fn progress_and_logging(transport: &str) {
 /// logging callback hears the host's lines about the session's calls, at the level it set.
 #[test]
 fn progress_and_logging_over_stdio() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     progress_and_logging("stdio");
 }
 
 #[test]
 fn progress_and_logging_over_http() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
     progress_and_logging("http");
 }

@@ -58,6 +58,9 @@ fn assert_error(out: &Value, code: &str, words: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_models_and_ungranted_names_are_refused() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let host = hostile_with_model(&env, &models_dir().join("all-minilm-l6-v2"), "").await;
     let out = nn(&host, json!({"op": "load_bytes"})).await;
@@ -71,6 +74,9 @@ async fn forged_models_and_ungranted_names_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_tensors_get_errors_before_any_allocation() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let host = hostile_with_model(&env, &models_dir().join("all-minilm-l6-v2"), "").await;
     let mut inputs = good_inputs(3);
@@ -100,6 +106,9 @@ async fn bad_tensors_get_errors_before_any_allocation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graphs_contexts_and_tensor_bytes_are_capped_per_instance() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let host = hostile_with_model(&env, &models_dir().join("all-minilm-l6-v2"), "").await;
     let out = nn(&host, json!({"op": "hoard_contexts", "n": 100})).await;
@@ -131,6 +140,9 @@ async fn graphs_contexts_and_tensor_bytes_are_capped_per_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_load_serves_every_instance_and_tool() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let dir = model_copy(&env, "all-minilm-l6-v2", "shared");
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");
@@ -165,6 +177,9 @@ async fn one_load_serves_every_instance_and_tool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let (free, pinned) = (model_copy(&env, "all-minilm-l6-v2", "free"), model_copy(&env, "all-minilm-l6-v2", "pinned"));
     let sha = |dir: &Path| {
@@ -203,6 +218,9 @@ async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_model_file_swaps_the_embedders_that_use_it() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models) {
+        return;
+    }
     let env = TestEnv::new();
     let (free, pinned) = (model_copy(&env, "all-minilm-l6-v2", "free"), model_copy(&env, "all-minilm-l6-v2", "pinned"));
     let fp32 = {
