@@ -20,11 +20,7 @@ type Task = tokio::task::JoinHandle<Vec<Result<String, String>>>;
 
 /// Calls `echo` in a loop on `tasks` tasks until `stop`, counting each task's answers in
 /// `calls`; returns every answer (or error) per task.
-fn load(
-    host: &Arc<quarry::Registry>,
-    tasks: usize,
-    stop: &Arc<AtomicBool>,
-) -> (Vec<Task>, Counts) {
+fn load(host: &Arc<quarry::Registry>, tasks: usize, stop: &Arc<AtomicBool>) -> (Vec<Task>, Counts) {
     let calls: Counts = Arc::new((0..tasks).map(|_| AtomicUsize::new(0)).collect());
     let handles = (0..tasks)
         .map(|i| {

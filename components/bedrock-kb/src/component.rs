@@ -11,7 +11,6 @@ wit_bindgen::generate!({
 });
 
 use quarry::retrieval::bedrock::{self, BedrockError};
-use tool_guest::tool::{Output, Spec, ToolError, check_tool};
 
 use crate::tool::{self, Bedrock, Failure, Tool};
 
@@ -33,20 +32,4 @@ impl Bedrock for Host {
     }
 }
 
-impl tool_guest::Tools for Tool {
-    fn open(config: &str) -> Result<Tool, ToolError> {
-        Tool::open(config, &Host)
-    }
-
-    fn specs(&self) -> Vec<Spec> {
-        vec![self.spec()]
-    }
-
-    fn call(&self, name: &str, args: &str) -> Result<Output, ToolError> {
-        check_tool(name, tool::NAME)?;
-        Tool::call(self, args, &Host)
-    }
-}
-
-// Nothing to prepare: the service holds the index.
-tool_guest::export_tools!(Tool);
+tool_guest::export_tools!(Tool, one: tool::NAME, host: Host);

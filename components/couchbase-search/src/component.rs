@@ -14,7 +14,7 @@ wit_bindgen::generate!({
 
 use quarry::retrieval::couchbase::{self as cb, CouchbaseError, IndexScope};
 use tool_guest::GuestEnv;
-use tool_guest::tool::{BaseEnv, Output, Spec, ToolError, check_tool};
+use tool_guest::tool::BaseEnv;
 
 use crate::tool::{self, Env, Failure, IndexAt, IndexInfo, Model, Query, Row, Tool, VectorField};
 
@@ -90,20 +90,4 @@ impl Env for Host {
     }
 }
 
-impl tool_guest::Tools for Tool {
-    fn open(config: &str) -> Result<Tool, ToolError> {
-        Tool::open(config, &Host)
-    }
-
-    fn specs(&self) -> Vec<Spec> {
-        vec![self.spec()]
-    }
-
-    fn call(&self, name: &str, args: &str) -> Result<Output, ToolError> {
-        check_tool(name, tool::NAME)?;
-        Tool::call(self, args, &Host)
-    }
-}
-
-// Nothing to prepare: the service holds the index.
-tool_guest::export_tools!(Tool);
+tool_guest::export_tools!(Tool, one: tool::NAME, host: Host);

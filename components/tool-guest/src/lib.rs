@@ -55,6 +55,27 @@ pub use mapping::{GuestEnv, output, specs, to_wit};
 #[cfg(target_arch = "wasm32")]
 #[macro_export]
 macro_rules! export_tools {
+    // A single-tool component over a host service (bedrock-kb, couchbase-search): `$tool` has
+    // `open(config, &host)`, `spec()` and `call(&self, args, &host)`, and nothing to prepare
+    // (the service holds the index).
+    ($tool:ty, one: $name:expr, host: $host:expr) => {
+        impl $crate::Tools for $tool {
+            fn open(config: &str) -> Result<Self, $crate::tool::ToolError> {
+                <$tool>::open(config, &$host)
+            }
+
+            fn specs(&self) -> Vec<$crate::tool::Spec> {
+                vec![self.spec()]
+            }
+
+            fn call(&self, name: &str, args: &str) -> Result<$crate::tool::Output, $crate::tool::ToolError> {
+                $crate::tool::check_tool(name, $name)?;
+                <$tool>::call(self, args, &$host)
+            }
+        }
+
+        $crate::export_tools!($tool);
+    };
     ($instance:ty) => {
         struct ToolsComponent;
 
