@@ -36,15 +36,10 @@ pub fn watch(registry: Arc<Registry>) -> Result<Watcher, notify::Error> {
     let config = registry.config();
     let components: BTreeSet<PathBuf> =
         config.tools.values().chain(config.embedders.values()).map(|c| c.component.clone()).collect();
-    // A model is reloaded by its model file; a new manifest (written beside it) counts as a change too.
-    let models: BTreeMap<PathBuf, PathBuf> = config
-        .sections
-        .models
-        .values()
-        .flat_map(|m| [(m.model_file(), m.model_file()), (m.dir.join(crate::nn::MANIFEST_FILE), m.model_file())])
-        .collect();
+    // Files the capabilities' sections read (a model file, its manifest), and what each reloads.
+    let sectioned: BTreeMap<PathBuf, PathBuf> = config.sections.watched().into_iter().collect();
     let dirs: BTreeSet<PathBuf> =
-        components.iter().chain(models.keys()).filter_map(|c| c.parent().map(PathBuf::from)).collect();
+        components.iter().chain(sectioned.keys()).filter_map(|c| c.parent().map(PathBuf::from)).collect();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if let Ok(ev) = res
@@ -72,8 +67,8 @@ pub fn watch(registry: Arc<Registry>) -> Result<Watcher, notify::Error> {
                 Some(Some(path)) if components.contains(&path) => {
                     pending.insert(path, Instant::now());
                 }
-                Some(Some(path)) if models.contains_key(&path) => {
-                    pending.insert(models[&path].clone(), Instant::now());
+                Some(Some(path)) if sectioned.contains_key(&path) => {
+                    pending.insert(sectioned[&path].clone(), Instant::now());
                 }
                 Some(Some(_)) | None => {}
             }

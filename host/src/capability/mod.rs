@@ -44,7 +44,7 @@ pub mod nn;
 pub mod progress;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,6 +110,12 @@ pub struct Grants {
 }
 
 impl Grants {
+    /// Whether these grants use section `section` (`models.NAME`): an instance that does
+    /// restarts when the section's file changes.
+    pub fn uses(&self, section: &str) -> bool {
+        section.strip_prefix("models.").is_some_and(|m| self.models.models.contains_key(m))
+    }
+
     /// Each capability's grant from its keys of `raw`; an error's key is relative to the grants
     /// table.
     pub fn parse(raw: RawGrants, cx: &GrantContext<'_>) -> Result<Grants, KeyError> {
@@ -156,6 +162,24 @@ impl CapabilitySections {
             sections.models.insert(name, Arc::new(m));
         }
         Ok(sections)
+    }
+
+    /// Files the sections read, for the host's watcher: `(the file that changes, the file it
+    /// reloads)`.
+    pub fn watched(&self) -> Vec<(PathBuf, PathBuf)> {
+        nn::watched(&self.models)
+    }
+
+    /// Whether a section reads `path` (a file [`CapabilitySections::reload`] takes).
+    pub fn reads(&self, path: &Path) -> bool {
+        self.watched().iter().any(|(_, file)| file == path)
+    }
+
+    /// Reloads, in `app`, what the sections read from `path`: the sections now serving a
+    /// changed file (`models.NAME`), or why the file is refused (the loaded one keeps serving).
+    /// Blocks: call it off the async runtime.
+    pub fn reload(&self, path: &Path, app: &AppStates) -> Result<Vec<String>, String> {
+        Ok(nn::reload(&self.models, path, &app.nn)?.into_iter().map(|m| format!("models.{m}")).collect())
     }
 }
 

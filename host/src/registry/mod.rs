@@ -317,34 +317,25 @@ impl Registry {
         self.failed.lock().remove(&format!("embedders.{name}"));
     }
 
-    /// A changed model file (`[models.NAME]`): loaded again (unless its pin or manifest
-    /// refuses it), then the embedders granted it restart on the new model, as for a new
-    /// component version; their tools keep serving meanwhile. Tools granted the model directly
-    /// get it at their next `load-by-name`.
-    async fn reload_model(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
+    /// A changed file that a capability's section reads (a model file of `[models.NAME]`):
+    /// the capability loads it again (unless it refuses it: a pin, a manifest), then the
+    /// embedders whose grants use a changed section restart, as for a new component version;
+    /// their tools keep serving meanwhile. Tools granted the model directly get it at their
+    /// next `load-by-name`.
+    async fn reload_section(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
         let refused = |message: String| ReloadError::ModelRefused { path: path.to_path_buf(), message };
-        let mut changed = Vec::new();
-        for section in self.config.sections.models.values().filter(|m| m.model_file() == path) {
-            let s = section.clone();
-            let models = self.engine.apps().nn.models.clone();
-            let fresh = tokio::task::spawn_blocking(move || models.refresh(&s))
-                .await
-                .map_err(|e| refused(format!("the model loader failed: {e}")))?;
-            match fresh {
-                Ok(true) => changed.push(section.name.clone()),
-                Ok(false) => {}
-                Err(e) => return Err(refused(e.message)),
-            }
-        }
+        let (sections, apps, file) = (self.config.sections.clone(), self.engine.apps().clone(), path.to_path_buf());
+        let changed = tokio::task::spawn_blocking(move || sections.reload(&file, &apps))
+            .await
+            .map_err(|e| refused(format!("the model loader failed: {e}")))?
+            .map_err(refused)?;
         if changed.is_empty() {
             return Err(ReloadError::Unchanged(path.to_path_buf()));
         }
         let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
         let mut instances = Vec::new();
         let mut hash = String::new();
-        for cfg in
-            self.config.embedders.values().filter(|c| changed.iter().any(|m| c.grants.models.models.contains_key(m)))
-        {
+        for cfg in self.config.embedders.values().filter(|c| changed.iter().any(|s| c.grants.caps.uses(s))) {
             let e =
                 ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await.map_err(rejected)?;
             hash = hex::encode(e.hash);
@@ -352,7 +343,7 @@ impl Registry {
             instances.push(cfg.name.clone());
         }
         let report = SwapReport { path: path.to_path_buf(), instances, hash, elapsed: start.elapsed() };
-        tracing::info!(target: "quarry::swap", path = %path.display(), models = ?changed, embedders = ?report.instances, "changed model serving");
+        tracing::info!(target: "quarry::swap", path = %path.display(), sections = ?changed, embedders = ?report.instances, "changed model serving");
         let _ = self.changes.send(report.clone());
         Ok(report)
     }
@@ -460,8 +451,8 @@ impl Registry {
     /// Reloads the component at `path` (see the module docs).
     pub async fn reload(&self, path: &Path) -> Result<SwapReport, ReloadError> {
         let start = Instant::now();
-        if self.config.sections.models.values().any(|m| m.model_file() == path) {
-            return self.reload_model(path, start).await;
+        if self.config.sections.reads(path) {
+            return self.reload_section(path, start).await;
         }
         if self.config.embedders.values().any(|c| c.component == path) {
             return self.reload_embedder(path, start).await;

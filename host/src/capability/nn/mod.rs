@@ -156,6 +156,34 @@ impl State {
     }
 }
 
+/// The files `[models.*]` read, for the host's watcher: each model's file, and its manifest
+/// (written beside it), as `(the file that changes, the model file it reloads)`.
+pub fn watched(
+    models: &std::collections::BTreeMap<String, Arc<ModelSection>>,
+) -> Vec<(std::path::PathBuf, std::path::PathBuf)> {
+    models
+        .values()
+        .flat_map(|m| [(m.model_file(), m.model_file()), (m.dir.join(MANIFEST_FILE), m.model_file())])
+        .collect()
+}
+
+/// Loads again the models whose file is `path` (unless a pin or the manifest refuses the file:
+/// then the error, and the model loaded before keeps serving); returns the names of those now
+/// serving a new model. Blocks: call it off the async runtime.
+pub fn reload(
+    models: &std::collections::BTreeMap<String, Arc<ModelSection>>,
+    path: &std::path::Path,
+    app: &AppState,
+) -> Result<Vec<String>, String> {
+    let mut changed = Vec::new();
+    for section in models.values().filter(|m| m.model_file() == path) {
+        if app.models.refresh(section).map_err(|e| e.message)? {
+            changed.push(section.name.clone());
+        }
+    }
+    Ok(changed)
+}
+
 /// The directories a store granted `grant` reads its models' files from (the tokenizer beside
 /// a model): each granted model's directory, read-only at `/models/NAME`. The capability list
 /// preopens them through the directory capability.
