@@ -31,7 +31,7 @@ host:
 # capabilities' SDKs (the Bedrock and Couchbase features; `make host` builds them in), the
 # MiniLM model. A fresh clone builds in about half the time of everything.
 DEMO_GUESTS := -p chapter-rag -p embedder-onnx
-DEMO_HOST_FEATURES := --no-default-features
+DEMO_HOST_FEATURES := --no-default-features --features nn
 
 # The main job: chapter RAG over the bundled rclone manual, one question, routed chapters and
 # fragments printed. The first run embeds the manual into $(DEMO_INDEX) (about 2 minutes on 2

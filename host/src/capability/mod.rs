@@ -25,7 +25,7 @@
 //! | [`couchbase`] | `couchbase` | `[couchbase.NAME]` | `quarry:retrieval/couchbase` |
 //! | [`nn`] | `models` | `[models.NAME]` | `wasi:nn` |
 
-#[cfg(any(not(feature = "bedrock"), not(feature = "couchbase")))]
+#[cfg(any(not(feature = "bedrock"), not(feature = "couchbase"), not(feature = "nn")))]
 mod absent;
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
@@ -40,6 +40,10 @@ pub mod couchbase;
 pub mod embedder;
 pub mod files;
 pub mod http;
+#[cfg(feature = "nn")]
+pub mod nn;
+#[cfg(not(feature = "nn"))]
+#[path = "absent/nn.rs"]
 pub mod nn;
 pub mod progress;
 
@@ -168,6 +172,12 @@ impl CapabilitySections {
     /// reloads)`.
     pub fn watched(&self) -> Vec<(PathBuf, PathBuf)> {
         nn::watched(&self.models)
+    }
+
+    /// The directories the host itself reads for a section (a model's: its native ONNX parser
+    /// reads them), as `(section, directory)`: no read-write grant may overlap one.
+    pub fn host_read_dirs(&self) -> Vec<(String, PathBuf)> {
+        nn::host_read_dirs(&self.models)
     }
 
     /// Whether a section reads `path` (a file [`CapabilitySections::reload`] takes).

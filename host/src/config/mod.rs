@@ -297,9 +297,9 @@ impl Config {
         let mut protected: Vec<(String, PathBuf)> = vec![("the config file's directory".into(), canon(config_dir))];
         let models: Vec<(String, PathBuf)> = self
             .sections
-            .models
-            .iter()
-            .map(|(name, m)| (format!("the directory of models.{name}"), canon(&m.dir)))
+            .host_read_dirs()
+            .into_iter()
+            .map(|(section, dir)| (format!("the directory of {section}"), canon(&dir)))
             .collect();
         if let Some(c) = &self.cache_dir {
             protected.push(("the precompiled-component cache (host.cache_dir)".into(), canon(c)));

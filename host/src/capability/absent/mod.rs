@@ -37,5 +37,11 @@ mod tests {
             let e = crate::Config::parse(path, text).unwrap_err().to_string();
             assert!(e.contains("tools.kb.grants.bedrock") && e.contains("without the Bedrock capability"), "{e}");
         }
+        #[cfg(not(feature = "nn"))]
+        {
+            let text = "[models.m]\ndir = \"models/m\"\n";
+            let e = crate::Config::parse(path, text).unwrap_err().to_string();
+            assert!(e.contains("models.m") && e.contains("without the wasi-nn capability"), "{e}");
+        }
     }
 }

@@ -167,6 +167,14 @@ pub fn watched(
         .collect()
 }
 
+/// The directories of `[models.*]`, as `(models.NAME, directory)`: the host's ONNX parser reads
+/// them.
+pub fn host_read_dirs(
+    models: &std::collections::BTreeMap<String, Arc<ModelSection>>,
+) -> Vec<(String, std::path::PathBuf)> {
+    models.iter().map(|(name, m)| (format!("models.{name}"), m.dir.clone())).collect()
+}
+
 /// Loads again the models whose file is `path` (unless a pin or the manifest refuses the file:
 /// then the error, and the model loaded before keeps serving); returns the names of those now
 /// serving a new model. Blocks: call it off the async runtime.
