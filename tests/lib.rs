@@ -168,6 +168,18 @@ pub async fn within<T>(secs: u64, fut: impl std::future::Future<Output = T>) -> 
     tokio::time::timeout(Duration::from_secs(secs), fut).await.expect("timed out")
 }
 
+/// Waits (at most 30 s) until `cond` holds: the event a test orders on, instead of a sleep
+/// that a loaded machine outlasts.
+pub async fn until(what: &str, cond: impl Fn() -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(30), async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "timed out waiting until {what}");
+}
+
 /// The embedder component (components/embedder-onnx), built for the tests.
 pub const EMBEDDER_ONNX: &str = env!("QUARRY_FIXTURE_EMBEDDER_ONNX");
 /// The DOCX search component (components/docx-search).

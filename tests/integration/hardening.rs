@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use quarry::bindings::ToolError;
-use quarry_tests::{CallError, EMBED_PROBE, Fault, HOSTILE, TOY_EMBEDDER, TestEnv, quarry_bin, within};
+use quarry_tests::{CallError, EMBED_PROBE, Fault, HOSTILE, TOY_EMBEDDER, TestEnv, quarry_bin, until, within};
 use serde_json::{Value, json};
 
 /// A hostile instance `h` with a read-only `/data`, a writable `/scratch`, 64 MiB and a 5 s
@@ -407,7 +407,8 @@ async fn long_calls_do_not_hold_the_runtime_workers() {
     let host = env.host(&format!("{}{}{}", one("h1"), one("h2"), one("h3"))).await;
     let spin = |h: Arc<quarry::Registry>, name: &'static str| tokio::spawn(async move { h.call(name, "{}").await });
     let (s1, s2) = (spin(host.clone(), "h1.spin"), spin(host.clone(), "h2.spin"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let busy = |name: &str| host.instance(name).is_some_and(|i| i.load().0 == 0);
+    until("both spins run", || busy("h1") && busy("h2")).await;
     // Both workers are running a spinning guest; a third instance still answers.
     let out = within(4, host.call("h3.echo", r#"{"text":"still here"}"#)).await.unwrap();
     assert_eq!(out.text, "still here");
@@ -448,7 +449,8 @@ async fn the_embedder_pool_serves_tools_in_turn() {
     let h = host.clone();
     let args = json!({"texts": texts}).to_string();
     let ingest = tokio::spawn(async move { h.call("ingest", &args).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The ingest runs (its one member is taken): it embeds at once.
+    until("the ingest runs", || host.instance("ingest").is_some_and(|i| i.load().0 == 0)).await;
     let out = within(30, host.call("query", r#"{"texts": ["one question"]}"#)).await.unwrap();
     assert!(out.text.contains("toy-trigram"));
     assert!(!ingest.is_finished(), "the query waited for the whole ingest");
