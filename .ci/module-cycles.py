@@ -16,7 +16,7 @@ exits 1. So `config` <-> `capability` is caught at the top, `capability::http` <
 A module brought into scope by `use` and then named bare (`capability::files::View` after
 `use crate::capability;`) counts as an edge to the imported module only.
 
-Usage: module-cycles.py [SRC ...]   (default: host/src and every components/*/src)
+Usage: module-cycles.py [SRC ...]   (default: host/src, every host/crates/*/src and components/*/src)
 """
 import glob
 import os
@@ -25,7 +25,8 @@ import sys
 
 here_dir = os.path.dirname(os.path.abspath(__file__))
 roots = sys.argv[1:] or [os.path.join(here_dir, "..", "host", "src")] + sorted(
-    glob.glob(os.path.join(here_dir, "..", "components", "*", "src"))
+    glob.glob(os.path.join(here_dir, "..", "host", "crates", "*", "src"))
+    + glob.glob(os.path.join(here_dir, "..", "components", "*", "src"))
 )
 
 

@@ -19,7 +19,7 @@
 //!
 //! Where a change goes: a new capability is a folder under `capability/` and a line in each
 //! list of `capability/mod.rs` (see host/README.md); a tool is a component under `components/`,
-//! never host code; a limit is a constant in `support/limits.rs` (or a grant key in its
+//! never host code; a limit is a constant in `crates/support/src/limits.rs` (or a grant key in its
 //! capability); an MCP feature is a module under `mcp/`.
 //!
 //! The capability modules are also reachable at the top (`quarry::http`, `quarry::bedrock`, …),
@@ -39,12 +39,12 @@ pub mod mcp;
 pub mod output;
 pub mod registry;
 pub mod runtime;
-pub mod support;
 pub mod watch;
 
 pub use args::Args;
 pub use capability::{bedrock, couchbase, embedder, files, http, nn, progress};
 pub use config::Config;
+pub use quarry_support as support;
 pub use registry::instance::{CallError, OpenError};
 pub use registry::{Registry, ReloadError, SwapReport, ToolEntry};
 pub use registry::{embedders, instance};

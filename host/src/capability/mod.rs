@@ -28,12 +28,12 @@
 #[cfg(any(not(feature = "bedrock"), not(feature = "couchbase"), not(feature = "nn")))]
 mod absent;
 #[cfg(feature = "bedrock")]
-pub mod bedrock;
+pub use quarry_bedrock as bedrock;
 #[cfg(not(feature = "bedrock"))]
 #[path = "absent/bedrock.rs"]
 pub mod bedrock;
 #[cfg(feature = "couchbase")]
-pub mod couchbase;
+pub use quarry_couchbase as couchbase;
 #[cfg(not(feature = "couchbase"))]
 #[path = "absent/couchbase.rs"]
 pub mod couchbase;
@@ -41,7 +41,7 @@ pub mod embedder;
 pub mod files;
 pub mod http;
 #[cfg(feature = "nn")]
-pub mod nn;
+pub use quarry_nn as nn;
 #[cfg(not(feature = "nn"))]
 #[path = "absent/nn.rs"]
 pub mod nn;
@@ -280,7 +280,7 @@ impl CapabilityStates {
 
     /// Before each guest call: who it runs for.
     pub fn begin_call(&mut self, cx: &CallCx<'_>) {
-        self.nn.begin_call(cx);
+        self.nn.begin_call(cx.for_caller, cx.tool_code);
     }
 
     /// What the capabilities refused since the last call (appended to a tool's error).
@@ -332,7 +332,10 @@ pub fn link_all<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
     progress::link(l, |t| &mut states(t).progress)?;
     bedrock::link(l, |t| &mut states(t).bedrock)?;
     couchbase::link(l, |t| &mut states(t).couchbase)?;
-    nn::link(l, |t| nn::view(t.parts()))?;
+    nn::link(l, |t| {
+        let p = t.parts();
+        nn::view(&mut p.states.nn, p.table, p.deadline, p.memory)
+    })?;
     wit_types::add_to_linker::<T, HasSelf<CapabilityStates>>(l, states)
 }
 

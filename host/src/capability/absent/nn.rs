@@ -69,7 +69,7 @@ impl State {
     }
 
     /// Nothing to note.
-    pub fn begin_call(&mut self, _cx: &super::CallCx<'_>) {}
+    pub fn begin_call(&mut self, _for_caller: Option<(&str, std::time::Instant)>, _tool_code: bool) {}
 
     /// Nothing to end.
     pub fn end_call(&mut self) {}
@@ -81,7 +81,13 @@ pub fn read_only_dirs(_grant: &ModelGrant) -> std::iter::Empty<(&Path, String)> 
 }
 
 /// Nothing to view.
-pub fn view(_parts: super::StoreView<'_>) {}
+pub fn view(
+    _state: &mut State,
+    _table: &mut wasmtime::component::ResourceTable,
+    _deadline: std::time::Instant,
+    _memory: usize,
+) {
+}
 
 /// Links nothing: a component that imports `wasi:nn` fails to link.
 pub fn link<T: Send + 'static>(_l: &mut Linker<T>, _get: fn(&mut T)) -> wasmtime::Result<()> {

@@ -14,7 +14,7 @@ use tokio::sync::OnceCell;
 
 use super::grant::{BedrockGrant, KbIdentifier};
 use super::json::{request, response};
-use crate::bindings::quarry::retrieval::bedrock::{BedrockError, ServiceError};
+use crate::wit::{BedrockError, ServiceError};
 
 /// The largest Retrieve request body the host parses (64 KiB): the query text is at most
 /// 20,000 characters by the API model, and the rest is a few options and a filter.

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::connection::rustls_config;
 use super::errors::{Result, sdk_error};
 use super::grant::{CouchbaseGrant, check_bucket_name};
-use crate::bindings::quarry::retrieval::couchbase::{CouchbaseError, ScopeInfo};
+use crate::wit::{CouchbaseError, ScopeInfo};
 
 /// One instance's link to Couchbase: the grant, and the SDK's cluster and core agent, each
 /// made at its first use (connecting costs a bootstrap; a tool may never need the agent).

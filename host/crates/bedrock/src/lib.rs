@@ -17,15 +17,30 @@
 //! `json` (service JSON to SDK types and back); here, the per-store [`State`] and the WIT
 //! `Host` impl.
 
+#![deny(missing_docs)]
+
 mod client;
 mod grant;
 mod json;
+
+/// The `quarry:retrieval/bedrock` interface's host bindings, generated here from the project's WIT
+/// (a world that imports it alone).
+#[expect(missing_docs, reason = "generated code")]
+pub mod wit {
+    wasmtime::component::bindgen!({
+        path: "../../../wit",
+        inline: "package quarry:bedrock-host; world host { import quarry:retrieval/bedrock@0.3.0; }",
+        world: "quarry:bedrock-host/host",
+        imports: { default: async | trappable },
+    });
+    pub use self::quarry::retrieval::bedrock::*;
+}
 
 use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::bindings::quarry::retrieval::bedrock::{self as wit, BedrockError};
+use wit::BedrockError;
 
 pub use client::{Client, MAX_REQUEST_BYTES, region};
 pub use grant::{BedrockGrant, KbIdentifier, RawGrant, grant};

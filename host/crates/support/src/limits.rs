@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::values::{HumanDuration, KeyError};
+use crate::values::{HumanDuration, KeyError};
 
 /// Default linear-memory limit for an instance.
 pub const DEFAULT_MEMORY: u64 = 256 << 20;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::support::values::{KeyError, expand_path, valid_name};
+use quarry_support::values::{KeyError, expand_path, valid_name};
 
 /// The file of a model directory that holds the graph the host runs.
 pub const MODEL_FILE: &str = "model.onnx";

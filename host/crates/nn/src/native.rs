@@ -260,7 +260,7 @@ impl NativeModel {
                 Code::InvalidArgument,
                 format!(
                     "the graph has no input {:?}; it takes {:?}",
-                    crate::support::text::cut(name, 200),
+                    quarry_support::text::cut(name, 200),
                     self.input_names()
                 ),
             ));

@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::connection::Connection;
-use crate::bindings::quarry::retrieval::couchbase::CouchbaseError;
-use crate::support::limits::within_deadline;
-use crate::support::values::{HumanDuration, KeyError};
+use crate::wit::CouchbaseError;
+use quarry_support::limits::within_deadline;
+use quarry_support::values::{HumanDuration, KeyError};
 
 /// The default bound on one call, connecting included (never more than the deadline allows).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -74,7 +74,7 @@ pub fn check_index_name(name: &str, qualified: bool) -> std::result::Result<(), 
 /// A guest-chosen name for a message: quoted, and cut to 64 characters so a hostile one
 /// cannot make the error (and the log) large.
 fn quoted(name: &str) -> String {
-    crate::support::text::quoted_prefix(name, 64)
+    quarry_support::text::quoted_prefix(name, 64)
 }
 
 /// `grants.couchbase` as written.
@@ -128,7 +128,7 @@ impl CouchbaseGrant {
 }
 
 /// Validates `grants.couchbase`: a known connection, `bucket.scope` or `bucket.*` entries, and
-/// a timeout inside the instance's deadline ([`crate::support::limits::deadline_room`]).
+/// a timeout inside the instance's deadline ([`quarry_support::limits::deadline_room`]).
 pub fn grant(
     raw: RawGrant,
     connections: &BTreeMap<String, Arc<Connection>>,
@@ -173,7 +173,7 @@ pub fn grant(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capability::couchbase::connection::Secret;
+    use crate::connection::Secret;
 
     fn connections() -> BTreeMap<String, Arc<Connection>> {
         let c = Connection {

@@ -8,7 +8,7 @@ use rustls::pki_types::CertificateDer;
 use serde::Deserialize;
 
 use super::errors::{Result, internal};
-use crate::support::values::{KeyError, expand_path};
+use quarry_support::values::{KeyError, expand_path};
 
 /// `[couchbase.NAME]` as written.
 #[derive(Deserialize)]

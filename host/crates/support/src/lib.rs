@@ -2,6 +2,8 @@
 //! text the host does not trust, the config's value types, the limits, rate-limited log lines,
 //! and the fair queue that shares a pool between clients.
 
+#![deny(missing_docs)]
+
 pub mod fair;
 pub mod limits;
 pub mod log_budget;

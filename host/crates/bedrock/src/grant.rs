@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::support::limits::within_deadline;
-use crate::support::values::{HumanDuration, KeyError};
+use quarry_support::limits::within_deadline;
+use quarry_support::values::{HumanDuration, KeyError};
 
 /// `grants.bedrock` as written.
 #[derive(Deserialize)]
@@ -97,7 +97,7 @@ impl KbIdentifier {
         let bad = || {
             format!(
                 "{} is not a knowledge-base id (10 letters and digits) or ARN (arn:aws:bedrock:REGION:ACCOUNT:knowledge-base/ID)",
-                crate::support::text::quoted_prefix(s, 64)
+                quarry_support::text::quoted_prefix(s, 64)
             )
         };
         if !s.starts_with("arn:") {
@@ -148,7 +148,7 @@ impl KbIdentifier {
 }
 
 /// Validates `grants.bedrock`. A Bedrock call must end inside the instance's `deadline` (see
-/// [`crate::support::limits::deadline_room`]): the whole-call timeout defaults to 30 s or the deadline
+/// [`quarry_support::limits::deadline_room`]): the whole-call timeout defaults to 30 s or the deadline
 /// less a second, whichever is shorter, and may not be set longer.
 pub fn grant(raw: RawGrant, deadline: Duration) -> Result<BedrockGrant, KeyError> {
     let mut g = BedrockGrant::default();

@@ -4,7 +4,7 @@ use std::fmt;
 
 use couchbase::error::ErrorKind;
 
-use crate::bindings::quarry::retrieval::couchbase::CouchbaseError;
+use crate::wit::CouchbaseError;
 
 /// An error inside the capability: the WIT's, which the guest gets, or a bug of the host's,
 /// which fails the call as a fault (never disguised as the cluster's `service` error).

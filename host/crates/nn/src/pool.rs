@@ -13,7 +13,7 @@ use std::time::Instant;
 use tract_linalg::multithread::{Executor, multithread_tract_scope};
 
 use super::native::{Code, NnError};
-use crate::support::fair::FairQueue;
+use quarry_support::fair::FairQueue;
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

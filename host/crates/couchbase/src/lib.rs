@@ -15,19 +15,32 @@
 //! `search` (search indexes, vector searches, index definitions), `errors` (SDK errors to the
 //! WIT's); here, the per-store [`State`] and the WIT `Host` impl.
 
+#![deny(missing_docs)]
+
 mod client;
 mod connection;
 mod errors;
 mod grant;
 mod search;
 
+/// The `quarry:retrieval/couchbase` interface's host bindings, generated here from the project's WIT
+/// (a world that imports it alone).
+#[expect(missing_docs, reason = "generated code")]
+pub mod wit {
+    wasmtime::component::bindgen!({
+        path: "../../../wit",
+        inline: "package quarry:couchbase-host; world host { import quarry:retrieval/couchbase@0.3.0; }",
+        world: "quarry:couchbase-host/host",
+        imports: { default: async | trappable },
+    });
+    pub use self::quarry::retrieval::couchbase::*;
+}
+
 use std::sync::Arc;
 
 use wasmtime::component::{HasSelf, Linker};
 
-use crate::bindings::quarry::retrieval::couchbase::{
-    self as wit, CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch,
-};
+use wit::{CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch};
 
 pub use client::Client;
 pub use connection::{Connection, RawConnection, Secret, connection};

@@ -25,6 +25,8 @@
 //! Files: `grant.rs` (the section and the grant), `native.rs` (tract, the shared models),
 //! `pool.rs` (the inference threads).
 
+#![deny(missing_docs)]
+
 mod grant;
 pub mod native;
 pub mod pool;
@@ -39,7 +41,7 @@ use native::{Code, ElementType, NativeModel, NnError, RawTensor};
 
 mod wit {
     wasmtime::component::bindgen!({
-        path: "../wit/deps/wasi-nn.wit",
+        path: "../../../wit/deps/wasi-nn.wit",
         world: "ml",
         with: {
             "wasi:nn/graph.graph": super::Graph,
@@ -145,9 +147,11 @@ impl State {
     /// Before a guest call: who it computes for. An embedder's call computes for the tool
     /// that asked (the inference pool serves it in that client's turn, and refuses work past
     /// its deadline); a tool's own code counts as a running tool call.
-    pub fn begin_call(&mut self, cx: &super::CallCx<'_>) {
-        self.caller = cx.for_caller.map(|(c, d)| (c.to_string(), d));
-        self.busy = cx.tool_code.then(|| self.app.pool.enter());
+    /// `for_caller`: the client and deadline of the tool call it computes for (none: the
+    /// store's own); `tool_code`: whether it is a tool's own call or preparation.
+    pub fn begin_call(&mut self, for_caller: Option<(&str, Instant)>, tool_code: bool) {
+        self.caller = for_caller.map(|(c, d)| (c.to_string(), d));
+        self.busy = tool_code.then(|| self.app.pool.enter());
     }
 
     /// After a guest call.
@@ -208,10 +212,12 @@ pub struct View<'a> {
     tensor_limit: u64,
 }
 
-/// The [`View`] of a store.
-pub fn view(parts: super::StoreView<'_>) -> View<'_> {
-    let tensor_limit = (parts.memory as u64).min(MAX_TENSOR_BYTES);
-    View { state: &mut parts.states.nn, table: parts.table, deadline: parts.deadline, tensor_limit }
+/// The [`View`] of a store: its wasi-nn state, its resource table, the running call's
+/// deadline, and the instance's memory grant in bytes (what it may hold in tensors is sized
+/// against it).
+pub fn view<'a>(state: &'a mut State, table: &'a mut ResourceTable, deadline: Instant, memory: usize) -> View<'a> {
+    let tensor_limit = (memory as u64).min(MAX_TENSOR_BYTES);
+    View { state, table, deadline, tensor_limit }
 }
 
 struct HasView;
@@ -276,7 +282,7 @@ impl wit::wasi::nn::graph::Host for View<'_> {
                 format!(
                     "instance {:?} is not granted a model named {}; it may load {granted:?} (grant more with `models = [\"NAME\"]`)",
                     self.state.instance,
-                    crate::support::text::quoted_prefix(&name, 100)
+                    quarry_support::text::quoted_prefix(&name, 100)
                 ),
             ));
         };

@@ -9,9 +9,7 @@ use tokio::time::Instant;
 use super::client::Client;
 use super::errors::{Result, core_error, internal, sdk_error};
 use super::grant::{MAX_ROWS, check_bucket_name, check_index_name, check_scope_name};
-use crate::bindings::quarry::retrieval::couchbase::{
-    CouchbaseError, IndexScope, SearchIndex, SearchRow, VectorField, VectorSearch,
-};
+use crate::wit::{CouchbaseError, IndexScope, SearchIndex, SearchRow, VectorField, VectorSearch};
 
 /// The widest query vector sent (the Search service indexes vectors of at most 4096
 /// dimensions).
