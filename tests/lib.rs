@@ -131,9 +131,21 @@ deadline = "{deadline}"
     )
 }
 
-/// One precompiled-component cache for the whole test run, so each fixture is compiled once.
+/// This crate's directory, as cargo gives it to the running test (`cargo test` and `cargo bench`
+/// set `CARGO_MANIFEST_DIR`). Not `env!`: cargo reuses a test binary built in another checkout
+/// that shares the target dir (CI's clean clone does), and `env!` would point it at that
+/// checkout's files.
+pub fn crate_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// One precompiled-component cache for the whole test run, so each fixture is compiled once:
+/// in the target dir (target/test-cache), beside the fixtures it caches.
 pub fn shared_cache() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/test-cache");
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.ancestors().nth(3).expect("target/<profile>/deps/<exe>").join("test-cache");
     std::fs::create_dir_all(&dir).expect("cache dir");
     dir.canonicalize().expect("cache dir")
 }
@@ -297,9 +309,7 @@ deadline = "600s"
 
 /// The shared test data (../shared/data beside the checkout).
 pub fn shared_data() -> PathBuf {
-    std::env::var_os("QUARRY_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/data"))
+    std::env::var_os("QUARRY_SHARED_DATA").map(PathBuf::from).unwrap_or_else(|| crate_dir().join("../../shared/data"))
 }
 
 /// The Python of venv `name`, made by tests/mcp/venvs.sh (`make test` runs it).

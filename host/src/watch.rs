@@ -23,6 +23,15 @@ pub const DEBOUNCE: Duration = Duration::from_millis(100);
 pub struct Watcher {
     _watcher: notify::RecommendedWatcher,
     task: tokio::task::JoinHandle<()>,
+    tried: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Watcher {
+    /// How many reloads the watcher has finished, whatever their outcome (a swap, an unchanged
+    /// file, a refused version): what waits for the watcher to have seen a change waits on it.
+    pub fn tried(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.tried.clone()
+    }
 }
 
 impl Drop for Watcher {
@@ -54,6 +63,7 @@ pub fn watch(registry: Arc<Registry>) -> Result<Watcher, notify::Error> {
         watcher.watch(d, RecursiveMode::NonRecursive)?;
         tracing::info!(target: "quarry::swap", dir = %d.display(), "watching for new component versions");
     }
+    let (tried_tx, tried) = tokio::sync::watch::channel(0u64);
     let task = tokio::spawn(async move {
         let mut pending: BTreeMap<PathBuf, Instant> = BTreeMap::new();
         loop {
@@ -84,8 +94,9 @@ pub fn watch(registry: Arc<Registry>) -> Result<Watcher, notify::Error> {
                     Ok(_) | Err(ReloadError::Unchanged(_)) => {}
                     Err(e) => tracing::error!(target: "quarry::swap", "{e}"),
                 }
+                tried_tx.send_modify(|n| *n += 1);
             }
         }
     });
-    Ok(Watcher { _watcher: watcher, task })
+    Ok(Watcher { _watcher: watcher, task, tried })
 }

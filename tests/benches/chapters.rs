@@ -6,7 +6,6 @@
 //! Run with `make bench-chapters` (or `cargo bench -p quarry-tests --bench chapters`). The cold
 //! build embeds the whole manual: about 2 minutes on 2 cores.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use quarry::eval::score::percentile;
@@ -43,7 +42,7 @@ async fn latency(host: &quarry::Registry, tool: &str, questions: &[String]) -> (
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let manual = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../host/demo/rclone/MANUAL.md");
+    let manual = quarry_tests::crate_dir().join("../host/demo/rclone/MANUAL.md");
     let text = std::fs::read_to_string(&manual).expect("the bundled rclone manual");
     let env = TestEnv::new();
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");

@@ -102,7 +102,7 @@ deadline = "3600s"
     let venv = std::env::var_os("QUARRY_BENCH_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/quarry/bench-venv"));
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/crewai_docx.py");
+    let script = quarry_tests::crate_dir().join("benches/crewai_docx.py");
     let t = Instant::now();
     let out = Command::new(venv.join("bin/python"))
         .arg(&script)

@@ -64,7 +64,7 @@ async fn main() {
     let models = models_dir();
     let model_dir = models.join(&model);
     let python = models.join(".venv/bin/python");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../components/embedder-onnx/models/bench_ort.py");
+    let script = quarry_tests::crate_dir().join("../components/embedder-onnx/models/bench_ort.py");
     let work = tempfile::tempdir().unwrap();
     let texts_json = work.path().join("texts.json");
     let ok = Command::new(&python).arg(&script).arg("texts").arg(&model_dir).arg(&texts_json).status().unwrap();

@@ -91,7 +91,7 @@ async fn in_process(host: &quarry::Registry, tool: &str, calls: usize, questions
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = quarry_tests::crate_dir().join("..");
     let config = root.join("host/demo.toml");
     // The demo config finds the components in $QUARRY_GUEST_DIR: the ones built for the tests.
     let guest_dir =

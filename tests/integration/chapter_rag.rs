@@ -11,7 +11,7 @@ use quarry_tests::{TOY_SECTION, TestEnv, within};
 use serde_json::{Value, json};
 
 fn rclone_manual() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../host/demo/rclone/MANUAL.md")
+    quarry_tests::crate_dir().join("../host/demo/rclone/MANUAL.md")
 }
 
 /// A test environment with `docs/` (read-only as /docs) and `index/` (read-write as /index).

@@ -47,7 +47,7 @@ fn the_official_conformance_suite_passes_in_server_mode() {
     }
     let config = env.config(&body);
     let served = quarry_tests::mcp_client::Served::start(&quarry_bin(), &config);
-    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp/conformance");
+    let here = quarry_tests::crate_dir().join("mcp/conformance");
     let out = Command::new("node")
         .arg(&index)
         .args(["server", "--url", &served.url, "--expected-failures"])

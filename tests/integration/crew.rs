@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 const QUESTION: &str = "Our nightly upload saturates the office line. Can rclone go slowly during working hours?";
 
 fn crew_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../components/chapter-rag/crew")
+    quarry_tests::crate_dir().join("../components/chapter-rag/crew")
 }
 
 /// The scripted LLM, killed when dropped.
@@ -28,7 +28,7 @@ struct Stub {
 impl Stub {
     fn start(script: &Path, requests: &Path) -> Stub {
         let mut child = Command::new(venv_python("crewai"))
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crew/scripted_llm.py"))
+            .arg(quarry_tests::crate_dir().join("crew/scripted_llm.py"))
             .arg(script)
             .arg(requests)
             .stdin(Stdio::null())
@@ -114,7 +114,7 @@ fn run_crew(script: &Value) -> CrewRun {
 
 fn run_crew_over(script: &Value, transport: Transport) -> CrewRun {
     let env = TestEnv::with_chapter_rag();
-    let manual = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../host/demo/rclone");
+    let manual = quarry_tests::crate_dir().join("../host/demo/rclone");
     let config = env.config(&format!(
         r#"{TOY_SECTION}
 [tools.rclone]

@@ -92,7 +92,8 @@ async fn broken_replacement_keeps_the_old_version() {
     let env = TestEnv::new();
     let plugin = env.plugin(ECHO_V1, "echo");
     let host = env.host(ECHO).await;
-    let _watcher = quarry::watch::watch(host.clone()).expect("watch");
+    let watcher = quarry::watch::watch(host.clone()).expect("watch");
+    let mut tried = watcher.tried();
     let stop = Arc::new(AtomicBool::new(false));
     let (workers, _) = load(&host, 2, &stop);
 
@@ -107,7 +108,8 @@ async fn broken_replacement_keeps_the_old_version() {
     let err = within(60, host.reload(&plugin.canonicalize().unwrap())).await.unwrap_err();
     assert!(err.to_string().contains("unknown config key `greeting`"), "{err}");
 
-    tokio::time::sleep(Duration::from_millis(400)).await; // let the watcher see both too
+    // The watcher sees the bad versions too, and refuses them as the reloads above did.
+    within(60, tried.wait_for(|n| *n >= 1)).await.expect("the watcher tried the bad versions");
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         for r in within(30, w).await.unwrap() {

@@ -17,7 +17,7 @@ use quarry_tests::{
 };
 
 fn scripts() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp")
+    quarry_tests::crate_dir().join("mcp")
 }
 
 fn manual() -> String {

@@ -7,10 +7,15 @@ use std::path::PathBuf;
 use chapter_rag::tree::parse;
 use chapter_rag::units::{Params, pieces};
 
+// The crate dir as cargo gives it to the running test, not as built (`env!`): cargo reuses a
+// test binary built in another checkout that shares the target dir.
 fn data() -> PathBuf {
     std::env::var_os("QUARRY_SHARED_DATA")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"))
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()))
+                .join("../../../shared/data")
+        })
         .join("manuals")
 }
 

@@ -8,10 +8,13 @@ use std::path::{Path, PathBuf};
 use docx_search::extract::extract;
 use docx_search::package::DocxError;
 
+// The crate dir as cargo gives it to the running test, not as built (`env!`): cargo reuses a
+// test binary built in another checkout that shares the target dir.
 fn shared_docx() -> PathBuf {
-    let base = std::env::var_os("QUARRY_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
+    let base = std::env::var_os("QUARRY_SHARED_DATA").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()))
+            .join("../../../shared/data")
+    });
     let dir = base.join("docx");
     assert!(
         dir.is_dir(),

@@ -1,13 +1,16 @@
 //! Golden tests on real fixtures: table rows, heading paths, notes and text boxes come out.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use docx_search::extract::{Extracted, Kind, extract};
 
+// The crate dir as cargo gives it to the running test, not as built (`env!`): cargo reuses a
+// test binary built in another checkout that shares the target dir.
 fn fixture(rel: &str) -> Extracted {
-    let base = std::env::var_os("QUARRY_SHARED_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data"));
+    let base = std::env::var_os("QUARRY_SHARED_DATA").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()))
+            .join("../../../shared/data")
+    });
     let path = base.join("docx").join(rel);
     let bytes = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (set QUARRY_SHARED_DATA to the shared data folder)", path.display()));
