@@ -7,7 +7,8 @@
 //! max_component_size = "64MiB"      # larger component files are refused before compiling
 //!
 //! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
-//! component = "plugins/chapter-rag.wasm"   # relative to this file
+//! component = "plugins/chapter-rag.wasm"   # relative to this file; or "builtin:chapter-rag"
+//!                                   # (the components installed beside quarry, see support::builtin)
 //! embedder = "minilm"               # an [embedders.*] entry; required if the component imports one
 //! pool = 2                          # instances serving calls in parallel (default 1; embedders:
 //!                                   #  one per core); each has its own grants.memory
@@ -52,6 +53,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::capability::{self, CapabilitySections};
+use crate::support::builtin;
 use crate::support::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY, MIN_PREPARE_DEADLINE};
 use crate::support::values::{KeyError, expand_path, valid_name};
 
@@ -350,7 +352,10 @@ fn validate_instance(
             "instance names use lowercase letters, digits, `_` and `-` (at most 64)",
         ));
     }
-    let component = base.join(expand_path(&raw.component).map_err(|m| KeyError::new(key(".component"), m))?);
+    let component = match builtin::name_of(&raw.component) {
+        Some(n) => builtin::resolve(builtin::Kind::Component, n).map_err(|m| KeyError::new(key(".component"), m))?,
+        None => base.join(expand_path(&raw.component).map_err(|m| KeyError::new(key(".component"), m))?),
+    };
     if !component.is_file() {
         return Err(KeyError::new(
             key(".component"),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use quarry_support::builtin;
 use quarry_support::values::{KeyError, expand_path, valid_name};
 
 /// The file of a model directory that holds the graph the host runs.
@@ -50,7 +51,10 @@ pub fn section(name: &str, raw: RawModel, base: &Path) -> Result<ModelSection, K
     if !valid_name(name) {
         return Err(KeyError::new("", "model names use lowercase letters, digits, `_` and `-` (at most 64)"));
     }
-    let dir = base.join(expand_path(&raw.dir).map_err(|m| KeyError::new("dir", m))?);
+    let dir = match builtin::name_of(&raw.dir) {
+        Some(n) => builtin::resolve(builtin::Kind::Model, n).map_err(|m| KeyError::new("dir", m))?,
+        None => base.join(expand_path(&raw.dir).map_err(|m| KeyError::new("dir", m))?),
+    };
     for file in [MODEL_FILE, MANIFEST_FILE] {
         if !dir.join(file).is_file() {
             return Err(KeyError::new(

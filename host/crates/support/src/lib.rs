@@ -1,9 +1,10 @@
 //! What every room of the host builds on and that knows none of them: bounding and escaping
 //! text the host does not trust, the config's value types, the limits, rate-limited log lines,
-//! and the fair queue that shares a pool between clients.
+//! the fair queue that shares a pool between clients, and where `builtin:` names are.
 
 #![deny(missing_docs)]
 
+pub mod builtin;
 pub mod fair;
 pub mod limits;
 pub mod log_budget;
