@@ -1,6 +1,7 @@
-//! The `quarry` command line: `list`, `call`, `check`, `serve`, `eval`; [`progress_bar`] draws
-//! what tools report while they work.
+//! The `quarry` command line: `init`, `list`, `call`, `check`, `serve`, `eval`; [`init`] writes
+//! a config for the user's documents, [`progress_bar`] draws what tools report while they work.
 
+pub mod init;
 mod progress_bar;
 
 use std::path::PathBuf;
@@ -15,9 +16,20 @@ use crate::config::Config;
 use crate::registry::Registry;
 use crate::registry::instance::CallError;
 
+/// What `quarry --version` prints: the host's version, the WIT package its components are built
+/// against, and the commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (WIT quarry:retrieval@",
+    env!("QUARRY_WIT_VERSION"),
+    ", commit ",
+    env!("QUARRY_GIT_COMMIT"),
+    ")"
+);
+
 /// Sandboxed WebAssembly retrieval tools for AI agents.
 #[derive(Parser, Debug)]
-#[command(name = "quarry", version, about)]
+#[command(name = "quarry", version = VERSION, about)]
 pub struct Cli {
     /// The host config file (TOML). Defaults to $QUARRY_CONFIG, else ./quarry.toml.
     #[arg(long, short, global = true)]
@@ -30,6 +42,22 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Write a config for your documents, with the built-in embedder and model:
+    /// `quarry init --manual docs/MANUAL.md` (chapter RAG), `--docx handbook.docx` (DOCX search).
+    Init {
+        /// A manual (Markdown, text or DOCX) for chapter RAG; repeatable.
+        #[arg(long, value_name = "PATH")]
+        manual: Vec<PathBuf>,
+        /// A DOCX file for semantic search; repeatable.
+        #[arg(long, value_name = "PATH")]
+        docx: Vec<PathBuf>,
+        /// The config file to write (default: --config, else ./quarry.toml).
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Replace the file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
     /// List every tool of every configured instance, with its description and argument schema.
     List {
         /// Print JSON instead of text.
@@ -125,12 +153,40 @@ fn printable_error(text: &str) -> std::borrow::Cow<'_, str> {
     if std::io::stderr().is_terminal() { crate::support::text::for_terminal(text).into() } else { text.into() }
 }
 
+/// `quarry init`: writes the config, then says what to run next.
+fn run_init(args: init::InitArgs) -> ExitCode {
+    match init::init(&args) {
+        Ok(written) => {
+            let config = args.output.display();
+            println!("wrote {config}:");
+            for (name, document, _) in &written {
+                println!("  tool instance {name:?} over {}", document.display());
+            }
+            let (first, _, example) = &written[0];
+            println!("next:");
+            println!("  quarry --config {config} list");
+            println!("  quarry --config {config} call {first}{example}   (the first call builds the index)");
+            println!(
+                "  quarry --config {config} serve --stdio   (what an MCP client such as CrewAI's MCPServerAdapter starts)"
+            );
+            ExitCode::from(EXIT_OK)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
 /// Runs the CLI; returns the exit status. Errors are printed on one line to stderr.
 pub async fn run(cli: Cli) -> ExitCode {
     let path = cli
         .config
         .or_else(|| std::env::var_os("QUARRY_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("quarry.toml"));
+    if let Command::Init { manual, docx, output, force } = cli.command {
+        return run_init(init::InitArgs { manuals: manual, docx, output: output.unwrap_or(path), force });
+    }
     let config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
@@ -299,6 +355,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+        // Answered before the config is read.
+        Command::Init { .. } => ExitCode::from(EXIT_USAGE),
     }
 }
 
