@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval
+.PHONY: setup models components host wheel demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval
 
 setup:
 	rustup target add wasm32-wasip2
@@ -26,6 +26,11 @@ components: setup
 
 host:
 	$(CARGO) build --release -p quarry
+
+# The wheels into $(CARGO_TARGET_DIR)/wheels: quarry-wasm (the release host, manylinux2014
+# through zig, and the components) and quarry-wasm-minilm (the model). See host/wheel/build.sh.
+wheel: setup models
+	bash host/wheel/build.sh
 
 # What the main job needs and no more: its two components, the host without the cloud
 # capabilities' SDKs (the Bedrock and Couchbase features; `make host` builds them in), the
@@ -55,6 +60,8 @@ test: setup models
 	QUARRY_TEST_ALL=1 $(CARGO) test --workspace $(NOT_GUESTS)
 	# The host without its optional capabilities refuses configs that need them.
 	$(CARGO) test -p quarry --no-default-features --lib -- absent
+	# The install, as a user does it: the wheels into a fresh venv, no Rust on the PATH.
+	bash tests/install/run.sh
 
 lint: setup
 	python3 .ci/module-cycles.py
