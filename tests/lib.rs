@@ -3,6 +3,7 @@
 
 pub mod fakes;
 pub mod mcp_client;
+pub mod oci_registry;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -212,6 +213,8 @@ pub enum Need {
     Venvs,
     /// The official MCP conformance suite (`tests/mcp/conformance/install.sh`).
     Conformance,
+    /// Debian's docker-registry (`tests/oci/registry.sh install`).
+    Registry,
 }
 
 impl Need {
@@ -222,6 +225,8 @@ impl Need {
                 .all(|m| models_root().join(m).join("quarry-model.json").is_file()),
             Need::Venvs => ["mcp1", "mcp2", "crewai"].iter().all(|v| venvs_root().join(v).join("bin/python").is_file()),
             Need::Conformance => conformance_index().is_file(),
+            Need::Registry => std::env::var_os("PATH")
+                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("docker-registry").is_file())),
         }
     }
 
@@ -232,6 +237,7 @@ impl Need {
             Need::Conformance => {
                 "the MCP conformance suite: run `bash tests/mcp/conformance/install.sh` (needs Node 20+)"
             }
+            Need::Registry => "an OCI registry: run `bash tests/oci/registry.sh install` (Debian's docker-registry)",
         }
     }
 }
@@ -305,6 +311,12 @@ deadline = "600s"
 "#,
         dir = models_dir().join("all-minilm-l6-v2").display()
     )
+}
+
+/// The SHA-256 of `bytes`, in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// The shared test data (../shared/data beside the checkout).

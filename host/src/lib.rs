@@ -8,7 +8,8 @@
 //!   arguments, typed where they enter and serialised once;
 //! - [`capability`]: what a component may ask the host for, one folder each, and the one list
 //!   of them (its app-level states, its grants and sections, its store states);
-//! - [`config`]: the TOML config: instances, their component, their limits and grants;
+//! - [`config`]: the TOML config: instances, their component, their limits and grants; [`oci`]:
+//!   the components it names in OCI registries, fetched and pinned before the registry loads;
 //! - [`runtime`]: what runs guests: the engine and cache, the store's data, the guarded call;
 //! - [`registry`]: the core: a component version and a tool instance ([`registry::instance`]),
 //!   the embedder pool ([`registry::embedders`]), every instance, calls and hot swap;
@@ -36,6 +37,7 @@ pub mod cli;
 pub mod config;
 pub mod eval;
 pub mod mcp;
+pub mod oci;
 pub mod output;
 pub mod registry;
 pub mod runtime;

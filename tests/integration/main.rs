@@ -18,5 +18,6 @@ mod hot_swap;
 mod mcp;
 mod mcp_bad_input;
 mod nn;
+mod oci;
 mod sandbox;
 mod serving;

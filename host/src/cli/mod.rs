@@ -58,6 +58,17 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Publish a component to an OCI registry in the Wasm OCI artifact format, and print the
+    /// digest to pin: `quarry push chapter_rag.wasm oci://127.0.0.1:5000/tools/chapter-rag:v1`.
+    Push {
+        /// The component file.
+        file: PathBuf,
+        /// `oci://REGISTRY/REPOSITORY:TAG`.
+        reference: String,
+    },
+    /// Resolve every `oci://` tag of the config again, write the digests to quarry.lock and
+    /// fetch what changed; a running `quarry serve` swaps the instances whose digest moved.
+    Pull,
     /// List every tool of every configured instance, with its description and argument schema.
     List {
         /// Print JSON instead of text.
@@ -153,6 +164,35 @@ fn printable_error(text: &str) -> std::borrow::Cow<'_, str> {
     if std::io::stderr().is_terminal() { crate::support::text::for_terminal(text).into() } else { text.into() }
 }
 
+/// `quarry push FILE REF`.
+async fn push(file: &std::path::Path, reference: &str) -> ExitCode {
+    #[cfg(feature = "oci")]
+    {
+        let pushed = match quarry_oci::OciRef::parse(reference) {
+            Ok(r) => quarry_oci::push(file, &r).await.map(|d| (r, d)),
+            Err(e) => Err(e),
+        };
+        match pushed {
+            Ok((r, digest)) => {
+                let pinned = format!("{}@{digest}", r.as_str().rsplit_once(':').map_or(r.as_str(), |(repo, _)| repo));
+                println!("pushed {} as {digest}", file.display());
+                println!("pin it: component = \"{pinned}\"");
+                ExitCode::from(EXIT_OK)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_TOOL)
+            }
+        }
+    }
+    #[cfg(not(feature = "oci"))]
+    {
+        let _ = (file, reference);
+        eprintln!("error: this quarry was built without registry support (cargo feature `oci`)");
+        ExitCode::from(EXIT_USAGE)
+    }
+}
+
 /// `quarry init`: writes the config, then says what to run next.
 fn run_init(args: init::InitArgs) -> ExitCode {
     match init::init(&args) {
@@ -187,6 +227,9 @@ pub async fn run(cli: Cli) -> ExitCode {
     if let Command::Init { manual, docx, output, force } = cli.command {
         return run_init(init::InitArgs { manuals: manual, docx, output: output.unwrap_or(path), force });
     }
+    if let Command::Push { file, reference } = &cli.command {
+        return push(file, reference).await;
+    }
     let config = match Config::load(&path) {
         Ok(c) => c,
         Err(e) => {
@@ -194,6 +237,30 @@ pub async fn run(cli: Cli) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Components from registries are in place before anything loads (or pulled again).
+    #[cfg(feature = "oci")]
+    match crate::oci::fetch(&config, matches!(cli.command, Command::Pull)).await {
+        Ok(fetched) => {
+            for f in &fetched {
+                tracing::info!(target: "quarry::oci", instance = %f.instance, reference = %f.reference, digest = %f.digest, downloaded = f.downloaded, "component from its registry");
+                if matches!(cli.command, Command::Pull) {
+                    let what = if f.moved { "now" } else { "still" };
+                    println!("{}: {} is {what} {}", f.instance, f.reference, f.digest);
+                }
+            }
+            if matches!(cli.command, Command::Pull) {
+                return ExitCode::from(EXIT_OK);
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_TOOL);
+        }
+    }
+    if matches!(cli.command, Command::Pull) {
+        eprintln!("error: this quarry was built without registry support (cargo feature `oci`)");
+        return ExitCode::from(EXIT_USAGE);
+    }
     // A bad question file is reported before the tools load (which may take minutes).
     let questions = match &cli.command {
         Command::Eval { questions, .. } => match crate::eval::load_questions(questions) {
@@ -355,8 +422,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
-        // Answered before the config is read.
-        Command::Init { .. } => ExitCode::from(EXIT_USAGE),
+        // Answered before the registry is built.
+        Command::Init { .. } | Command::Push { .. } | Command::Pull => ExitCode::from(EXIT_USAGE),
     }
 }
 

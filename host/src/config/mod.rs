@@ -115,8 +115,11 @@ pub struct Config {
 pub struct InstanceConfig {
     /// The instance name (the key under `[tools]` or `[embedders]`).
     pub name: String,
-    /// Absolute path of the component file.
+    /// Absolute path of the component file (for an `oci://` component, where the host keeps
+    /// the version it runs: see [`crate::oci`]).
     pub component: PathBuf,
+    /// The `oci://` reference the component comes from, when it comes from a registry.
+    pub oci: Option<String>,
     /// The `config` table as a JSON object, passed to `open`/`load`.
     pub config_json: String,
     /// The embedder instance serving this tool's `embedder` import.
@@ -242,7 +245,8 @@ impl Config {
                 )));
             }
             check_pool("embedders", &name, inst.pool).map_err(invalid)?;
-            let cfg = validate_instance(&base, "embedders", &name, inst, &sections).map_err(invalid)?;
+            let cfg =
+                validate_instance(&base, "embedders", &name, inst, &sections, cache_dir.as_deref()).map_err(invalid)?;
             embedders.insert(name, cfg);
         }
         let mut tools = BTreeMap::new();
@@ -251,7 +255,8 @@ impl Config {
             // One instance unless asked: each costs its own grants.memory, and a tool that
             // waits on a service gains little from more.
             inst.pool = Some(inst.pool.unwrap_or(1));
-            let cfg = validate_instance(&base, "tools", &name, inst, &sections).map_err(invalid)?;
+            let cfg =
+                validate_instance(&base, "tools", &name, inst, &sections, cache_dir.as_deref()).map_err(invalid)?;
             if let Some(e) = &cfg.embedder
                 && !embedders.contains_key(e)
             {
@@ -344,6 +349,7 @@ fn validate_instance(
     name: &str,
     raw: RawInstance,
     sections: &CapabilitySections,
+    cache_dir: Option<&Path>,
 ) -> Result<InstanceConfig, KeyError> {
     let key = |k: &str| format!("{section}.{name}{k}");
     if !valid_name(name) {
@@ -352,11 +358,16 @@ fn validate_instance(
             "instance names use lowercase letters, digits, `_` and `-` (at most 64)",
         ));
     }
-    let component = match builtin::name_of(&raw.component) {
-        Some(n) => builtin::resolve(builtin::Kind::Component, n).map_err(|m| KeyError::new(key(".component"), m))?,
-        None => base.join(expand_path(&raw.component).map_err(|m| KeyError::new(key(".component"), m))?),
+    let oci = raw.component.to_str().filter(|c| c.starts_with(crate::oci::SCHEME)).map(str::to_string);
+    let component = match (&oci, builtin::name_of(&raw.component)) {
+        // Fetched before the registry loads (crate::oci::fetch); checked here.
+        (Some(r), _) => crate::oci::component_path(r, cache_dir).map_err(|m| KeyError::new(key(".component"), m))?,
+        (None, Some(n)) => {
+            builtin::resolve(builtin::Kind::Component, n).map_err(|m| KeyError::new(key(".component"), m))?
+        }
+        (None, None) => base.join(expand_path(&raw.component).map_err(|m| KeyError::new(key(".component"), m))?),
     };
-    if !component.is_file() {
+    if oci.is_none() && !component.is_file() {
         return Err(KeyError::new(
             key(".component"),
             format!(
@@ -383,6 +394,7 @@ fn validate_instance(
     Ok(InstanceConfig {
         name: name.to_string(),
         component: std::fs::canonicalize(&component).unwrap_or(component),
+        oci,
         config_json,
         embedder: raw.embedder,
         pool,

@@ -75,6 +75,12 @@ fn untrusted(meta: &std::fs::Metadata) -> Option<String> {
     }
 }
 
+/// Why the directory `dir` is not trusted with what the host runs (none: it is, or it is not
+/// there): `oci://` components are kept in the cache under the same rule as compiled ones.
+pub fn untrusted_dir(dir: &Path) -> Option<String> {
+    std::fs::symlink_metadata(dir).ok().and_then(|m| untrusted(&m))
+}
+
 impl ComponentCache {
     /// A cache in `dir` (or in memory only, for `None`) for components compiled by `engine`.
     pub fn new(dir: Option<PathBuf>, engine: &wasmtime::Engine) -> Self {

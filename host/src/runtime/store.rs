@@ -197,6 +197,7 @@ mod tests {
 
     fn instance(memory: u64) -> InstanceConfig {
         InstanceConfig {
+            oci: None,
             name: "t".into(),
             component: "t.wasm".into(),
             config_json: "{}".into(),

@@ -1,0 +1,138 @@
+//! Components from OCI registries: `component = "oci://REGISTRY/REPO@sha256:…"` (or `:TAG`,
+//! pinned in `quarry.lock` the first time it is resolved), in the CNCF Wasm OCI artifact format
+//! (a manifest whose config is `application/vnd.wasm.config.v0+json` and whose one layer is
+//! `application/wasm`), through `oci-client` and `oci-wasm`.
+//!
+//! - **By digest.** What runs is the manifest digest the config or the lock names; the manifest
+//!   is checked against it, the layer against the manifest's digest for it, as the bytes arrive.
+//!   A registry that serves other bytes is refused, and nothing of them is kept.
+//! - **Bounded.** A layer over the host's `max_component_size` is refused from its manifest,
+//!   before any of it is fetched, and a download stops at that size whatever the registry says;
+//!   manifests and configs are at most 4 MiB. Every request is bounded in time.
+//! - **Cached by digest** in the host's private cache (`oci/sha256/HEX.wasm`), under its trust
+//!   rules: a cached digest serves with the registry down.
+//! - **Credentials** come from `QUARRY_OCI_USERNAME`/`QUARRY_OCI_PASSWORD` or the standard
+//!   docker config (`$DOCKER_CONFIG/config.json`, `~/.docker/config.json`); components never
+//!   see them.
+//!
+//! Files: `reference` (`oci://` references), `pull` (manifests, layers, the cache), `push`
+//! (`quarry push`), `lock` (`quarry.lock`).
+
+#![deny(missing_docs)]
+
+mod lock;
+mod pull;
+mod push;
+mod reference;
+
+use std::time::Duration;
+
+/// The registry client and the Wasm artifact format, for callers that speak to a registry
+/// directly (the tests push what `quarry push` would not).
+pub use {oci_client, oci_wasm};
+
+pub use lock::Lock;
+pub use pull::{Pulled, Puller};
+pub use push::push;
+pub use reference::OciRef;
+
+/// Why a component could not be had from its registry.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// The reference does not parse.
+    #[error("{0}")]
+    Reference(String),
+    /// The registry could not be reached or refused the request.
+    #[error("registry {registry}: {message}")]
+    Registry {
+        /// The registry's host (and port).
+        registry: String,
+        /// What failed.
+        message: String,
+    },
+    /// The registry served something that is not what was pinned, or not a component.
+    #[error("{reference}: {message}")]
+    Refused {
+        /// The reference, as written.
+        reference: String,
+        /// Why.
+        message: String,
+    },
+    /// The cache could not be written or read.
+    #[error("the component cache: {0}")]
+    Cache(String),
+}
+
+/// Every request to a registry ends within this (a manifest, a layer of at most
+/// `max_component_size`, a push).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Connecting to a registry.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest manifest or config accepted.
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+/// A registry client for `registry`: plain HTTP only on loopback (as docker allows for a local
+/// registry), HTTPS with the system's roots elsewhere.
+fn client_for(registry: &str) -> oci_client::Client {
+    // oci-client's rustls has no provider of its own: the host's is ring.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let protocol = if reference::is_loopback(registry) {
+        oci_client::client::ClientProtocol::Http
+    } else {
+        oci_client::client::ClientProtocol::Https
+    };
+    oci_client::Client::new(oci_client::client::ClientConfig {
+        protocol,
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        read_timeout: Some(Duration::from_secs(60)),
+        ..Default::default()
+    })
+}
+
+/// The credentials for `registry`: `QUARRY_OCI_USERNAME` and `QUARRY_OCI_PASSWORD`, else the
+/// docker config's `auths` entry for it, else none.
+pub fn auth_for(registry: &str) -> oci_client::secrets::RegistryAuth {
+    use oci_client::secrets::RegistryAuth;
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    if let (Some(user), Some(password)) = (var("QUARRY_OCI_USERNAME"), var("QUARRY_OCI_PASSWORD")) {
+        return RegistryAuth::Basic(user, password);
+    }
+    let path = var("DOCKER_CONFIG")
+        .map(|d| std::path::PathBuf::from(d).join("config.json"))
+        .or_else(|| var("HOME").map(|h| std::path::PathBuf::from(h).join(".docker/config.json")));
+    let basic = path.and_then(|p| std::fs::read(p).ok()).and_then(|bytes| docker_auth(&bytes, registry));
+    match basic {
+        Some((user, password)) => RegistryAuth::Basic(user, password),
+        None => RegistryAuth::Anonymous,
+    }
+}
+
+/// `user:password` of `registry` in a docker config's `auths` (`"auth": base64("user:pass")`).
+fn docker_auth(config: &[u8], registry: &str) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let v: serde_json::Value = serde_json::from_slice(config).ok()?;
+    let auths = v.get("auths")?.as_object()?;
+    let entry = auths
+        .iter()
+        .find(|(k, _)| {
+            k.trim_start_matches("https://").trim_start_matches("http://").trim_end_matches('/') == registry
+        })?
+        .1;
+    let decoded = base64::engine::general_purpose::STANDARD.decode(entry.get("auth")?.as_str()?).ok()?;
+    let (user, password) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_config_auths_are_read_for_their_registry() {
+        // base64("me:secret")
+        let config = br#"{"auths": {"https://reg.example.com": {"auth": "bWU6c2VjcmV0"}, "other:5000": {}}}"#;
+        assert_eq!(docker_auth(config, "reg.example.com"), Some(("me".into(), "secret".into())));
+        assert_eq!(docker_auth(config, "other:5000"), None);
+        assert_eq!(docker_auth(b"not json", "reg.example.com"), None);
+    }
+}

@@ -1,0 +1,162 @@
+//! Components from OCI registries (`component = "oci://REGISTRY/REPO@sha256:…"` or `:TAG`):
+//! resolved, pulled and checked (by `quarry-oci`) before the registry loads, the tags pinned in
+//! `quarry.lock` beside the config.
+//!
+//! The version an instance runs is a file of its own in the cache (`oci/refs/HASH.wasm`, beside
+//! a `.digest` naming it), replaced whole when its digest moves (`quarry pull`): the watcher
+//! sees the new file and swaps the instance, as it does for any component file.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// The scheme of a registry reference in the config.
+pub const SCHEME: &str = "oci://";
+
+/// Where the host keeps the version of `reference` it runs, in the cache; an error when the
+/// reference does not parse, there is no private cache, or this host has no registry client.
+pub fn component_path(reference: &str, cache_dir: Option<&Path>) -> Result<PathBuf, String> {
+    if !cfg!(feature = "oci") {
+        return Err(format!(
+            "{reference:?}: this quarry was built without registry support (cargo feature `oci`); build the host with its default features (`make host`), or name a component file"
+        ));
+    }
+    #[cfg(feature = "oci")]
+    quarry_oci::OciRef::parse(reference).map_err(|e| e.to_string())?;
+    let cache = cache_dir.ok_or_else(|| {
+        "an oci:// component is kept in the host's private cache, and there is none: set [host] cache_dir".to_string()
+    })?;
+    let name = hex::encode(Sha256::digest(reference.as_bytes()));
+    Ok(cache.join("oci/refs").join(format!("{}.wasm", &name[..16])))
+}
+
+/// What [`fetch`] did for one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fetched {
+    /// The instance.
+    pub instance: String,
+    /// Its reference, as written.
+    pub reference: String,
+    /// The manifest digest it runs.
+    pub digest: String,
+    /// Whether the component was downloaded now (false: it was cached).
+    pub downloaded: bool,
+    /// Whether the instance's file changed (a new digest): a running host swaps it.
+    pub moved: bool,
+}
+
+/// Why an `oci://` component is not there.
+#[cfg(feature = "oci")]
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// One instance's component.
+    #[error("{section}.{instance}.component: {source}")]
+    Component {
+        /// `tools` or `embedders`.
+        section: &'static str,
+        /// The instance.
+        instance: String,
+        /// What failed.
+        source: quarry_oci::OciError,
+    },
+    /// The lock file.
+    #[error("{0}")]
+    Lock(quarry_oci::OciError),
+    /// The cache is not this user's alone.
+    #[error("{path}: {why}; components from registries are kept only in a cache this user alone can write")]
+    Untrusted {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// Putting the component in place.
+    #[error("{path}: {source}")]
+    Install {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Makes every `oci://` component of `config` present at its path: at the digest its reference
+/// pins, else the one `quarry.lock` has for its tag (a tag the lock lacks is resolved, and with
+/// `refresh` every tag is, and the lock written), downloaded unless cached. With the registry
+/// down, what is pinned and cached still serves.
+#[cfg(feature = "oci")]
+pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<Fetched>, FetchError> {
+    use quarry_oci::{Lock, OciRef, Puller};
+    let instances: Vec<(&'static str, &crate::config::InstanceConfig)> = config
+        .tools
+        .values()
+        .map(|i| ("tools", i))
+        .chain(config.embedders.values().map(|i| ("embedders", i)))
+        .filter(|(_, i)| i.oci.is_some())
+        .collect();
+    let mut out = Vec::new();
+    let Some(cache) = config.cache_dir.as_deref().filter(|_| !instances.is_empty()) else {
+        return Ok(out);
+    };
+    for dir in [cache.to_path_buf(), cache.join("oci"), cache.join("oci/sha256"), cache.join("oci/refs")] {
+        if let Some(why) = crate::runtime::cache::untrusted_dir(&dir) {
+            return Err(FetchError::Untrusted { path: dir, why });
+        }
+    }
+    let lock_path = Lock::path_for(&config.path);
+    let mut lock = Lock::load(&lock_path).map_err(FetchError::Lock)?;
+    let mut locked = false;
+    let puller = Puller::new(cache, config.max_component_bytes);
+    for (section, inst) in instances {
+        let text = inst.oci.as_deref().unwrap_or_default();
+        let failed = |source| FetchError::Component { section, instance: inst.name.clone(), source };
+        let r = OciRef::parse(text).map_err(failed)?;
+        let digest = match (r.digest(), lock.components.get(text)) {
+            (Some(d), _) => d.to_string(),
+            (None, Some(d)) if !refresh => d.clone(),
+            (None, _) => {
+                let d = puller.resolve(&r).await.map_err(failed)?;
+                if lock.components.get(text) != Some(&d) {
+                    lock.components.insert(text.to_string(), d.clone());
+                    locked = true;
+                }
+                d
+            }
+        };
+        let pulled = puller.pull(&r, &digest).await.map_err(failed)?;
+        let moved = install(&pulled.path, &inst.component, &digest)?;
+        out.push(Fetched {
+            instance: inst.name.clone(),
+            reference: text.to_string(),
+            digest,
+            downloaded: pulled.fetched,
+            moved,
+        });
+    }
+    if locked {
+        lock.save(&lock_path).map_err(FetchError::Lock)?;
+    }
+    Ok(out)
+}
+
+/// Puts the cached component `blob` (of `digest`) at `path`, unless it is there already:
+/// written beside it and renamed over it, so a watcher sees one whole new file.
+#[cfg(feature = "oci")]
+fn install(blob: &Path, path: &Path, digest: &str) -> Result<bool, FetchError> {
+    let failed = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| FetchError::Install { path, source }
+    };
+    let stamp = path.with_extension("digest");
+    if path.is_file() && std::fs::read_to_string(&stamp).is_ok_and(|d| d.trim() == digest) {
+        return Ok(false);
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(failed(dir))?;
+    let tmp = path.with_extension("wasm.tmp-new");
+    std::fs::copy(blob, &tmp).map_err(failed(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(failed(path))?;
+    // After the file: a stamp never names a digest whose file is not in place.
+    std::fs::write(&stamp, format!("{digest}\n")).map_err(failed(&stamp))?;
+    Ok(true)
+}
