@@ -37,6 +37,7 @@ pub mod cli;
 pub mod config;
 pub mod eval;
 pub mod mcp;
+#[cfg(feature = "oci")]
 pub mod oci;
 pub mod output;
 pub mod registry;

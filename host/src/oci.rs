@@ -8,28 +8,6 @@
 
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
-/// The scheme of a registry reference in the config.
-pub const SCHEME: &str = "oci://";
-
-/// Where the host keeps the version of `reference` it runs, in the cache; an error when the
-/// reference does not parse, there is no private cache, or this host has no registry client.
-pub fn component_path(reference: &str, cache_dir: Option<&Path>) -> Result<PathBuf, String> {
-    if !cfg!(feature = "oci") {
-        return Err(format!(
-            "{reference:?}: this quarry was built without registry support (cargo feature `oci`); build the host with its default features (`make host`), or name a component file"
-        ));
-    }
-    #[cfg(feature = "oci")]
-    quarry_oci::OciRef::parse(reference).map_err(|e| e.to_string())?;
-    let cache = cache_dir.ok_or_else(|| {
-        "an oci:// component is kept in the host's private cache, and there is none: set [host] cache_dir".to_string()
-    })?;
-    let name = hex::encode(Sha256::digest(reference.as_bytes()));
-    Ok(cache.join("oci/refs").join(format!("{}.wasm", &name[..16])))
-}
-
 /// What [`fetch`] did for one instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fetched {
@@ -46,7 +24,6 @@ pub struct Fetched {
 }
 
 /// Why an `oci://` component is not there.
-#[cfg(feature = "oci")]
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// One instance's component.
@@ -84,7 +61,6 @@ pub enum FetchError {
 /// pins, else the one `quarry.lock` has for its tag (a tag the lock lacks is resolved, and with
 /// `refresh` every tag is, and the lock written), downloaded unless cached. With the registry
 /// down, what is pinned and cached still serves.
-#[cfg(feature = "oci")]
 pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<Fetched>, FetchError> {
     use quarry_oci::{Lock, OciRef, Puller};
     let instances: Vec<(&'static str, &crate::config::InstanceConfig)> = config
@@ -141,7 +117,6 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
 
 /// Puts the cached component `blob` (of `digest`) at `path`, unless it is there already:
 /// written beside it and renamed over it, so a watcher sees one whole new file.
-#[cfg(feature = "oci")]
 fn install(blob: &Path, path: &Path, digest: &str) -> Result<bool, FetchError> {
     let failed = |path: &Path| {
         let path = path.to_path_buf();

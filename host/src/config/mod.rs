@@ -116,7 +116,7 @@ pub struct InstanceConfig {
     /// The instance name (the key under `[tools]` or `[embedders]`).
     pub name: String,
     /// Absolute path of the component file (for an `oci://` component, where the host keeps
-    /// the version it runs: see [`crate::oci`]).
+    /// the version it runs, fetched there by `quarry::oci::fetch` before the registry loads).
     pub component: PathBuf,
     /// The `oci://` reference the component comes from, when it comes from a registry.
     pub oci: Option<String>,
@@ -358,10 +358,10 @@ fn validate_instance(
             "instance names use lowercase letters, digits, `_` and `-` (at most 64)",
         ));
     }
-    let oci = raw.component.to_str().filter(|c| c.starts_with(crate::oci::SCHEME)).map(str::to_string);
+    let oci = raw.component.to_str().filter(|c| c.starts_with(OCI_SCHEME)).map(str::to_string);
     let component = match (&oci, builtin::name_of(&raw.component)) {
         // Fetched before the registry loads (crate::oci::fetch); checked here.
-        (Some(r), _) => crate::oci::component_path(r, cache_dir).map_err(|m| KeyError::new(key(".component"), m))?,
+        (Some(r), _) => oci_component_path(r, cache_dir).map_err(|m| KeyError::new(key(".component"), m))?,
         (None, Some(n)) => {
             builtin::resolve(builtin::Kind::Component, n).map_err(|m| KeyError::new(key(".component"), m))?
         }
@@ -400,6 +400,28 @@ fn validate_instance(
         pool,
         grants: Grants { memory, deadline, prepare_deadline, max_output, caps },
     })
+}
+
+/// The scheme of a registry reference in the config.
+pub const OCI_SCHEME: &str = "oci://";
+
+/// Where the host keeps the version of `reference` it runs, in the cache (`quarry::oci::fetch` puts
+/// it there before the registry loads); an error when the
+/// reference does not parse, there is no private cache, or this host has no registry client.
+fn oci_component_path(reference: &str, cache_dir: Option<&Path>) -> Result<PathBuf, String> {
+    if !cfg!(feature = "oci") {
+        return Err(format!(
+            "{reference:?}: this quarry was built without registry support (cargo feature `oci`); build the host with its default features (`make host`), or name a component file"
+        ));
+    }
+    #[cfg(feature = "oci")]
+    quarry_oci::OciRef::parse(reference).map_err(|e| e.to_string())?;
+    let cache = cache_dir.ok_or_else(|| {
+        "an oci:// component is kept in the host's private cache, and there is none: set [host] cache_dir".to_string()
+    })?;
+    use sha2::Digest as _;
+    let name = hex::encode(sha2::Sha256::digest(reference.as_bytes()));
+    Ok(cache.join("oci/refs").join(format!("{}.wasm", &name[..16])))
 }
 
 /// A pool of `[SECTION.NAME]` has 1 to 64 instances.
