@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host wheel demo test lint ci bench bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval
+.PHONY: setup models components host wheel demo test lint ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval
 
 setup:
 	rustup target add wasm32-wasip2
@@ -106,6 +106,11 @@ bench-mcp: setup models
 # the host (scoped and cluster-level), so the ratio is Quarry's cost.
 bench-couchbase: setup
 	$(CARGO) bench -p quarry-tests --bench couchbase
+
+# Pulling a component by digest from the loopback registry: cold cache beside cached, and push.
+bench-oci: setup
+	bash tests/oci/registry.sh install
+	$(CARGO) bench -p quarry-tests --bench oci
 
 MODELS ?= $(or $(QUARRY_MODELS),$(HOME)/.cache/quarry/models)
 
