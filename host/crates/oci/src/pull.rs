@@ -8,6 +8,7 @@ use oci_client::manifest::OciImageManifest;
 use oci_wasm::{WASM_LAYER_MEDIA_TYPE, WASM_MANIFEST_CONFIG_MEDIA_TYPE, WASM_MANIFEST_MEDIA_TYPE};
 use sha2::{Digest, Sha256};
 
+use crate::reference::is_sha256_digest;
 use crate::{MAX_MANIFEST_BYTES, OciError, OciRef, REQUEST_TIMEOUT, auth_for, client_for};
 
 /// A component the cache holds.
@@ -50,7 +51,7 @@ impl Puller {
         let client = client_for(r.registry());
         let auth = auth_for(r.registry());
         let digest = timed(r, client.fetch_manifest_digest(r.reference(), &auth)).await?;
-        if !(digest.len() == 71 && digest.starts_with("sha256:")) {
+        if !is_sha256_digest(&digest) {
             return Err(refused(r, format!("the registry named the digest {digest:?}, not sha256:<64 hex digits>")));
         }
         Ok(digest)
@@ -59,6 +60,13 @@ impl Puller {
     /// The component of `r` at manifest digest `digest`: from the cache, else pulled, checked
     /// against the digest as it arrives, and cached. Nothing of a refused pull is kept.
     pub async fn pull(&self, r: &OciRef, digest: &str) -> Result<Pulled, OciError> {
+        // A lock file's digest is checked as a registry's is: it becomes a file name.
+        if !is_sha256_digest(digest) {
+            return Err(refused(
+                r,
+                format!("{digest:?} is not a digest (sha256:<64 hex digits>); fix quarry.lock or the reference"),
+            ));
+        }
         let path = self.path_of(digest);
         if path.is_file() {
             return Ok(Pulled { digest: digest.to_string(), path, fetched: false });
@@ -107,9 +115,13 @@ impl Puller {
                 ),
             ));
         }
-        let want = layer.digest.strip_prefix("sha256:").filter(|h| h.len() == 64).ok_or_else(|| {
-            refused(r, format!("{digest}'s layer digest {:?} is not sha256:<64 hex digits>", layer.digest))
-        })?;
+        if !is_sha256_digest(&layer.digest) {
+            return Err(refused(
+                r,
+                format!("{digest}'s layer digest {:?} is not sha256:<64 hex digits>", layer.digest),
+            ));
+        }
+        let want = &layer.digest[7..];
 
         std::fs::create_dir_all(&self.dir).map_err(|e| OciError::Cache(format!("{}: {e}", self.dir.display())))?;
         let mut file = tempfile::NamedTempFile::new_in(&self.dir)
@@ -180,5 +192,23 @@ pub(crate) async fn timed<T>(
     match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
         Ok(res) => res.map_err(|e| registry(r, &e)),
         Err(_) => Err(timeout(r)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_digest_that_is_not_sha256_hex_never_becomes_a_path() {
+        let cache = tempfile::tempdir().unwrap();
+        // The file this digest would name, were it used as a path: "cached", it would be served.
+        std::fs::create_dir_all(cache.path().join("oci/sha256")).unwrap();
+        std::fs::write(cache.path().join(format!("{}.wasm", "a".repeat(58))), b"").unwrap();
+        let puller = Puller::new(cache.path(), 1 << 20);
+        let r = OciRef::parse("oci://127.0.0.1:1/t/x:v1").unwrap();
+        let bad = format!("sha256:../../{}", "a".repeat(58));
+        let e = puller.pull(&r, &bad).await.unwrap_err().to_string();
+        assert!(e.contains("is not a digest"), "{e}");
     }
 }

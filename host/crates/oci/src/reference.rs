@@ -36,7 +36,7 @@ impl OciRef {
         }
         let reference: Reference = rest.parse().map_err(|e| bad(&format!("does not parse ({e})")))?;
         if let Some(d) = reference.digest()
-            && !(d.len() == 71 && d.starts_with("sha256:") && d[7..].bytes().all(|b| b.is_ascii_hexdigit()))
+            && !is_sha256_digest(d)
         {
             return Err(bad("has a digest that is not sha256:<64 hex digits>"));
         }
@@ -84,6 +84,14 @@ impl fmt::Display for OciRef {
     }
 }
 
+/// Whether `digest` is `sha256:` and 64 lowercase hex digits: the only digests the host names a
+/// cache file after (a registry's or a lock's digest never becomes a path otherwise).
+pub(crate) fn is_sha256_digest(digest: &str) -> bool {
+    digest
+        .strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+}
+
 /// Whether `registry` (`host[:port]`) is this machine: spoken to over plain HTTP.
 pub(crate) fn is_loopback(registry: &str) -> bool {
     let host = match registry.rsplit_once(':') {
@@ -115,6 +123,19 @@ mod tests {
         ] {
             let e = OciRef::parse(bad).unwrap_err().to_string();
             assert!(e.contains("oci://REGISTRY/REPOSITORY@sha256:DIGEST"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn only_sha256_hex_digests_are_digests() {
+        assert!(is_sha256_digest(&format!("sha256:{}", "0a".repeat(32))));
+        for bad in [
+            format!("sha256:{}", "0A".repeat(32)),
+            format!("sha256:../../../{}", "a".repeat(55)),
+            format!("sha512:{}", "a".repeat(64)),
+            "sha256:".to_string(),
+        ] {
+            assert!(!is_sha256_digest(&bad), "{bad}");
         }
     }
 
