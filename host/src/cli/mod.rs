@@ -249,6 +249,9 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
             }
             if matches!(cli.command, Command::Pull) {
+                if fetched.is_empty() {
+                    println!("{} names no oci:// component: nothing to pull", path.display());
+                }
                 return ExitCode::from(EXIT_OK);
             }
         }
