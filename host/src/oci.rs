@@ -2,6 +2,10 @@
 //! resolved, pulled and checked (by `quarry-oci`) before the registry loads, the tags pinned in
 //! `quarry.lock` beside the config.
 //!
+//! A component whose config names a key (`signed_by`, or `[host] signed_by` for its registry)
+//! runs only when its digest carries a cosign signature by that key, checked before it is
+//! downloaded.
+//!
 //! The version an instance runs is a file of its own in the cache (`oci/refs/HASH.wasm`, beside
 //! a `.digest` naming it), replaced whole when its digest moves (`quarry pull`): the watcher
 //! sees the new file and swaps the instance, as it does for any component file.
@@ -21,6 +25,9 @@ pub struct Fetched {
     pub downloaded: bool,
     /// Whether the instance's file changed (a new digest): a running host swaps it.
     pub moved: bool,
+    /// The key whose signature it carries (its file and fingerprint), when the config asks
+    /// for one.
+    pub signed_by: Option<String>,
 }
 
 /// Why an `oci://` component is not there.
@@ -84,6 +91,7 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
     let mut locked = false;
     let puller = Puller::new(cache, config.max_component_bytes);
     for (section, inst) in instances {
+        let mut signed_by = None;
         let text = inst.oci.as_deref().unwrap_or_default();
         let failed = |source| FetchError::Component { section, instance: inst.name.clone(), source };
         let r = OciRef::parse(text).map_err(failed)?;
@@ -99,7 +107,23 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
                 d
             }
         };
+        // Checked before anything is downloaded; once per digest and key, since neither changes
+        // (so a verified, cached digest still serves with the registry down).
+        let mut signed = None;
+        if let Some(file) = &inst.signed_by {
+            let key = quarry_oci::PublicKey::load(file)
+                .map_err(|message| failed(quarry_oci::OciError::Refused { reference: text.to_string(), message }))?;
+            let stamp = puller.path_of(&digest).with_extension(format!("signed-by-{}", &key.fingerprint()[7..]));
+            if !stamp.is_file() {
+                quarry_oci::verify(&r, &digest, &key).await.map_err(failed)?;
+                signed = Some(stamp);
+            }
+            signed_by = Some(key.describe());
+        }
         let pulled = puller.pull(&r, &digest).await.map_err(failed)?;
+        if let Some(stamp) = signed {
+            std::fs::write(&stamp, b"").map_err(|source| FetchError::Install { path: stamp, source })?;
+        }
         let moved = install(&pulled.path, &inst.component, &digest)?;
         out.push(Fetched {
             instance: inst.name.clone(),
@@ -107,6 +131,7 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
             digest,
             downloaded: pulled.fetched,
             moved,
+            signed_by,
         });
     }
     if locked {

@@ -182,3 +182,144 @@ fn bad_references_are_refused_at_load_naming_the_key() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("is not a WebAssembly component"), "{err}");
 }
+
+/// An ECDSA P-256 key pair made by openssl, not by quarry: `NAME.key` (PKCS#8 PEM) and
+/// `NAME.pub` (as cosign's `cosign.pub`).
+fn keypair(env: &TestEnv, name: &str) {
+    let key = env.path(&format!("{name}.key"));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl").args(args).output().expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let key_s = key.display().to_string();
+    run(&["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", &key_s]);
+    run(&["pkey", "-in", &key_s, "-pubout", "-out", &env.path(&format!("{name}.pub")).display().to_string()]);
+}
+
+/// The manifest the registry holds at `repo:tag`, read from its storage.
+fn stored_manifest(registry: &LocalRegistry, repo: &str, tag: &str) -> serde_json::Value {
+    let link = registry
+        .dir
+        .path()
+        .join(format!("storage/docker/registry/v2/repositories/{repo}/_manifests/tags/{tag}/current/link"));
+    let digest = std::fs::read_to_string(&link).unwrap_or_else(|e| panic!("{}: {e}", link.display()));
+    serde_json::from_slice(&std::fs::read(registry.blob_file(digest.trim())).unwrap()).unwrap()
+}
+
+#[test]
+fn with_a_key_configured_only_components_signed_by_it_run() {
+    if skip_unless(Need::Registry) {
+        return;
+    }
+    let mut registry = LocalRegistry::start();
+    let env = TestEnv::new();
+    keypair(&env, "ours");
+    keypair(&env, "theirs");
+
+    // Unsigned: refused before anything is downloaded, naming the key and the digest.
+    let unsigned = push(&env, ECHO_V1, &format!("oci://{}/tools/plain:v1", registry.addr));
+    let pinned = format!("oci://{}/tools/plain@{unsigned}", registry.addr);
+    std::fs::write(
+        env.path("quarry.toml"),
+        format!(
+            "[host]\ncache_dir = {:?}\n[tools.echo]\ncomponent = {pinned:?}\nsigned_by = \"ours.pub\"\nconfig = {{ greeting = \"hi\" }}\n",
+            env.path("cache").display()
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = call(&env);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("{unsigned} is not signed")) && err.contains("ours.pub"), "{err}");
+    assert!(cached(&env).is_empty(), "{:?}", cached(&env));
+
+    // Signed by another key (`quarry push --sign`): refused, naming the key and the digest.
+    let (code, out, err) = run_quarry(
+        &env,
+        &["push", ECHO_V1, &format!("oci://{}/tools/signed:v1", registry.addr), "--sign", "theirs.key"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let signed = out.split_whitespace().find(|w| w.starts_with("sha256:")).unwrap().to_string();
+    let sig_tag = format!("sha256-{}.sig", &signed[7..]);
+    assert!(out.contains(&sig_tag), "{out}");
+    let pinned = format!("oci://{}/tools/signed@{signed}", registry.addr);
+    let config = |host: &str, instance: &str| {
+        std::fs::write(
+            env.path("quarry.toml"),
+            format!(
+                "[host]\ncache_dir = {:?}\n{host}\n[tools.echo]\ncomponent = {pinned:?}\n{instance}\nconfig = {{ greeting = \"hi\" }}\n",
+                env.path("cache").display()
+            ),
+        )
+        .unwrap();
+    };
+    config("", "signed_by = \"ours.pub\"");
+    let (code, _, err) = call(&env);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(&format!("{signed} is not signed by the key")) && err.contains("ours.pub"), "{err}");
+    assert!(err.contains("none valid") && err.contains(&sig_tag), "{err}");
+
+    // The signature is cosign's: a simple-signing payload naming the digest, whose signature
+    // openssl verifies with the public key.
+    let manifest = stored_manifest(&registry, "tools/signed", &sig_tag);
+    let layer = &manifest["layers"][0];
+    assert_eq!(layer["mediaType"], "application/vnd.dev.cosign.simplesigning.v1+json", "{manifest}");
+    let payload = std::fs::read(registry.blob_file(layer["digest"].as_str().unwrap())).unwrap();
+    let p: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(p["critical"]["image"]["docker-manifest-digest"], signed.as_str(), "{p}");
+    assert_eq!(p["critical"]["type"], "cosign container image signature", "{p}");
+    use base64::Engine as _;
+    let sig = base64::engine::general_purpose::STANDARD
+        .decode(layer["annotations"]["dev.cosignproject.cosign/signature"].as_str().unwrap())
+        .unwrap();
+    std::fs::write(env.path("payload"), &payload).unwrap();
+    std::fs::write(env.path("payload.sig"), &sig).unwrap();
+    let out = std::process::Command::new("openssl")
+        .current_dir(env.path(""))
+        .args(["dgst", "-sha256", "-verify", "theirs.pub", "-signature", "payload.sig", "payload"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Verified OK"), "{out:?}");
+
+    // Its key, named for the registry's repository prefix in [host]: it runs, and once
+    // verified and cached it runs with the registry down.
+    config(&format!("signed_by = {{ {:?} = \"theirs.pub\" }}", format!("{}/tools", registry.addr)), "");
+    let (code, out, err) = call(&env);
+    assert_eq!((code, out.trim()), (0, "hi x [v1]"), "{err}");
+    // The instance's own key comes first.
+    config(&format!("signed_by = {{ {:?} = \"theirs.pub\" }}", registry.addr), "signed_by = \"ours.pub\"");
+    let (code, _, err) = call(&env);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("ours.pub"), "{err}");
+    config("", "signed_by = \"theirs.pub\"");
+    registry.stop();
+    let (code, out, err) = call(&env);
+    assert_eq!((code, out.trim()), (0, "hi x [v1]"), "{err}");
+}
+
+#[test]
+fn keys_are_checked_when_the_config_loads() {
+    let env = TestEnv::new();
+    std::fs::write(env.path("junk.pub"), "not a key").unwrap();
+    let component = format!("oci://127.0.0.1:1/tools/echo@sha256:{}", "0".repeat(64));
+    config(&env, &component, "signed_by = { \"127.0.0.1:1\" = \"junk.pub\" }");
+    let (code, _, err) = call(&env);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("host.signed_by") && err.contains("BEGIN PUBLIC KEY"), "{err}");
+    config(&env, &component, "signed_by = { \"oci://127.0.0.1:1\" = \"junk.pub\" }");
+    let (code, _, err) = call(&env);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("without oci://"), "{err}");
+    // A key for a component file, which no registry signs.
+    std::fs::write(
+        env.path("quarry.toml"),
+        format!("[tools.echo]\ncomponent = {ECHO_V1:?}\nsigned_by = \"junk.pub\"\n"),
+    )
+    .unwrap();
+    let (code, _, err) = call(&env);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tools.echo.signed_by") && err.contains("components from registries"), "{err}");
+    // A private key that is not one.
+    let (code, _, err) = run_quarry(&env, &["push", ECHO_V1, "oci://127.0.0.1:1/tools/x:v1", "--sign", "junk.pub"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--sign") && err.contains("openssl genpkey"), "{err}");
+}

@@ -65,6 +65,11 @@ pub enum Command {
         file: PathBuf,
         /// `oci://REGISTRY/REPOSITORY:TAG`.
         reference: String,
+        /// Also sign the pushed digest with this ECDSA P-256 private key (PEM PKCS#8), as
+        /// `cosign sign --key` does: hosts whose config names its public key (`signed_by`)
+        /// then accept it.
+        #[arg(long, value_name = "KEY")]
+        sign: Option<PathBuf>,
     },
     /// Resolve every `oci://` tag of the config again, write the digests to quarry.lock and
     /// fetch what changed; a running `quarry serve` swaps the instances whose digest moved.
@@ -165,17 +170,33 @@ fn printable_error(text: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `quarry push FILE REF`.
-async fn push(file: &std::path::Path, reference: &str) -> ExitCode {
+async fn push(file: &std::path::Path, reference: &str, sign: Option<&std::path::Path>) -> ExitCode {
     #[cfg(feature = "oci")]
     {
-        let pushed = match quarry_oci::OciRef::parse(reference) {
-            Ok(r) => quarry_oci::push(file, &r).await.map(|d| (r, d)),
-            Err(e) => Err(e),
+        // The key is read before anything is pushed: a bad key publishes nothing.
+        let key = match sign.map(quarry_oci::SigningKey::load).transpose() {
+            Ok(k) => k,
+            Err(e) => {
+                eprintln!("error: --sign: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
         };
-        match pushed {
-            Ok((r, digest)) => {
-                let pinned = format!("{}@{digest}", r.as_str().rsplit_once(':').map_or(r.as_str(), |(repo, _)| repo));
+        let pushed = async {
+            let r = quarry_oci::OciRef::parse(reference)?;
+            let digest = quarry_oci::push(file, &r).await?;
+            let signed = match &key {
+                Some(k) => Some((quarry_oci::sign(&r, &digest, k).await?, k.fingerprint())),
+                None => None,
+            };
+            Ok::<_, quarry_oci::OciError>((r, digest, signed))
+        };
+        match pushed.await {
+            Ok((r, digest, signed)) => {
+                let pinned = format!("oci://{}@{digest}", r.repository());
                 println!("pushed {} as {digest}", file.display());
+                if let Some((tag, fingerprint)) = signed {
+                    println!("signed it with the key {fingerprint}: {}:{tag}", r.repository());
+                }
                 println!("pin it: component = \"{pinned}\"");
                 ExitCode::from(EXIT_OK)
             }
@@ -187,7 +208,7 @@ async fn push(file: &std::path::Path, reference: &str) -> ExitCode {
     }
     #[cfg(not(feature = "oci"))]
     {
-        let _ = (file, reference);
+        let _ = (file, reference, sign);
         eprintln!("error: this quarry was built without registry support (cargo feature `oci`)");
         ExitCode::from(EXIT_USAGE)
     }
@@ -227,8 +248,8 @@ pub async fn run(cli: Cli) -> ExitCode {
     if let Command::Init { manual, docx, output, force } = cli.command {
         return run_init(init::InitArgs { manuals: manual, docx, output: output.unwrap_or(path), force });
     }
-    if let Command::Push { file, reference } = &cli.command {
-        return push(file, reference).await;
+    if let Command::Push { file, reference, sign } = &cli.command {
+        return push(file, reference, sign.as_deref()).await;
     }
     let config = match Config::load(&path) {
         Ok(c) => c,
@@ -245,7 +266,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                 tracing::info!(target: "quarry::oci", instance = %f.instance, reference = %f.reference, digest = %f.digest, downloaded = f.downloaded, "component from its registry");
                 if matches!(cli.command, Command::Pull) {
                     let what = if f.moved { "now" } else { "still" };
-                    println!("{}: {} is {what} {}", f.instance, f.reference, f.digest);
+                    let signed = f.signed_by.as_ref().map(|k| format!(", signed by {k}")).unwrap_or_default();
+                    println!("{}: {} is {what} {}{signed}", f.instance, f.reference, f.digest);
                 }
             }
             if matches!(cli.command, Command::Pull) {

@@ -6,9 +6,14 @@
 //! cache_dir = "/var/cache/quarry"   # precompiled components; default: $XDG_CACHE_HOME/quarry
 //! max_component_size = "64MiB"      # larger component files are refused before compiling
 //!
+//! signed_by = { "ghcr.io/acme" = "keys/cosign.pub" }  # oci:// components under this registry or
+//!                                   #  repository prefix must carry a cosign signature by this key
+//!
 //! [tools.manual]                    # one tool instance; its tools are `manual.<tool>`
 //! component = "plugins/chapter-rag.wasm"   # relative to this file; or "builtin:chapter-rag"
-//!                                   # (the components installed beside quarry, see support::builtin)
+//!                                   # (the components installed beside quarry, see support::builtin),
+//!                                   # or "oci://REGISTRY/REPO@sha256:..." (or :TAG, pinned in quarry.lock)
+//! signed_by = "keys/cosign.pub"     # oci:// only: refuse it unless signed by this key (before [host]'s)
 //! embedder = "minilm"               # an [embedders.*] entry; required if the component imports one
 //! pool = 2                          # instances serving calls in parallel (default 1; embedders:
 //!                                   #  one per core); each has its own grants.memory
@@ -120,6 +125,9 @@ pub struct InstanceConfig {
     pub component: PathBuf,
     /// The `oci://` reference the component comes from, when it comes from a registry.
     pub oci: Option<String>,
+    /// The public key whose cosign signature the `oci://` component must carry: the instance's
+    /// `signed_by`, else the `[host] signed_by` entry of its registry or repository.
+    pub signed_by: Option<PathBuf>,
     /// The `config` table as a JSON object, passed to `open`/`load`.
     pub config_json: String,
     /// The embedder instance serving this tool's `embedder` import.
@@ -181,6 +189,8 @@ struct RawConfig {
 struct RawHost {
     cache_dir: Option<PathBuf>,
     max_component_size: Option<crate::support::values::ByteSize>,
+    #[serde(default)]
+    signed_by: BTreeMap<String, PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -191,6 +201,7 @@ struct RawInstance {
     config: toml::Table,
     embedder: Option<String>,
     pool: Option<usize>,
+    signed_by: Option<PathBuf>,
     #[serde(default)]
     grants: capability::RawGrants,
 }
@@ -231,11 +242,24 @@ impl Config {
                 )));
             }
         };
+        let mut keys = BTreeMap::new();
+        for (prefix, file) in raw.host.signed_by {
+            let key = format!("host.signed_by.{prefix:?}");
+            if prefix.contains("://") || prefix.contains('@') || prefix.is_empty() {
+                return Err(invalid(KeyError::new(
+                    key,
+                    "name a registry (`\"ghcr.io\"`) or a repository prefix (`\"ghcr.io/acme\"`), without oci:// or a tag",
+                )));
+            }
+            let file = public_key(&base, &file).map_err(|m| invalid(KeyError::new(key, m)))?;
+            keys.insert(prefix.trim_end_matches('/').to_string(), file);
+        }
         let sections = CapabilitySections::parse(
             capability::RawCapabilitySections { couchbase: raw.couchbase, models: raw.models },
             &base,
         )
         .map_err(invalid)?;
+        let cx = InstanceContext { base: &base, sections: &sections, cache_dir: cache_dir.as_deref(), keys: &keys };
         let mut embedders = BTreeMap::new();
         for (name, inst) in raw.embedders {
             if inst.embedder.is_some() {
@@ -245,8 +269,7 @@ impl Config {
                 )));
             }
             check_pool("embedders", &name, inst.pool).map_err(invalid)?;
-            let cfg =
-                validate_instance(&base, "embedders", &name, inst, &sections, cache_dir.as_deref()).map_err(invalid)?;
+            let cfg = validate_instance(&cx, "embedders", &name, inst).map_err(invalid)?;
             embedders.insert(name, cfg);
         }
         let mut tools = BTreeMap::new();
@@ -255,8 +278,7 @@ impl Config {
             // One instance unless asked: each costs its own grants.memory, and a tool that
             // waits on a service gains little from more.
             inst.pool = Some(inst.pool.unwrap_or(1));
-            let cfg =
-                validate_instance(&base, "tools", &name, inst, &sections, cache_dir.as_deref()).map_err(invalid)?;
+            let cfg = validate_instance(&cx, "tools", &name, inst).map_err(invalid)?;
             if let Some(e) = &cfg.embedder
                 && !embedders.contains_key(e)
             {
@@ -343,14 +365,50 @@ impl Config {
     }
 }
 
+/// What every instance is validated against.
+#[derive(Clone, Copy)]
+struct InstanceContext<'a> {
+    /// The config file's directory.
+    base: &'a Path,
+    sections: &'a CapabilitySections,
+    cache_dir: Option<&'a Path>,
+    /// `[host] signed_by`: registry or repository prefix → public key file.
+    keys: &'a BTreeMap<String, PathBuf>,
+}
+
+/// `file` (relative to the config's directory), checked to be a public key signatures can be
+/// verified with.
+fn public_key(base: &Path, file: &Path) -> Result<PathBuf, String> {
+    let file = base.join(expand_path(file)?);
+    #[cfg(feature = "oci")]
+    quarry_oci::PublicKey::load(&file)?;
+    Ok(file)
+}
+
+/// The key of `[host] signed_by` whose registry or repository prefix is the longest that
+/// `reference` is under.
+fn host_key_for(reference: &str, keys: &BTreeMap<String, PathBuf>) -> Option<PathBuf> {
+    let repo = reference.strip_prefix(OCI_SCHEME)?;
+    let repo = repo.split('@').next().unwrap_or(repo);
+    let repo = match repo.rsplit_once(':') {
+        Some((r, tag)) if !tag.contains('/') => r,
+        _ => repo,
+    };
+    keys.iter()
+        .filter(|(prefix, _)| {
+            repo.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, file)| file.clone())
+}
+
 fn validate_instance(
-    base: &Path,
+    cx: &InstanceContext<'_>,
     section: &str,
     name: &str,
     raw: RawInstance,
-    sections: &CapabilitySections,
-    cache_dir: Option<&Path>,
 ) -> Result<InstanceConfig, KeyError> {
+    let InstanceContext { base, sections, cache_dir, .. } = *cx;
     let key = |k: &str| format!("{section}.{name}{k}");
     if !valid_name(name) {
         return Err(KeyError::new(
@@ -376,6 +434,17 @@ fn validate_instance(
             ),
         ));
     }
+    let signed_by = match (&oci, raw.signed_by) {
+        (Some(_), Some(file)) => Some(public_key(base, &file).map_err(|m| KeyError::new(key(".signed_by"), m))?),
+        (Some(r), None) => host_key_for(r, cx.keys),
+        (None, Some(_)) => {
+            return Err(KeyError::new(
+                key(".signed_by"),
+                "signatures are checked on components from registries (component = \"oci://...\"); remove this key or name an oci:// component",
+            ));
+        }
+        (None, None) => None,
+    };
     let config_json = serde_json::to_string(&raw.config)
         .map_err(|e| KeyError::new(key(".config"), format!("cannot be expressed as JSON: {e}")))?;
     let memory = raw.grants.memory.map_or(DEFAULT_MEMORY, |b| b.0);
@@ -395,6 +464,7 @@ fn validate_instance(
         name: name.to_string(),
         component: std::fs::canonicalize(&component).unwrap_or(component),
         oci,
+        signed_by,
         config_json,
         embedder: raw.embedder,
         pool,
@@ -434,6 +504,20 @@ fn check_pool(section: &str, name: &str, pool: Option<usize>) -> Result<(), KeyE
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_longest_registry_or_repository_prefix_names_the_key() {
+        let keys: BTreeMap<String, PathBuf> =
+            [("ghcr.io", "a.pub"), ("ghcr.io/acme", "b.pub"), ("127.0.0.1:5000", "c.pub")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), PathBuf::from(v)))
+                .collect();
+        let key = |r: &str| host_key_for(r, &keys).map(|p| p.display().to_string());
+        assert_eq!(key("oci://ghcr.io/acme/echo:v1").as_deref(), Some("b.pub"));
+        assert_eq!(key("oci://ghcr.io/acmeish/echo:v1").as_deref(), Some("a.pub"));
+        assert_eq!(key(&format!("oci://127.0.0.1:5000/t/x@sha256:{}", "0".repeat(64))).as_deref(), Some("c.pub"));
+        assert_eq!(key("oci://127.0.0.1:5001/t/x:v1"), None);
+    }
+
     use super::*;
 
     #[test]

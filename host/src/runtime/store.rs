@@ -198,6 +198,7 @@ mod tests {
     fn instance(memory: u64) -> InstanceConfig {
         InstanceConfig {
             oci: None,
+            signed_by: None,
             name: "t".into(),
             component: "t.wasm".into(),
             config_json: "{}".into(),

@@ -15,8 +15,11 @@
 //!   docker config (`$DOCKER_CONFIG/config.json`, `~/.docker/config.json`); components never
 //!   see them.
 //!
+//! - **Signed**, when the config names a key: cosign key-based signatures (`sign`), checked
+//!   before the component is downloaded.
+//!
 //! Files: `reference` (`oci://` references), `pull` (manifests, layers, the cache), `push`
-//! (`quarry push`), `lock` (`quarry.lock`).
+//! (`quarry push`), `sign` (cosign signatures), `lock` (`quarry.lock`).
 
 #![deny(missing_docs)]
 
@@ -24,6 +27,7 @@ mod lock;
 mod pull;
 mod push;
 mod reference;
+mod sign;
 
 use std::time::Duration;
 
@@ -35,6 +39,7 @@ pub use lock::Lock;
 pub use pull::{Pulled, Puller};
 pub use push::push;
 pub use reference::OciRef;
+pub use sign::{PublicKey, SigningKey, sign, signature_tag, verify};
 
 /// Why a component could not be had from its registry.
 #[derive(Debug, thiserror::Error)]

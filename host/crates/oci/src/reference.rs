@@ -68,6 +68,20 @@ impl OciRef {
         &self.reference
     }
 
+    /// The same repository at `tag` (a signature's, say).
+    pub(crate) fn at_tag(&self, tag: &str) -> Reference {
+        Reference::with_tag(
+            self.reference.registry().to_string(),
+            self.reference.repository().to_string(),
+            tag.to_string(),
+        )
+    }
+
+    /// The registry and repository, without tag or digest (`127.0.0.1:5000/tools/echo`).
+    pub fn repository(&self) -> String {
+        format!("{}/{}", self.reference.registry(), self.reference.repository())
+    }
+
     /// The same repository at `digest`.
     pub(crate) fn at(&self, digest: &str) -> Reference {
         Reference::with_digest(
