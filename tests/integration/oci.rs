@@ -218,15 +218,17 @@ fn with_a_key_configured_only_components_signed_by_it_run() {
 
     // Unsigned: refused before anything is downloaded, naming the key and the digest.
     let unsigned = push(&env, ECHO_V1, &format!("oci://{}/tools/plain:v1", registry.addr));
-    let pinned = format!("oci://{}/tools/plain@{unsigned}", registry.addr);
-    std::fs::write(
-        env.path("quarry.toml"),
-        format!(
-            "[host]\ncache_dir = {:?}\n[tools.echo]\ncomponent = {pinned:?}\nsigned_by = \"ours.pub\"\nconfig = {{ greeting = \"hi\" }}\n",
-            env.path("cache").display()
-        ),
-    )
-    .unwrap();
+    let config = |pinned: &str, host: &str, instance: &str| {
+        std::fs::write(
+            env.path("quarry.toml"),
+            format!(
+                "[host]\ncache_dir = {:?}\n{host}\n[tools.echo]\ncomponent = {pinned:?}\n{instance}\nconfig = {{ greeting = \"hi\" }}\n",
+                env.path("cache").display()
+            ),
+        )
+        .unwrap();
+    };
+    config(&format!("oci://{}/tools/plain@{unsigned}", registry.addr), "", "signed_by = \"ours.pub\"");
     let (code, _, err) = call(&env);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains(&format!("{unsigned} is not signed")) && err.contains("ours.pub"), "{err}");
@@ -242,16 +244,7 @@ fn with_a_key_configured_only_components_signed_by_it_run() {
     let sig_tag = format!("sha256-{}.sig", &signed[7..]);
     assert!(out.contains(&sig_tag), "{out}");
     let pinned = format!("oci://{}/tools/signed@{signed}", registry.addr);
-    let config = |host: &str, instance: &str| {
-        std::fs::write(
-            env.path("quarry.toml"),
-            format!(
-                "[host]\ncache_dir = {:?}\n{host}\n[tools.echo]\ncomponent = {pinned:?}\n{instance}\nconfig = {{ greeting = \"hi\" }}\n",
-                env.path("cache").display()
-            ),
-        )
-        .unwrap();
-    };
+    let config = |host: &str, instance: &str| config(&pinned, host, instance);
     config("", "signed_by = \"ours.pub\"");
     let (code, _, err) = call(&env);
     assert_eq!(code, 1, "{err}");

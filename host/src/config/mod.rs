@@ -388,18 +388,20 @@ fn public_key(base: &Path, file: &Path) -> Result<PathBuf, String> {
 /// The key of `[host] signed_by` whose registry or repository prefix is the longest that
 /// `reference` is under.
 fn host_key_for(reference: &str, keys: &BTreeMap<String, PathBuf>) -> Option<PathBuf> {
-    let repo = reference.strip_prefix(OCI_SCHEME)?;
-    let repo = repo.split('@').next().unwrap_or(repo);
-    let repo = match repo.rsplit_once(':') {
-        Some((r, tag)) if !tag.contains('/') => r,
-        _ => repo,
-    };
-    keys.iter()
-        .filter(|(prefix, _)| {
-            repo.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        })
-        .max_by_key(|(prefix, _)| prefix.len())
-        .map(|(_, file)| file.clone())
+    #[cfg(not(feature = "oci"))]
+    let _ = (reference, keys);
+    #[cfg(feature = "oci")]
+    {
+        let repo = quarry_oci::OciRef::parse(reference).ok()?.repository();
+        keys.iter()
+            .filter(|(prefix, _)| {
+                repo.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+            })
+            .max_by_key(|(prefix, _)| prefix.len())
+            .map(|(_, file)| file.clone())
+    }
+    #[cfg(not(feature = "oci"))]
+    None
 }
 
 fn validate_instance(

@@ -20,7 +20,6 @@ use ring::signature::{ECDSA_P256_SHA256_ASN1, ECDSA_P256_SHA256_ASN1_SIGNING, Ec
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::pull::timed;
 use crate::{MAX_MANIFEST_BYTES, OciError, OciRef, auth_for, client_for};
 
 /// The media type of a signature layer.
@@ -340,14 +339,21 @@ pub async fn sign(r: &OciRef, digest: &str, key: &SigningKey) -> Result<String, 
     };
     // Signatures already there stay (another signer's, or this key's of before).
     let accepted = [oci_client::manifest::OCI_IMAGE_MEDIA_TYPE];
-    let mut layers: Vec<OciDescriptor> = match timed(r, client.pull_manifest_raw(&at, &auth, &accepted)).await {
-        Ok((bytes, _)) => serde_json::from_slice::<OciImageManifest>(&bytes)
-            .map(|m| m.layers)
-            .unwrap_or_default()
+    // A signature manifest that cannot be read is not replaced: that would drop its signatures.
+    let answer = tokio::time::timeout(crate::REQUEST_TIMEOUT, client.pull_manifest_raw(&at, &auth, &accepted)).await;
+    let mut layers: Vec<OciDescriptor> = match answer {
+        Ok(Ok((bytes, _))) => serde_json::from_slice::<OciImageManifest>(&bytes)
+            .map_err(|e| OciError::Refused {
+                reference: r.to_string(),
+                message: format!("{tag} is there but is not an OCI image manifest ({e}); nothing was signed"),
+            })?
+            .layers
             .into_iter()
             .filter(|l| l.media_type == SIMPLE_SIGNING_MEDIA_TYPE)
             .collect(),
-        Err(_) => Vec::new(),
+        Ok(Err(e)) if is_not_found(&e) => Vec::new(),
+        Ok(Err(e)) => return Err(failed(e)),
+        Err(_) => return Err(crate::pull::timeout(r)),
     };
     layers.push(layer);
     let diff_ids: Vec<&str> = layers.iter().map(|l| l.digest.as_str()).collect();
