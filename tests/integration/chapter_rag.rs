@@ -69,6 +69,8 @@ async fn six_tools_over_the_rclone_manual() {
         assert_eq!(schema["type"], "object", "{}", t.qualified);
         assert!(!t.spec.args_schema.contains("\"null\""), "{}", t.qualified);
         assert!(t.spec.description.contains("/docs/MANUAL.md") || t.qualified.ends_with("validate_citations"));
+        // tool-guest's export writes the crate's version into the component; the host reads it.
+        assert_eq!(t.component_version.as_deref(), Some(env!("CARGO_PKG_VERSION")), "{}", t.qualified);
     }
 
     let tree = call(&host, "list_chapter_tree", json!({"level": 1})).await.unwrap();

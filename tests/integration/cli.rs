@@ -14,12 +14,18 @@ fn list_call_and_json() {
     let env = echo_env();
     let (code, out, err) = run(&env, &["list"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("echo.echo") && out.contains("Echoes `text`"), "{out}");
+    assert!(
+        out.contains("echo.echo") && out.contains("Echoes `text`") && out.contains("component: no version"),
+        "{out}"
+    );
     let (code, out, _) = run(&env, &["list", "--json"]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v[0]["name"], "echo.echo");
     assert_eq!(v[0]["args_schema"]["type"], "object");
+    // echo is written without tool-guest and carries no version section.
+    assert_eq!(v[0]["component"]["version"], serde_json::Value::Null);
+    assert_eq!(v[0]["component"]["sha256"].as_str().map(str::len), Some(64));
 
     let (code, out, err) = run(&env, &["call", "echo", r#"{"text":"there"}"#]);
     assert_eq!((code, out.trim()), (0, "hey there [v1]"), "{err}");

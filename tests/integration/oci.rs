@@ -144,6 +144,21 @@ fn an_oversized_or_foreign_layer_is_refused_before_it_is_downloaded() {
     let env = TestEnv::new();
     // chapter-rag is 5 MB; this host takes components of at most 1 MiB.
     let digest = push(&env, CHAPTER_RAG, &format!("oci://{}/tools/chapters:v1", registry.addr));
+    // Its version section became the manifest's standard annotation.
+    let manifest = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        use quarry_oci::oci_client::client::{ClientConfig, ClientProtocol};
+        use quarry_oci::oci_client::{Client, Reference, secrets::RegistryAuth};
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = Client::new(ClientConfig { protocol: ClientProtocol::Http, ..Default::default() });
+        let r: Reference = format!("{}/tools/chapters@{digest}", registry.addr).parse().unwrap();
+        client.pull_image_manifest(&r, &RegistryAuth::Anonymous).await.unwrap().0
+    });
+    let annotations = manifest.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get(quarry_oci::VERSION_ANNOTATION).map(String::as_str),
+        Some(env!("CARGO_PKG_VERSION")),
+        "{annotations:?}"
+    );
     config(&env, &format!("oci://{}/tools/chapters@{digest}", registry.addr), "max_component_size = \"1MiB\"");
     let (code, _, err) = call(&env);
     assert_eq!(code, 1, "{err}");

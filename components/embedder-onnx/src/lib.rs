@@ -189,4 +189,19 @@ mod component {
     }
 
     export!(Component);
+
+    // The component's version as a custom section, as tool-guest's `component_version!` writes
+    // it for the tool components (this crate does not depend on tool-guest): `quarry list`
+    // shows it.
+    #[used]
+    #[unsafe(link_section = "version")]
+    static COMPONENT_VERSION: [u8; env!("CARGO_PKG_VERSION").len()] = {
+        let (text, mut out) = (env!("CARGO_PKG_VERSION").as_bytes(), [0u8; env!("CARGO_PKG_VERSION").len()]);
+        let mut i = 0;
+        while i < out.len() {
+            out[i] = text[i];
+            i += 1;
+        }
+        out
+    };
 }

@@ -49,6 +49,32 @@ mod mapping;
 #[cfg(target_arch = "wasm32")]
 pub use mapping::{GuestEnv, output, specs, to_wit};
 
+/// The name of the custom section that carries a component's version, as `wasm-tools metadata
+/// add --version` writes it (wasm-metadata's OCI annotations: `quarry push` passes it on as
+/// `org.opencontainers.image.version`).
+pub const VERSION_SECTION: &str = "version";
+
+/// Writes the invoking crate's `CARGO_PKG_VERSION` into the component as the custom section
+/// [`VERSION_SECTION`], which the host reads (`quarry list`) without running the component.
+/// [`export_tools!`] calls it; a component that exports something else calls it once itself.
+#[macro_export]
+macro_rules! component_version {
+    () => {
+        // `used`: nothing references it, and the linker would drop it.
+        #[used]
+        #[unsafe(link_section = "version")]
+        static COMPONENT_VERSION: [u8; env!("CARGO_PKG_VERSION").len()] = {
+            let (text, mut out) = (env!("CARGO_PKG_VERSION").as_bytes(), [0u8; env!("CARGO_PKG_VERSION").len()]);
+            let mut i = 0;
+            while i < out.len() {
+                out[i] = text[i];
+                i += 1;
+            }
+            out
+        };
+    };
+}
+
 /// Exports `$instance` (a [`Tools`]) as the component's `tool` interface: `open`, `prepare`,
 /// `specs` and `call`, its errors and outputs mapped once here. Expands in the component,
 /// beside its `wit_bindgen::generate!` (whose `exports` module it implements).
@@ -104,5 +130,6 @@ macro_rules! export_tools {
         }
 
         export!(ToolsComponent);
+        $crate::component_version!();
     };
 }

@@ -403,6 +403,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                             "instance": t.instance,
                             "description": t.spec.description,
                             "args_schema": *t.schema,
+                            "component": {"version": t.component_version, "sha256": t.component_hash},
                         })
                     })
                     .collect();
@@ -410,10 +411,12 @@ pub async fn run(cli: Cli) -> ExitCode {
             } else {
                 for t in tools.iter() {
                     println!(
-                        "{}\n    {}\n    args: {}",
+                        "{}\n    {}\n    args: {}\n    component: {}, sha256:{}",
                         t.qualified,
                         printable(&t.spec.description),
-                        printable(&t.spec.args_schema)
+                        printable(&t.spec.args_schema),
+                        t.component_version.as_deref().map_or("no version".to_string(), |v| format!("version {v}")),
+                        &t.component_hash[..12.min(t.component_hash.len())],
                     );
                 }
             }

@@ -16,7 +16,7 @@ use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 use crate::capability::CallCx;
 use crate::capability::embedder::{BoxFuture, Caller, EmbedderBackend, MAX_CHUNK};
 use crate::config::InstanceConfig;
-use crate::registry::instance::{OpenError, compile};
+use crate::registry::instance::{Compiled, OpenError, compile};
 use crate::runtime::engine::QuarryEngine;
 use crate::runtime::guarded::{GuestCall, new_store, run_guarded, run_guarded_for};
 use crate::runtime::store::StoreState;
@@ -69,7 +69,7 @@ impl ComponentEmbedder {
         config: Arc<InstanceConfig>,
     ) -> Result<ComponentEmbedder, OpenError> {
         let path = &config.component;
-        let (component, hash, _) = compile(engine, path).await?;
+        let Compiled { component, hash, version } = compile(engine, path).await?;
         let link = |message: String| OpenError::Link { path: path.clone(), message };
         let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
         let pre = EmbedderHostPre::new(pre).map_err(|e| {
@@ -91,7 +91,8 @@ impl ComponentEmbedder {
             members.push(tokio::sync::Mutex::new(Some(live)));
         }
         let info = info.ok_or_else(|| link("empty pool".into()))?;
-        tracing::info!(target: "quarry::embedder", embedder = %config.name, pool = size, model = %info.id, "embedder ready");
+        tracing::info!(target: "quarry::embedder", embedder = %config.name, pool = size, model = %info.id,
+            version = version.as_deref().unwrap_or("none"), "embedder ready");
         let queue = FairQueue::new(members.len());
         Ok(ComponentEmbedder { config, engine: engine.clone(), pre, _component: component, info, hash, members, queue })
     }

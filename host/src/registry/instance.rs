@@ -27,7 +27,7 @@ use crate::capability::CallCx;
 use crate::capability::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
 use crate::capability::progress::{self, Report};
 use crate::config::InstanceConfig;
-use crate::runtime::cache::{CacheOutcome, ComponentCache};
+use crate::runtime::cache::ComponentCache;
 use crate::runtime::engine::{EngineError, QuarryEngine};
 pub use crate::runtime::guarded::Fault;
 use crate::runtime::guarded::{new_store, run_guarded, run_guarded_for};
@@ -54,6 +54,8 @@ pub const HIT_OVERHEAD: usize = 64;
 pub struct ComponentVersion {
     /// SHA-256 of its bytes.
     pub hash: [u8; 32],
+    /// The version it carries (its `version` custom section), if any.
+    pub version: Option<String>,
     /// Whether it imports the embedder.
     pub imports_embedder: bool,
     pre: ToolHostPre<StoreState>,
@@ -229,13 +231,20 @@ pub enum CallError {
     },
 }
 
-/// Reads and compiles (or loads from cache) the component at `path`; returns it with its content
-/// hash. A file over the engine's [`QuarryEngine::max_component_bytes`] is refused before it is
-/// compiled: compiling takes time and memory in proportion to its size.
-pub(crate) async fn compile(
-    engine: &QuarryEngine,
-    path: &Path,
-) -> Result<(Arc<Component>, [u8; 32], CacheOutcome), OpenError> {
+/// A component read and compiled: what the host knows of it before running it.
+pub(crate) struct Compiled {
+    /// The compiled component.
+    pub component: Arc<Component>,
+    /// SHA-256 of its bytes.
+    pub hash: [u8; 32],
+    /// The version it says it is (its `version` custom section), bounded and checked.
+    pub version: Option<String>,
+}
+
+/// Reads and compiles (or loads from cache) the component at `path`. A file over the engine's
+/// [`QuarryEngine::max_component_bytes`] is refused before it is compiled: compiling takes time
+/// and memory in proportion to its size.
+pub(crate) async fn compile(engine: &QuarryEngine, path: &Path) -> Result<Compiled, OpenError> {
     use tokio::io::AsyncReadExt as _;
     let read_error = |source| EngineError::Read { path: path.to_path_buf(), source };
     let max = engine.max_component_bytes();
@@ -248,10 +257,13 @@ pub(crate) async fn compile(
     }
     let hash = ComponentCache::content_hash(&bytes);
     let (engine2, path2) = (engine.clone(), path.to_path_buf());
-    let (component, outcome) = tokio::task::spawn_blocking(move || engine2.load_component(&path2, &bytes))
-        .await
-        .map_err(|e| OpenError::Link { path: path.to_path_buf(), message: format!("compiler task failed: {e}") })??;
-    Ok((component, hash, outcome))
+    let (component, version) = tokio::task::spawn_blocking(move || {
+        let version = crate::support::metadata::version(&bytes);
+        engine2.load_component(&path2, &bytes).map(|(component, _)| (component, version))
+    })
+    .await
+    .map_err(|e| OpenError::Link { path: path.to_path_buf(), message: format!("compiler task failed: {e}") })??;
+    Ok(Compiled { component, hash, version })
 }
 
 impl ComponentVersion {
@@ -261,7 +273,7 @@ impl ComponentVersion {
         linker: &Linker<StoreState>,
         path: &Path,
     ) -> Result<Arc<ComponentVersion>, OpenError> {
-        let (component, hash, _) = compile(engine, path).await?;
+        let Compiled { component, hash, version } = compile(engine, path).await?;
         let imports_embedder =
             component.component_type().imports(engine.engine()).any(|(name, _)| name == EMBEDDER_IMPORT);
         let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
@@ -269,7 +281,7 @@ impl ComponentVersion {
         let pre = ToolHostPre::new(pre).map_err(|e| {
             link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.3.0`; see wit/)"))
         })?;
-        Ok(Arc::new(ComponentVersion { hash, imports_embedder, pre, _component: component }))
+        Ok(Arc::new(ComponentVersion { hash, version, imports_embedder, pre, _component: component }))
     }
 }
 
@@ -338,6 +350,8 @@ pub struct ToolEntry {
     pub schema: Arc<JsonObject>,
     /// SHA-256 (hex) of the component version serving it.
     pub component_hash: String,
+    /// The version that component carries, if any.
+    pub component_version: Option<String>,
 }
 
 /// A running tool instance: `pool` members of one component version and config, serving calls
@@ -392,6 +406,7 @@ impl ToolInstance {
                 spec,
                 schema: Arc::new(schema),
                 component_hash: hash.clone(),
+                component_version: version.version.clone(),
             })
             .collect();
         // The first member keeps the store it was opened in; the others start as they prepare.

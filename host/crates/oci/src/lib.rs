@@ -37,7 +37,7 @@ pub use {oci_client, oci_wasm};
 
 pub use lock::Lock;
 pub use pull::{Pulled, Puller};
-pub use push::push;
+pub use push::{VERSION_ANNOTATION, push};
 pub use reference::OciRef;
 pub use sign::{PublicKey, SigningKey, sign, signature_tag, verify};
 

@@ -1,6 +1,7 @@
 //! What every room of the host builds on and that knows none of them: bounding and escaping
 //! text the host does not trust, the config's value types, the limits, rate-limited log lines,
-//! the fair queue that shares a pool between clients, and where `builtin:` names are.
+//! the fair queue that shares a pool between clients, where `builtin:` names are, and what a
+//! component says of itself (its version).
 
 #![deny(missing_docs)]
 
@@ -8,5 +9,6 @@ pub mod builtin;
 pub mod fair;
 pub mod limits;
 pub mod log_budget;
+pub mod metadata;
 pub mod text;
 pub mod values;
