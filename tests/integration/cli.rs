@@ -99,3 +99,26 @@ fn check_prepares_every_instance_and_sizes_the_pools() {
     assert!(out.contains("pool echo: 3 instances, memory at most 192 MiB (3 x grants.memory 64 MiB)"), "{out}");
     assert!(out.contains("pool h: 1 instance, memory at most 256 MiB"), "{out}");
 }
+
+/// `quarry init` for a model that is not installed: nothing written, not even the index folder
+/// it would have granted, and the message says what to install.
+#[test]
+fn init_without_the_model_writes_nothing() {
+    let env = TestEnv::new();
+    std::fs::write(env.path("manual.md"), "# Install\n\nRun the installer.\n").unwrap();
+    let (home, models) = (env.path("home"), env.path("no-models"));
+    std::fs::create_dir_all(&models).unwrap();
+    let out = std::process::Command::new(quarry_tests::quarry_bin())
+        .current_dir(env.dir.path())
+        .args(["init", "--manual", "manual.md"])
+        .env("HOME", &home)
+        .env_remove("XDG_CACHE_HOME")
+        .env("QUARRY_MODELS", &models)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("all-minilm-l6-v2") && err.contains("quarry-wasm-minilm"), "{err}");
+    assert!(!env.path("quarry.toml").exists());
+    assert!(!home.join(".cache").exists(), "left behind: {:?}", std::fs::read_dir(&home).map(|d| d.count()));
+}

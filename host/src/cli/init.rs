@@ -100,13 +100,27 @@ pub fn init(args: &InitArgs) -> Result<Vec<(String, PathBuf, &'static str)>, Ini
     }
     let text = render(&instances);
     // Checked as the host will read it before anything is written: a missing built-in
-    // component or model is said now, and no file is left half right.
+    // component or model is said now, and no file is left half right. The grants must name
+    // folders that exist, so the index folders are made first, and removed again (those this
+    // call made, while still empty) when the config would not load.
+    let mut made = Vec::new();
     for inst in &instances {
+        let mut missing = Some(inst.index_dir.as_path());
+        while let Some(dir) = missing.filter(|d| !d.exists()) {
+            made.push(dir.to_path_buf());
+            missing = dir.parent();
+        }
         std::fs::create_dir_all(&inst.index_dir)
             .map_err(|source| InitError::Io { path: inst.index_dir.display().to_string(), source })?;
     }
     let output = std::path::absolute(&args.output).unwrap_or_else(|_| args.output.clone());
-    Config::parse(&output, &text).map_err(|e| InitError::WouldNotLoad(e.to_string()))?;
+    if let Err(e) = Config::parse(&output, &text) {
+        // Deepest first; `remove_dir` leaves a folder that is no longer empty.
+        for dir in &made {
+            let _ = std::fs::remove_dir(dir);
+        }
+        return Err(InitError::WouldNotLoad(e.to_string()));
+    }
     std::fs::write(&output, text).map_err(|source| InitError::Io { path: output.display().to_string(), source })?;
     Ok(instances.into_iter().map(|i| (i.name, i.document, example_call(i.component))).collect())
 }
