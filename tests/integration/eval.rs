@@ -67,6 +67,24 @@ fn scores_a_tool_on_labelled_questions() {
         let line = out.lines().find(|l| l.starts_with(&format!("| {name} |"))).unwrap_or_else(|| panic!("{out}"));
         assert_eq!(line.split('|').count(), 13, "{line}");
     }
+    // Per question, with --details: where each retriever found it, the route, the fragments.
+    let (code, out, err) = run(&env, &["eval", "manual.search", "q.jsonl", "--compare", "--details"]);
+    assert_eq!(code, 0, "{err}");
+    let bw = out.lines().position(|l| l.starts_with("bw: found at 1 (routed); global_vector at 1, global_hybrid at 1"));
+    let bw = bw.unwrap_or_else(|| panic!("{out}"));
+    let block: Vec<&str> = out.lines().skip(bw).take(5).collect();
+    assert_eq!(block[1], "  question: bwlimit timetable working hours", "{out}");
+    assert_eq!(block[2], "  gold: Syncing > Bandwidth", "{out}");
+    assert!(block[3].starts_with("  routed: 2") && block[3].contains("Syncing"), "{out}");
+    assert!(block[4].starts_with("  1. Syncing > Bandwidth (lines "), "{out}");
+    assert!(out.contains("both: found at 1 (routed)") && out.contains("; every gold section found"), "{out}");
+    let (code, out, err) = run(&env, &["eval", "manual.search", "q.jsonl", "--json", "--details"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["details"][0]["id"], "bw", "{out}");
+    assert_eq!(v["details"][0]["found_at"]["as configured"], 1, "{out}");
+    assert_eq!(v["details"][2]["all_found"], true, "{out}");
+
     // A question that nothing answers counts against every measure.
     std::fs::write(
         env.path("q.jsonl"),
@@ -81,6 +99,42 @@ fn scores_a_tool_on_labelled_questions() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["rows"][0]["section_recall"]["10"], 0.75, "{out}");
     assert_eq!(v["rows"][0]["mrr_at_10"], 0.75, "{out}");
+    let (code, out, err) = run(&env, &["eval", "manual.search", "q.jsonl", "--details"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("line 5: found not in the first 10\n  question: zzzz\n  gold: Nowhere\n"), "{out}");
+}
+
+/// Questions that name sections by id, with the manual's `sections.jsonl` elsewhere
+/// (`--sections`), as the development manuals keep them.
+#[test]
+fn sections_by_id_from_another_folder() {
+    let env = env();
+    std::fs::create_dir_all(env.path("built")).unwrap();
+    let text = manual();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = |h: &str| lines.iter().position(|l| *l == h).unwrap() + 1;
+    let (sync, bw, end) = (at("# Syncing"), at("## Bandwidth"), lines.len());
+    std::fs::write(
+        env.path("built/sections.jsonl"),
+        format!(
+            "{}\n{}\n",
+            serde_json::json!({"id": "S1", "path": ["Syncing"], "line_start": sync, "subtree_line_end": end}),
+            serde_json::json!({"id": "S2", "path": ["Syncing", "Bandwidth"], "line_start": bw, "subtree_line_end": end}),
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        env.path("q.jsonl"),
+        r#"{"id": "bw", "question": "bwlimit timetable working hours", "answer_section_ids": ["S2"]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = run(&env, &["eval", "manual.search", "q.jsonl"]);
+    assert_eq!(code, 2, "without the sections, an id means nothing: {err}");
+    let (code, out, err) =
+        run(&env, &["eval", "manual.search", "q.jsonl", "--sections", "built/sections.jsonl", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rows"][0]["section_recall"]["1"], 1.0, "{out}");
 }
 
 #[test]

@@ -102,6 +102,9 @@ pub enum Command {
         /// The question file (JSON lines); a `sections.jsonl` beside it lets questions name
         /// sections by id.
         questions: PathBuf,
+        /// The manual's heading list (`sections.jsonl`) when it is not beside the question file.
+        #[arg(long, value_name = "FILE")]
+        sections: Option<PathBuf>,
         /// Run global vector, global hybrid and routed retrieval side by side (tools that
         /// accept the eval-only argument `retrieval`, such as chapter-rag's `search`).
         #[arg(long)]
@@ -109,6 +112,10 @@ pub enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Also say, per question, where the answer was found (with --compare, by which
+        /// retriever), the routed chapters and the first fragments.
+        #[arg(long)]
+        details: bool,
     },
     /// Serve every tool over MCP, swapping in new component versions as their files change.
     Serve {
@@ -288,13 +295,15 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
     // A bad question file is reported before the tools load (which may take minutes).
     let questions = match &cli.command {
-        Command::Eval { questions, .. } => match crate::eval::load_questions(questions) {
-            Ok(q) => q,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(EXIT_USAGE);
+        Command::Eval { questions, sections, .. } => {
+            match crate::eval::load_questions(questions, sections.as_deref()) {
+                Ok(q) => q,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
             }
-        },
+        }
         _ => Vec::new(),
     };
     let registry = match Registry::new(config) {
@@ -422,11 +431,11 @@ pub async fn run(cli: Cli) -> ExitCode {
             }
             ExitCode::from(if failures.is_empty() { EXIT_OK } else { EXIT_TOOL })
         }
-        Command::Eval { tool, compare, json, .. } => {
+        Command::Eval { tool, compare, json, details, .. } => {
             // The CLI waits for the index builds to the end, with the progress bar; an MCP call
             // waits at most its deadline.
             registry.prepared().await;
-            eval(&registry, &tool, &questions, compare, json).await
+            eval(&registry, &tool, &questions, compare, json, details).await
         }
         Command::Call { tool, args, json } => {
             registry.prepared().await;
@@ -455,13 +464,15 @@ pub async fn run(cli: Cli) -> ExitCode {
     }
 }
 
-/// `quarry eval`: the scores of `tool` on `questions`, as a table or JSON.
+/// `quarry eval`: the scores of `tool` on `questions`, as a table or JSON; with `details`,
+/// per question too.
 async fn eval(
     registry: &Registry,
     tool: &str,
     questions: &[crate::eval::questions::Question],
     compare: bool,
     json: bool,
+    details: bool,
 ) -> ExitCode {
     let plan = match crate::eval::Plan::for_tool(registry, tool) {
         Ok(p) => p,
@@ -472,10 +483,10 @@ async fn eval(
     };
     let modes: Vec<Option<&str>> =
         if compare { crate::eval::COMPARED.iter().map(|m| Some(*m)).collect() } else { vec![None] };
-    let mut rows = Vec::new();
+    let mut scored = Vec::new();
     for mode in modes {
         match crate::eval::run(registry, &plan, questions, mode).await {
-            Ok(Some(row)) => rows.push(row),
+            Ok(Some(s)) => scored.push(s),
             Ok(None) => {
                 eprintln!("note: {} does not offer retrieval {:?}; skipped", plan.tool, mode.unwrap_or_default())
             }
@@ -485,20 +496,28 @@ async fn eval(
             }
         }
     }
-    if rows.is_empty() {
+    if scored.is_empty() {
         eprintln!(
             "error: {} has no retrieval modes to compare (it refuses the argument `retrieval`); run without --compare",
             plan.tool
         );
         return ExitCode::from(EXIT_USAGE);
     }
+    let rows: Vec<crate::eval::score::Row> = scored.iter().map(|s| s.row.clone()).collect();
     let multi = questions.iter().filter(|q| q.multi).count();
     if json {
-        let v = serde_json::json!({"tool": plan.tool, "questions": questions.len(), "rows": crate::eval::score::to_json(&rows)});
+        let mut v = serde_json::json!({"tool": plan.tool, "questions": questions.len(), "rows": crate::eval::score::to_json(&rows)});
+        if details {
+            v["details"] = crate::eval::details_json(questions, &scored);
+        }
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         println!("{}: {} questions ({multi} multi-section)\n", plan.tool, questions.len());
         print!("{}", crate::eval::score::table(&rows));
+        if details {
+            println!();
+            print!("{}", printable(&crate::eval::details_text(questions, &scored)));
+        }
     }
     ExitCode::from(EXIT_OK)
 }

@@ -7,25 +7,29 @@
 //! subtree. A returned fragment is right when it lies inside one: by line range when both sides
 //! have one, else by heading path.
 
+mod details;
 pub mod questions;
 mod run;
 pub mod score;
 
-pub use run::{COMPARED, EvalError, Plan, run};
+pub use details::{details_json, details_text};
+pub use run::{COMPARED, Detail, EvalError, Plan, RoutedChapter, SHOWN_HITS, Scored, ShownHit, run};
 
 use std::path::Path;
 
 use questions::{Question, QuestionError, SectionIndex};
 
-/// Reads a question file, and the `sections.jsonl` beside it when there is one.
-pub fn load_questions(path: &Path) -> Result<Vec<Question>, QuestionError> {
+/// Reads a question file, and its manual's `sections.jsonl`: `sections` when given, else the
+/// one beside the question file when there is one.
+pub fn load_questions(path: &Path, sections: Option<&Path>) -> Result<Vec<Question>, QuestionError> {
     let read = |p: &Path| {
         std::fs::read_to_string(p).map_err(|source| QuestionError::Read { file: p.display().to_string(), source })
     };
-    let sections_path = path.with_file_name("sections.jsonl");
-    let sections = match sections_path.is_file() {
-        true => Some(SectionIndex::parse(&read(&sections_path)?, &sections_path.display().to_string())?),
-        false => None,
+    let beside = path.with_file_name("sections.jsonl");
+    let sections_path = sections.map(Path::to_path_buf).or_else(|| beside.is_file().then_some(beside));
+    let sections = match sections_path {
+        Some(p) => Some(SectionIndex::parse(&read(&p)?, &p.display().to_string())?),
+        None => None,
     };
     questions::parse(&read(path)?, &path.display().to_string(), sections.as_ref())
 }

@@ -2,6 +2,7 @@
 
 use std::time::Instant;
 
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::questions::Question;
@@ -129,19 +130,19 @@ impl Plan {
 }
 
 /// Where a hit lies, from its metadata: `path` (chapter-rag) or `heading_path` (docx-search),
-/// and `lines`.
+/// and `lines`. An empty heading path places a hit before the first heading (it answers no
+/// section); a hit with neither key cannot be placed.
 fn fragment(hit: &Hit) -> Option<Fragment> {
     let meta: Value = serde_json::from_str(&hit.metadata).ok()?;
-    let path: Vec<String> = ["path", "heading_path"]
+    let path: Option<Vec<String>> = ["path", "heading_path"]
         .iter()
         .find_map(|k| meta[*k].as_array())
-        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect())
-        .unwrap_or_default();
+        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect());
     let lines = match (meta["lines"][0].as_u64(), meta["lines"][1].as_u64()) {
         (Some(a), Some(b)) => Some((a as usize, b as usize)),
         _ => None,
     };
-    (!path.is_empty() || lines.is_some()).then_some(Fragment { path, lines })
+    (path.is_some() || lines.is_some()).then(|| Fragment { path: path.unwrap_or_default(), lines })
 }
 
 /// The chapters a tool ranks: those it routed to and then the rest of its ranking, when it
@@ -159,6 +160,79 @@ fn chapters(extra: Option<&str>, fragments: &[Fragment]) -> Vec<String> {
     chapter_order([routed.as_slice(), ranking.as_slice(), chapters_of(fragments).as_slice()])
 }
 
+/// Fragments shown per question by `--details`.
+pub const SHOWN_HITS: usize = 3;
+
+/// What one question got, for `--details`: where the first right fragment was, the route, and
+/// the first fragments.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Detail {
+    /// The question's id.
+    pub id: String,
+    /// Rank (1-based) of the first fragment inside a gold or acceptable section, in the first
+    /// [`DEPTH`]; `None`: not in the first [`DEPTH`].
+    pub found_at: Option<usize>,
+    /// For a multi-section question, whether every gold section is in the first [`DEPTH`].
+    pub all_found: Option<bool>,
+    /// The chapters the tool routed to, with their confidences (chapter-rag's `extra.route`).
+    pub routed: Vec<RoutedChapter>,
+    /// The first [`SHOWN_HITS`] fragments: heading path and score.
+    pub hits: Vec<ShownHit>,
+}
+
+/// One routed chapter as the tool reported it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoutedChapter {
+    /// Its id.
+    pub id: String,
+    /// Its heading path.
+    pub path: String,
+    /// The tool's confidence.
+    pub confidence: Option<f64>,
+}
+
+/// One fragment as `--details` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ShownHit {
+    /// Its heading path.
+    pub path: String,
+    /// Its lines, when the tool says.
+    pub lines: Option<(usize, usize)>,
+    /// The tool's score.
+    pub score: Option<f32>,
+}
+
+/// One retriever's row and its per-question details, in the questions' order.
+#[derive(Clone, Debug)]
+pub struct Scored {
+    /// The scores.
+    pub row: Row,
+    /// Per question.
+    pub details: Vec<Detail>,
+}
+
+/// What `--details` reads of the route in a tool's `extra` (chapter-rag's `route.chapters`).
+fn routed_chapters(extra: Option<&str>) -> Vec<RoutedChapter> {
+    let extra: Value = extra.and_then(|e| serde_json::from_str(e).ok()).unwrap_or(Value::Null);
+    let text = |v: &Value| crate::support::text::cut(v.as_str().unwrap_or_default(), 200);
+    extra["route"]["chapters"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .take(SHOWN_HITS)
+                .map(|c| RoutedChapter {
+                    id: text(&c["chapter_id"]),
+                    path: c["path"]
+                        .as_array()
+                        .map(|p| p.iter().map(&text).collect::<Vec<_>>().join(" > "))
+                        .unwrap_or_default(),
+                    confidence: c["confidence"].as_f64(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Asks every question of `plan`'s tool (with `retrieval`, when given) and scores the answers.
 /// None when the tool refuses the `retrieval` argument: it has one mode.
 pub async fn run(
@@ -166,8 +240,9 @@ pub async fn run(
     plan: &Plan,
     questions: &[Question],
     retrieval: Option<&str>,
-) -> Result<Option<Row>, EvalError> {
+) -> Result<Option<Scored>, EvalError> {
     let mut tally = Tally::default();
+    let mut details = Vec::with_capacity(questions.len());
     let mut ms = Vec::with_capacity(questions.len());
     for q in questions {
         let t = Instant::now();
@@ -187,7 +262,45 @@ pub async fn run(
             return Err(EvalError::Unplaced { tool: plan.tool.clone() });
         }
         tally.add(q, &fragments, &chapters(out.extra.as_deref(), &fragments));
+        let top = &fragments[..fragments.len().min(DEPTH)];
+        details.push(Detail {
+            id: q.id.clone(),
+            found_at: top.iter().position(|f| q.gold.iter().chain(&q.acceptable).any(|s| s.holds(f))).map(|r| r + 1),
+            all_found: q.multi.then(|| q.gold.iter().all(|s| top.iter().any(|f| s.holds(f)))),
+            routed: routed_chapters(out.extra.as_deref()),
+            hits: fragments
+                .iter()
+                .zip(&out.hits)
+                .take(SHOWN_HITS)
+                .map(|(f, h)| ShownHit {
+                    path: crate::support::text::cut(&f.path.join(" > "), 300),
+                    lines: f.lines,
+                    score: h.score,
+                })
+                .collect(),
+        });
     }
     let name = retrieval.unwrap_or("as configured").to_string();
-    Ok(Some(Row { name, tally, latency: Some((percentile(&ms, 0.5), percentile(&ms, 0.99))) }))
+    let row = Row { name, tally, latency: Some((percentile(&ms, 0.5), percentile(&ms, 0.99))) };
+    Ok(Some(Scored { row, details }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(metadata: &str) -> Hit {
+        Hit { content: "x".into(), score: Some(0.5), source: None, metadata: metadata.into() }
+    }
+
+    #[test]
+    fn hits_are_placed_by_heading_path_or_lines() {
+        let f = fragment(&hit(r#"{"heading_path": ["A", "B"]}"#)).unwrap();
+        assert_eq!((f.path, f.lines), (vec!["A".to_string(), "B".to_string()], None));
+        let f = fragment(&hit(r#"{"path": ["A"], "lines": [3, 9]}"#)).unwrap();
+        assert_eq!(f.lines, Some((3, 9)));
+        // Before the first heading: placed, in no section.
+        assert_eq!(fragment(&hit(r#"{"heading_path": []}"#)).map(|f| f.path.len()), Some(0));
+        assert_eq!(fragment(&hit(r#"{"chunk_index": 1}"#)), None);
+    }
 }
