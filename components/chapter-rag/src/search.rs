@@ -4,11 +4,13 @@
 //! Routing without a language model: the question's best passages across the whole manual
 //! (hybrid search) vote for the chapters that hold them. A top-level chapter's evidence is its
 //! best passage's fused score plus a quarter of its next one's, and so on; the candidates are the
-//! 1–3 chapters with the most evidence, and a chapter's confidence is its share of all the
-//! evidence. A candidate narrows to one of its sections only when that section holds at least
-//! [`NARROW_SHARE`] of all the votes; below that confidence the route stays at (widens to) the
-//! parent. On the development questions (`make eval`), narrowing more eagerly loses answers that
-//! sit in a sibling section.
+//! 1–3 chapters with the most evidence, and a chapter's confidence is a calibrated probability
+//! that it holds the answer ([`Calibration`]: its lead over the best other chapter and its share
+//! of the evidence). A candidate narrows to one of its sections only when that section holds at
+//! least [`Params::narrow_share`] of all the votes. `search` then looks inside the routed
+//! chapters and in the sections of the whole manual's best few passages
+//! ([`Params::keep_top`]), or everywhere when the route is unsure ([`Params::widen_below`]).
+//! The constants are [`Params`], judged on six development manuals at once (`make eval`).
 
 use rag_core::hybrid::{self, LEG_DEPTH};
 use rag_core::score::{dot, from_cosine};
@@ -17,17 +19,59 @@ use tool_guest::tool::ToolError;
 
 use crate::index::Built;
 
-/// Passages that vote when routing.
-const VOTERS: usize = 40;
-/// A section must hold this share of its chapter's evidence to be routed to instead of it.
-pub const NARROW_SHARE: f32 = 0.7;
-/// A candidate needs this fraction of the best candidate's evidence.
-const CANDIDATE_FLOOR: f32 = 0.1;
-/// Each further passage of a chapter counts this much as the one before: a chapter is judged
-/// mostly by its best passage, a little by its next ones.
-const DECAY: f32 = 0.25;
 /// The most chapters a route returns.
 pub const MAX_ROUTED: usize = 3;
+
+/// How a question is routed and searched: the constants of routing, in one place so that
+/// `make eval` can judge each on every development manual (the defaults are what it chose).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Params {
+    /// Passages that vote when routing.
+    pub voters: usize,
+    /// How much a voter's place counts: the voter at place r (from 1) of the fused ranking
+    /// brings `1 / (vote_k + r)`; 0 brings its fused score (`Σ weight / (60 + rank)` over the
+    /// legs, nearly flat over 40 places, so a route counts passages).
+    pub vote_k: f32,
+    /// Each further passage of a chapter counts this much as the one before: a chapter is
+    /// judged mostly by its best passage, a little by its next ones.
+    pub decay: f32,
+    /// A section must hold this share of its chapter's evidence to be routed to instead of it.
+    pub narrow_share: f32,
+    /// A candidate needs this fraction of the best candidate's evidence.
+    pub candidate_floor: f32,
+    /// The vector leg's weight in the fusion (the keyword leg's is 1), for routing and search.
+    pub vector_weight: f32,
+    /// A chapter's evidence is divided by its size relative to the mean chapter's (in chunks)
+    /// to this power: 0 counts passages as they come, 1 judges a chapter by what it holds
+    /// beyond what its size would give by chance.
+    pub size_power: f32,
+    /// When the route's confidence is below this, it is unsure and `search` looks in the
+    /// whole manual instead of the routed chapters (0: never).
+    pub widen_below: f32,
+    /// `search` also looks in the sections that hold the whole manual's best `keep_top`
+    /// passages, so that a route cannot lose what the global search is surest of.
+    pub keep_top: usize,
+    /// How evidence becomes a confidence.
+    pub calibration: Calibration,
+}
+
+impl Default for Params {
+    fn default() -> Params {
+        Params {
+            voters: 40,
+            vote_k: 0.0,
+            decay: 0.25,
+            narrow_share: 0.7,
+            candidate_floor: 0.1,
+            vector_weight: rag_core::hybrid::VECTOR_WEIGHT,
+            size_power: 0.0,
+            widen_below: 0.5,
+            keep_top: 5,
+            // Fitted on the six development manuals (`make eval EVAL_ARGS=--calibrate`).
+            calibration: Calibration { bias: 1.52, lead: 13.08, share: 0.81 },
+        }
+    }
+}
 
 /// One hybrid result.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -71,13 +115,14 @@ pub fn vector_only(
         .collect())
 }
 
-/// Hybrid search: vectors and BM25 among the chunks `allowed`, fused by rank; chunks whose
-/// vector score is below `threshold` are dropped; the best `k`.
+/// Hybrid search: vectors and BM25 among the chunks `allowed`, fused by rank (the vector leg
+/// at `vector_weight`); chunks whose vector score is below `threshold` are dropped; the best `k`.
 pub fn hybrid(
     built: &mut Built,
     query: &Query,
     k: usize,
     threshold: f32,
+    vector_weight: f32,
     allowed: Option<&dyn Fn(usize) -> bool>,
 ) -> Result<Vec<Scored>, ToolError> {
     let depth = LEG_DEPTH.max(k);
@@ -89,7 +134,7 @@ pub fn hybrid(
         .map(|(i, _)| i)
         .collect();
     let by_keyword: Vec<usize> = built.bm25.search(&query.text, depth, allowed).into_iter().map(|(i, _)| i).collect();
-    Ok(hybrid::fuse(&by_vector, &by_keyword, k, threshold, |i| query.score(built, i))
+    Ok(hybrid::fuse_weighted(&by_vector, &by_keyword, vector_weight, k, threshold, |i| query.score(built, i))
         .into_iter()
         .map(|f| Scored { chunk: f.position, fused: f.fused, score: f.score })
         .collect())
@@ -107,9 +152,34 @@ pub struct Routed {
     pub title: String,
     /// Titles from the top down to it.
     pub path: Vec<String>,
-    /// Its share of the evidence, in [0, 1].
+    /// How likely its chapter holds the answer ([`Calibration`]), in [0, 1].
     #[serde(serialize_with = "rag_core::score::serialize_f32")]
     pub confidence: f32,
+}
+
+/// The route's confidence: `σ(bias + lead·ln(e / e') + share·ln(e / total))` for a chapter of
+/// evidence `e`, against the best other chapter's `e'`, out of all the evidence. Fitted on the
+/// development manuals (`make eval EVAL_ARGS=--calibrate`, leave-one-manual-out), so that a
+/// confidence of 0.7 means the top chapter held the answer about 70% of the time there.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Calibration {
+    /// The intercept.
+    pub bias: f32,
+    /// The weight of the chapter's lead over the best other one (log ratio).
+    pub lead: f32,
+    /// The weight of the chapter's share of all the evidence (log).
+    pub share: f32,
+}
+
+impl Calibration {
+    /// The confidence of a chapter with evidence `e`, the best other chapter having `other`,
+    /// out of `total`.
+    pub fn confidence(&self, e: f32, other: f32, total: f32) -> f32 {
+        let tiny = f32::MIN_POSITIVE;
+        let lead = if other > 0.0 { (e.max(tiny) / other).ln() } else { 5.0 };
+        let x = self.bias + self.lead * lead + self.share * (e.max(tiny) / total.max(tiny)).ln();
+        1.0 / (1.0 + (-x).exp())
+    }
 }
 
 /// Where a question should be looked up.
@@ -117,19 +187,28 @@ pub struct Routed {
 pub struct Route {
     /// 1–3 chapters, best first.
     pub chapters: Vec<Routed>,
-    /// The best chapter's share of all the evidence, in [0, 1].
+    /// How likely the best chapter holds the answer ([`Calibration`]), in [0, 1].
     #[serde(serialize_with = "rag_core::score::serialize_f32")]
     pub confidence: f32,
+    /// The best chapter's share of all the evidence, in [0, 1].
+    #[serde(skip)]
+    pub share: f32,
     /// One line saying why.
     pub reason: String,
     /// Every top-level chapter with evidence, best first (ids), for ranking beyond the routed ones.
     #[serde(skip)]
     pub ranking: Vec<usize>,
+    /// The best chapter's share of the evidence of the best two, in [0.5, 1] (1 with one).
+    #[serde(skip)]
+    pub margin: f32,
+    /// The sections of the whole manual's best passages ([`Params::keep_top`]), searched too.
+    #[serde(skip)]
+    pub kept: Vec<usize>,
 }
 
 /// Routes `question` (embedded as `query`).
-pub fn route(built: &mut Built, query: &Query) -> Result<Route, ToolError> {
-    let voters = hybrid(built, query, VOTERS, 0.0, None)?;
+pub fn route(built: &mut Built, query: &Query, p: &Params) -> Result<Route, ToolError> {
+    let voters = hybrid(built, query, p.voters, 0.0, p.vector_weight, None)?;
     let tree = &built.tree;
     // Evidence per node: its best passages' fused scores, halving from one to the next, so that
     // a chapter with one excellent passage is not outvoted by a long one with many middling ones.
@@ -137,13 +216,28 @@ pub fn route(built: &mut Built, query: &Query) -> Result<Route, ToolError> {
     let mut evidence = vec![0f32; tree.nodes.len()];
     // All of it, undecayed, for narrowing: a section must hold most of the chapter's matches.
     let mut mass = vec![0f32; tree.nodes.len()];
-    for v in &voters {
+    for (place, v) in voters.iter().enumerate() {
+        let vote = if p.vote_k > 0.0 { 1.0 / (p.vote_k + place as f32 + 1.0) } else { v.fused };
         let mut at = Some(built.chunks[v.chunk].chapter);
         while let Some(n) = at {
-            mass[n] += v.fused;
-            evidence[n] += v.fused * DECAY.powi(seen[n] as i32);
+            mass[n] += vote;
+            evidence[n] += vote * p.decay.powi(seen[n] as i32);
             seen[n] += 1;
             at = tree.nodes[n].parent;
+        }
+    }
+    if p.size_power != 0.0 {
+        // Chunks per top-level chapter, against the mean chapter's.
+        let mut size = vec![0usize; tree.nodes.len()];
+        for c in &built.chunks {
+            size[tree.top(c.chapter)] += 1;
+        }
+        let sized: Vec<usize> = tree.roots.iter().map(|&r| size[r]).filter(|&n| n > 0).collect();
+        let mean = sized.iter().sum::<usize>() as f32 / sized.len().max(1) as f32;
+        for &r in &tree.roots {
+            if size[r] > 0 {
+                evidence[r] /= (size[r] as f32 / mean).powf(p.size_power);
+            }
         }
     }
     let total: f32 = tree.roots.iter().map(|&r| evidence[r]).sum();
@@ -154,30 +248,30 @@ pub fn route(built: &mut Built, query: &Query) -> Result<Route, ToolError> {
         return Ok(Route {
             chapters: Vec::new(),
             confidence: 0.0,
+            share: 0.0,
             reason: "no passage of the manual matches the question".into(),
             ranking: Vec::new(),
+            margin: 0.0,
+            kept: Vec::new(),
         });
     };
     let mut chapters = Vec::new();
     let mut narrowed = Vec::new();
     for &top in tops.iter().take(MAX_ROUTED) {
-        if evidence[top] < CANDIDATE_FLOOR * evidence[best] {
+        if evidence[top] < p.candidate_floor * evidence[best] {
             break;
         }
         // Narrow while one section holds most of all the votes (undecayed: a single strong
         // passage is not enough to leave the rest of the chapter out).
         let mut node = top;
-        let mut share = evidence[top] / total;
         loop {
             let child = tree.nodes[node].children.iter().copied().max_by(|&a, &b| mass[a].total_cmp(&mass[b]));
             match child {
-                Some(c) if mass[c] >= NARROW_SHARE * total_mass => {
-                    share = mass[c] / total_mass;
-                    node = c;
-                }
+                Some(c) if mass[c] >= p.narrow_share * total_mass => node = c,
                 _ => break,
             }
         }
+        let other = tops.iter().filter(|&&t| t != top).map(|&t| evidence[t]).fold(0.0, f32::max);
         if node != top {
             narrowed.push(format!("{} \"{}\"", tree.nodes[node].id, tree.nodes[node].title));
         }
@@ -186,26 +280,32 @@ pub fn route(built: &mut Built, query: &Query) -> Result<Route, ToolError> {
             chapter_id: tree.nodes[node].id.clone(),
             title: tree.nodes[node].title.clone(),
             path: tree.path(node),
-            confidence: share,
+            confidence: p.calibration.confidence(evidence[top], other, total),
         });
     }
-    let confidence = evidence[best] / total;
+    let share = evidence[best] / total;
+    let confidence = chapters.first().map_or(0.0, |c| c.confidence);
     let held = voters.iter().filter(|v| tree.top(built.chunks[v.chunk].chapter) == best).count();
     let mut reason = format!(
         "{held} of the {} passages that best match the question are in {} \"{}\" ({:.0}% of the evidence)",
         voters.len(),
         tree.nodes[best].id,
         tree.nodes[best].title,
-        confidence * 100.0
+        share * 100.0
     );
     if !narrowed.is_empty() {
         reason.push_str(&format!(
             "; narrowed to {} (holding over {:.0}% of the matching passages)",
             narrowed.join(", "),
-            NARROW_SHARE * 100.0
+            p.narrow_share * 100.0
         ));
     } else if chapters.len() > 1 {
         reason.push_str("; no single section stands out, so whole chapters are searched");
     }
-    Ok(Route { chapters, confidence, reason, ranking: tops })
+    let margin = match tops.get(1) {
+        Some(&second) => evidence[best] / (evidence[best] + evidence[second]),
+        None => 1.0,
+    };
+    let kept = voters.iter().take(p.keep_top).map(|v| built.chunks[v.chunk].chapter).collect();
+    Ok(Route { chapters, confidence, share, reason, ranking: tops, margin, kept })
 }

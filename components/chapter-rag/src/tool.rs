@@ -73,6 +73,8 @@ struct Settings {
 
 /// One configured instance.
 pub struct ChapterTool {
+    /// How questions are routed and searched (the defaults; `make eval` varies them).
+    pub search: search::Params,
     settings: Settings,
     built: Built,
     stamp: Option<(u64, u128)>,
@@ -212,7 +214,7 @@ impl Configured {
         if let Some(w) = &built.tree.warning {
             env.log(&format!("warning: {manual}: {w}"));
         }
-        Ok(ChapterTool { settings, built, stamp, stale: None })
+        Ok(ChapterTool { search: search::Params::default(), settings, built, stamp, stale: None })
     }
 }
 
@@ -447,7 +449,7 @@ impl ChapterTool {
     /// Routes a question (the `route` tool without its JSON wrapping).
     pub fn route(&mut self, env: &dyn Env, question: &str) -> Result<Route, ToolError> {
         let q = self.query(env, "route", question)?;
-        search::route(&mut self.built, &q)
+        search::route(&mut self.built, &q, &self.search)
     }
 
     fn route_tool(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
@@ -515,7 +517,8 @@ impl ChapterTool {
         }
         let q = self.query(env, T, &a.query)?;
         let allowed = self.inside(&nodes);
-        let found = search::hybrid(&mut self.built, &q, k, threshold, Some(&|i| allowed[i]))?;
+        let found =
+            search::hybrid(&mut self.built, &q, k, threshold, self.search.vector_weight, Some(&|i| allowed[i]))?;
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
         let results: Vec<Value> = hits
             .iter()
@@ -557,14 +560,21 @@ impl ChapterTool {
 
     /// [`ChapterTool::routed_search`] for a question already embedded.
     pub fn routed_search_for(&mut self, q: &Query, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
-        let route = search::route(&mut self.built, q)?;
-        let nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
+        let mut route = search::route(&mut self.built, q, &self.search)?;
+        let mut nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
         if nodes.is_empty() {
             return Ok((route, Vec::new()));
         }
-        let allowed = self.inside(&nodes);
+        nodes.extend(&route.kept);
+        // An unsure route (two chapters close) narrows nothing: the whole manual is searched.
+        let widen = route.confidence < self.search.widen_below;
+        if widen {
+            route.reason.push_str("; the route is unsure, so the whole manual is searched");
+        }
+        let allowed = if widen { vec![true; self.built.chunks.len()] } else { self.inside(&nodes) };
         let pool = limit.saturating_mul(rag_core::hybrid::DIVERSITY_POOL);
-        let found = search::hybrid(&mut self.built, q, pool, self.settings.threshold, Some(&|i| allowed[i]))?;
+        let weight = self.search.vector_weight;
+        let found = search::hybrid(&mut self.built, q, pool, self.settings.threshold, weight, Some(&|i| allowed[i]))?;
         let chunks = &self.built.chunks;
         Ok((route, rag_core::hybrid::spread(found, limit, |s| chunks[s.chunk].chapter)))
     }
@@ -593,10 +603,28 @@ impl ChapterTool {
                     v.retain(|s| s.score >= self.settings.threshold);
                     v
                 } else {
-                    search::hybrid(&mut self.built, &q, limit, self.settings.threshold, None)?
+                    search::hybrid(
+                        &mut self.built,
+                        &q,
+                        limit,
+                        self.settings.threshold,
+                        self.search.vector_weight,
+                        None,
+                    )?
                 };
                 let reason = format!("not routed: retrieval = {mode} searches the whole manual");
-                (Route { chapters: Vec::new(), confidence: 0.0, reason, ranking: Vec::new() }, found)
+                (
+                    Route {
+                        chapters: Vec::new(),
+                        confidence: 0.0,
+                        share: 0.0,
+                        reason,
+                        ranking: Vec::new(),
+                        margin: 0.0,
+                        kept: Vec::new(),
+                    },
+                    found,
+                )
             }
             Some(other) => {
                 return Err(bad_args(

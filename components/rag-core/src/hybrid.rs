@@ -29,7 +29,8 @@ pub struct Fused {
 }
 
 /// Fuses the legs (positions, best first; each [`LEG_DEPTH`] deep) into the best `k` whose
-/// vector score (`score` of a position) is at least `threshold`.
+/// vector score (`score` of a position) is at least `threshold`, the vector leg at
+/// [`VECTOR_WEIGHT`].
 pub fn fuse(
     by_vector: &[usize],
     by_keyword: &[usize],
@@ -37,8 +38,20 @@ pub fn fuse(
     threshold: f32,
     score: impl Fn(usize) -> f32,
 ) -> Vec<Fused> {
+    fuse_weighted(by_vector, by_keyword, VECTOR_WEIGHT, k, threshold, score)
+}
+
+/// [`fuse`] with the vector leg at `vector_weight` (the keyword leg at 1).
+pub fn fuse_weighted(
+    by_vector: &[usize],
+    by_keyword: &[usize],
+    vector_weight: f32,
+    k: usize,
+    threshold: f32,
+    score: impl Fn(usize) -> f32,
+) -> Vec<Fused> {
     let mut out = Vec::new();
-    for (position, fused) in rrf_weighted(&[(by_vector, VECTOR_WEIGHT), (by_keyword, 1.0)]) {
+    for (position, fused) in rrf_weighted(&[(by_vector, vector_weight), (by_keyword, 1.0)]) {
         let score = score(position);
         if score >= threshold {
             out.push(Fused { position, fused, score });
