@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host wheel demo test lint ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval
+.PHONY: setup models components host wheel demo test lint ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval eval-docx
 
 setup:
 	rustup target add wasm32-wasip2
@@ -112,13 +112,18 @@ bench-oci: setup
 	bash tests/oci/registry.sh install
 	$(CARGO) bench -p quarry-tests --bench oci
 
-MODELS ?= $(or $(QUARRY_MODELS),$(HOME)/.cache/quarry/models)
-
-# Retrieval quality of the chapter RAG on both development manuals (../shared/data): global
-# vector, global hybrid and routed hybrid side by side. Indexes are cached in
-# ~/.cache/quarry/eval (first run: about 3 minutes for rclone, more for the Chinese book).
+# Retrieval quality of the chapter RAG on every development manual (the two in ../shared/data
+# and those tests/eval/manuals builds from pinned Debian packages): global vector, global hybrid
+# and routed hybrid side by side, per manual and macro-averaged. Indexes are cached in
+# ~/.cache/quarry/eval. EVAL_ARGS=--details prints every question, EVAL_ARGS=--sweep judges
+# the route's levers on all manuals at once.
 SHARED_DATA ?= $(or $(QUARRY_SHARED_DATA),../shared/data)
+EVAL_ARGS ?=
 eval: setup models
 	$(CARGO) build --release -p chapter-eval
-	$(or $(CARGO_TARGET_DIR),target)/release/chapter-eval $(SHARED_DATA)/manuals/rclone/MANUAL.md $(SHARED_DATA)/manuals/rclone/questions.jsonl $(MODELS)/all-minilm-l6-v2
-	$(or $(CARGO_TARGET_DIR),target)/release/chapter-eval $(SHARED_DATA)/manuals/trpl-zh-cn/manual.md $(SHARED_DATA)/manuals/trpl-zh-cn/questions.jsonl $(MODELS)/multilingual-e5-small
+	QUARRY_SHARED_DATA=$(SHARED_DATA) bash tests/eval/run.sh $(EVAL_ARGS)
+
+# The docx-search tool on the same manuals and questions (pandoc's DOCX of each), through the
+# release host: global vector and global hybrid, scored by heading path.
+eval-docx: setup models components host
+	QUARRY_SHARED_DATA=$(SHARED_DATA) bash tests/eval/docx.sh $(EVAL_ARGS)
