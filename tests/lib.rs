@@ -215,6 +215,10 @@ pub enum Need {
     Conformance,
     /// Debian's docker-registry (`tests/oci/registry.sh install`).
     Registry,
+    /// onnxruntime's library, from the pinned wheel `make models` installs beside the models.
+    Onnxruntime,
+    /// An onnxruntime older than the host needs (`tests/nn/old-onnxruntime.sh`).
+    OldOnnxruntime,
 }
 
 impl Need {
@@ -227,11 +231,15 @@ impl Need {
             Need::Conformance => conformance_index().is_file(),
             Need::Registry => std::env::var_os("PATH")
                 .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("docker-registry").is_file())),
+            Need::Onnxruntime => quarry::nn::ort_library::locate(None).is_ok(),
+            Need::OldOnnxruntime => old_onnxruntime().is_file(),
         }
     }
 
     fn how(self) -> &'static str {
         match self {
+            Need::Onnxruntime => "onnxruntime's library: run `make models`",
+            Need::OldOnnxruntime => "an old onnxruntime: run `bash tests/nn/old-onnxruntime.sh`",
             Need::Models => "the models: run `make models`",
             Need::Venvs => "the MCP clients' venvs: run `bash tests/mcp/venvs.sh`",
             Need::Conformance => {
@@ -256,6 +264,12 @@ pub fn skip_unless(need: Need) -> bool {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "skipped {test}: it needs {}, or run `make test`", need.how());
     true
+}
+
+/// The library of an onnxruntime older than the host needs, where
+/// `tests/nn/old-onnxruntime.sh` puts it.
+pub fn old_onnxruntime() -> PathBuf {
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/old-onnxruntime/libonnxruntime.so")
 }
 
 fn models_root() -> PathBuf {

@@ -8,8 +8,13 @@ use quarry::embedder::EmbedderBackend;
 use quarry_tests::{EMBED_PROBE, EMBEDDER_ONNX, TestEnv, models_dir, shared_data, within};
 
 /// A host with embedder `m` serving model directory `model` from the models cache (as
-/// `[models.m]`).
+/// `[models.m]`), run by tract.
 async fn embedder(env: &TestEnv, model: &str) -> (Arc<quarry::Registry>, Arc<dyn EmbedderBackend>) {
+    embedder_on(env, model, "tract").await
+}
+
+/// [`embedder`] with the model run by `backend`.
+async fn embedder_on(env: &TestEnv, model: &str, backend: &str) -> (Arc<quarry::Registry>, Arc<dyn EmbedderBackend>) {
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");
     env.plugin(EMBED_PROBE, "probe");
     let host = env
@@ -17,6 +22,7 @@ async fn embedder(env: &TestEnv, model: &str) -> (Arc<quarry::Registry>, Arc<dyn
             r#"
 [models.m]
 dir = {:?}
+backend = "{backend}"
 [embedders.m]
 component = "plugins/embedder-onnx.wasm"
 config = {{ model = "m" }}
@@ -62,8 +68,12 @@ fn cosine(a: &[f32], b: &[f64]) -> f64 {
 }
 
 async fn parity(model: &str, set: &str, file: &str, min: f64) -> Arc<dyn EmbedderBackend> {
+    parity_on(model, set, file, min, "tract").await
+}
+
+async fn parity_on(model: &str, set: &str, file: &str, min: f64, backend: &str) -> Arc<dyn EmbedderBackend> {
     let env = TestEnv::new();
-    let (_host, e) = embedder(&env, model).await;
+    let (_host, e) = embedder_on(&env, model, backend).await;
     let (lines, refs) = reference(set, file);
     for (line, r) in lines.iter().zip(&refs) {
         // e5's sentences carry their prefix; the embedder adds it from the input kind.
@@ -74,7 +84,7 @@ async fn parity(model: &str, set: &str, file: &str, min: f64) -> Arc<dyn Embedde
         };
         let out = within(120, e.embed(vec![text.to_string()], kind)).await.unwrap();
         let c = cosine(&out[0].vector, r);
-        assert!(c >= min, "{model}: cosine {c:.7} < {min} for {line:?}");
+        assert!(c >= min, "{model} on {backend}: cosine {c:.7} < {min} for {line:?}");
         assert!(!out[0].truncated, "{line:?} fits the window");
     }
     e
@@ -159,6 +169,22 @@ async fn multilingual_e5_matches_reference_with_its_prefixes() {
     let q = e.embed(vec!["北京是中国的首都吗".into()], InputKind::Query).await.unwrap();
     let p = e.embed(vec!["北京是中国的首都吗".into()], InputKind::Document).await.unwrap();
     assert_ne!(q[0].vector, p[0].vector);
+}
+
+/// The same models through wasi-nn with onnxruntime running the graph: the guest is the same
+/// component, and the embeddings meet the same bars.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_model_matches_its_reference_on_onnxruntime() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models)
+        || quarry_tests::skip_unless(quarry_tests::Need::Onnxruntime)
+    {
+        return;
+    }
+    parity_on("all-minilm-l6-v2", "minilm", "reference.json", 0.9999, "onnxruntime").await;
+    parity_on("all-minilm-l6-v2-int8", "minilm", "reference-int8-onnxruntime.json", 0.999, "onnxruntime").await;
+    let e = parity_on("multilingual-e5-small", "me5-small", "reference.json", 0.999, "onnxruntime").await;
+    let q = e.embed(vec!["北京是中国的首都吗".into()], InputKind::Query).await.unwrap();
+    assert_eq!(q[0].vector.len(), 384);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

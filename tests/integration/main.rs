@@ -19,5 +19,6 @@ mod mcp;
 mod mcp_bad_input;
 mod nn;
 mod oci;
+mod onnxruntime;
 mod sandbox;
 mod serving;

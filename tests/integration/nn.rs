@@ -28,6 +28,11 @@ async fn hostile_with_model(env: &TestEnv, dir: &Path, section_extra: &str) -> A
     env.host(&format!("{config}\n[models.m]\ndir = {:?}\n{section_extra}\n", dir.display())).await
 }
 
+/// [`hostile_with_model`] with the model run by `backend`.
+async fn hostile_on(env: &TestEnv, dir: &Path, backend: &str, section_extra: &str) -> Arc<quarry::Registry> {
+    hostile_with_model(env, dir, &format!("backend = \"{backend}\"\n{section_extra}")).await
+}
+
 async fn nn(host: &quarry::Registry, args: Value) -> Value {
     let out = within(120, host.call("h.nn", &args.to_string())).await.unwrap();
     serde_json::from_str(&out.text).unwrap()
@@ -171,7 +176,12 @@ async fn one_load_serves_every_instance_and_tool() {
     let one = host.embedder("e2").unwrap().embed(vec![texts[5].clone()], InputKind::Document).await.unwrap();
     let v5: Vec<f32> = serde_json::from_value(a["vectors"][5].clone()).unwrap();
     assert_eq!(one[0].vector, v5);
-    let section = quarry::nn::ModelSection { name: "m".into(), dir: dir.canonicalize().unwrap(), pin: None };
+    let section = quarry::nn::ModelSection {
+        name: "m".into(),
+        dir: dir.canonicalize().unwrap(),
+        pin: None,
+        backend: quarry::nn::Backend::Tract,
+    };
     assert_eq!(host.apps().nn.models.load_count(&section), 1, "4 embedder instances, 2 tools: one copy of the weights");
 }
 
@@ -180,6 +190,26 @@ async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
     if quarry_tests::skip_unless(quarry_tests::Need::Models) {
         return;
     }
+    changed_model_reloads("tract").await;
+}
+
+/// The same swap, with onnxruntime running the model: the files and pins are the host's, the
+/// backend only what runs the graph.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_onnxruntime_a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models)
+        || quarry_tests::skip_unless(quarry_tests::Need::Onnxruntime)
+    {
+        return;
+    }
+    changed_model_reloads("onnxruntime").await;
+}
+
+async fn changed_model_reloads(backend_name: &str) {
+    let backend = match backend_name {
+        "tract" => quarry::nn::Backend::Tract,
+        _ => quarry::nn::Backend::Onnxruntime(quarry::nn::ort_library::locate(None)),
+    };
     let env = TestEnv::new();
     let (free, pinned) = (model_copy(&env, "all-minilm-l6-v2", "free"), model_copy(&env, "all-minilm-l6-v2", "pinned"));
     let sha = |dir: &Path| {
@@ -193,17 +223,21 @@ async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
         env.replace(&dir.join("model.onnx"), &bytes);
         env.replace(&dir.join("quarry-model.json"), &std::fs::read(int8.join("quarry-model.json")).unwrap());
     };
-    let section =
-        |dir: &Path| quarry::nn::ModelSection { name: "m".into(), dir: dir.canonicalize().unwrap(), pin: None };
+    let section = |dir: &Path| quarry::nn::ModelSection {
+        name: "m".into(),
+        dir: dir.canonicalize().unwrap(),
+        pin: None,
+        backend: backend.clone(),
+    };
 
-    let host = hostile_with_model(&env, &free, "").await;
+    let host = hostile_on(&env, &free, backend_name, "").await;
     computes(&host).await;
     swap_to_int8(&free);
     computes(&host).await;
     assert_eq!(host.apps().nn.models.load_count(&section(&free)), 2, "unpinned: the new file is loaded");
 
     let env2 = TestEnv::new();
-    let host = hostile_with_model(&env2, &pinned, &format!("sha256 = \"{fp32}\"")).await;
+    let host = hostile_on(&env2, &pinned, backend_name, &format!("sha256 = \"{fp32}\"")).await;
     computes(&host).await;
     swap_to_int8(&pinned);
     // Refused (the host logs why); the pinned model loaded before keeps serving.
@@ -212,7 +246,7 @@ async fn a_changed_model_is_loaded_again_unless_its_pin_refuses_it() {
     // With nothing loaded before, a file that does not match its pin never serves.
     let env3 = TestEnv::new();
     let wrong = model_copy(&env3, "all-minilm-l6-v2", "wrong");
-    let host = hostile_with_model(&env3, &wrong, &format!("sha256 = \"{}\"", "0".repeat(64))).await;
+    let host = hostile_on(&env3, &wrong, backend_name, &format!("sha256 = \"{}\"", "0".repeat(64))).await;
     assert_error(&nn(&host, json!({"op": "load"})).await, "Security", &["pins", "sha256"]);
 }
 

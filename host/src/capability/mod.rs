@@ -142,6 +142,8 @@ pub struct RawCapabilitySections {
     pub couchbase: BTreeMap<String, couchbase::RawConnection>,
     /// `[models.NAME]`.
     pub models: BTreeMap<String, nn::RawModel>,
+    /// `[host] onnxruntime`: the library of the models run by onnxruntime.
+    pub onnxruntime: Option<nn::RawOnnxruntime>,
 }
 
 /// The capabilities' operator-level sections.
@@ -157,12 +159,14 @@ impl CapabilitySections {
     /// Validates the sections; an error's key is the section's (`couchbase.NAME.key`).
     pub fn parse(raw: RawCapabilitySections, base: &Path) -> Result<CapabilitySections, KeyError> {
         let mut sections = CapabilitySections::default();
+        let raw_onnxruntime = raw.onnxruntime;
         for (name, raw) in raw.couchbase {
             let c = couchbase::connection(base, raw).map_err(|e| e.under(&format!("couchbase.{name}")))?;
             sections.couchbase.insert(name, Arc::new(c));
         }
         for (name, raw) in raw.models {
-            let m = nn::section(&name, raw, base).map_err(|e| e.under(&format!("models.{name}")))?;
+            let m = nn::section(&name, raw, base, raw_onnxruntime.as_ref())
+                .map_err(|e| e.under(&format!("models.{name}")))?;
             sections.models.insert(name, Arc::new(m));
         }
         Ok(sections)

@@ -191,6 +191,8 @@ struct RawHost {
     max_component_size: Option<crate::support::values::ByteSize>,
     #[serde(default)]
     signed_by: BTreeMap<String, PathBuf>,
+    /// Where onnxruntime's library is, for models with `backend = "onnxruntime"`.
+    onnxruntime: Option<capability::nn::RawOnnxruntime>,
 }
 
 #[derive(Deserialize)]
@@ -255,7 +257,11 @@ impl Config {
             keys.insert(prefix.trim_end_matches('/').to_string(), file);
         }
         let sections = CapabilitySections::parse(
-            capability::RawCapabilitySections { couchbase: raw.couchbase, models: raw.models },
+            capability::RawCapabilitySections {
+                couchbase: raw.couchbase,
+                models: raw.models,
+                onnxruntime: raw.host.onnxruntime,
+            },
             &base,
         )
         .map_err(invalid)?;

@@ -36,7 +36,12 @@ impl Native {
     /// Loads the model in `model_dir` (as `make models` writes it).
     pub fn open(model_dir: &Path) -> Result<Native> {
         let dir = std::fs::canonicalize(model_dir).with_context(|| model_dir.display().to_string())?;
-        let section = quarry::nn::ModelSection { name: "eval".into(), dir: dir.clone(), pin: None };
+        let section = quarry::nn::ModelSection {
+            name: "eval".into(),
+            dir: dir.clone(),
+            pin: None,
+            backend: quarry::nn::Backend::Tract,
+        };
         let graph =
             HostInference(quarry::nn::native::Models::default().model(&section).map_err(|e| anyhow::anyhow!("{e}"))?);
         let model = onnx::Model::open(&dir, true, graph).map_err(|e| anyhow::anyhow!("{e:?}"))?;

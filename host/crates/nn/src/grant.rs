@@ -22,8 +22,41 @@ pub const GUEST_ROOT: &str = "/models";
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawModel {
-    dir: PathBuf,
-    sha256: Option<String>,
+    /// The model directory.
+    pub dir: PathBuf,
+    /// The SHA-256 `model.onnx` must have.
+    pub sha256: Option<String>,
+    /// `tract` (the default) or `onnxruntime`.
+    pub backend: Option<String>,
+}
+
+/// `[host] onnxruntime = { library = "…" }` as written: where onnxruntime's shared library is.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RawOnnxruntime {
+    /// The `libonnxruntime.so` to load.
+    pub library: PathBuf,
+}
+
+/// What runs a model's graph. A guest cannot tell which: the same directory, pins, grants and
+/// `wasi:nn` calls serve both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// tract, in the host (pure Rust, always there).
+    Tract,
+    /// onnxruntime's shared library, loaded at run time: the library found when the config was
+    /// read, or where it was looked for (the model then fails to load, saying so).
+    Onnxruntime(Result<PathBuf, String>),
+}
+
+impl Backend {
+    /// Its name in the config.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Tract => "tract",
+            Backend::Onnxruntime(_) => "onnxruntime",
+        }
+    }
 }
 
 /// A model directory the operator named.
@@ -36,6 +69,8 @@ pub struct ModelSection {
     /// The SHA-256 `model.onnx` must have; a changed file that does not match is refused
     /// (the loaded one keeps serving). Without it, a changed file is loaded again.
     pub pin: Option<[u8; 32]>,
+    /// What runs it.
+    pub backend: Backend,
 }
 
 impl ModelSection {
@@ -45,9 +80,16 @@ impl ModelSection {
     }
 }
 
-/// Validates `[models.NAME]`: a directory holding `model.onnx` and its manifest, and a pin of
-/// 64 hex digits. The model itself is read when an instance first loads it.
-pub fn section(name: &str, raw: RawModel, base: &Path) -> Result<ModelSection, KeyError> {
+/// Validates `[models.NAME]`: a directory holding `model.onnx` and its manifest, a pin of 64
+/// hex digits and a known backend (onnxruntime's library from `onnxruntime`, the `[host]` entry,
+/// resolved against `base`, else [`crate::ort_library::locate`]). The model itself is read when
+/// an instance first loads it.
+pub fn section(
+    name: &str,
+    raw: RawModel,
+    base: &Path,
+    onnxruntime: Option<&RawOnnxruntime>,
+) -> Result<ModelSection, KeyError> {
     if !valid_name(name) {
         return Err(KeyError::new("", "model names use lowercase letters, digits, `_` and `-` (at most 64)"));
     }
@@ -79,7 +121,28 @@ pub fn section(name: &str, raw: RawModel, base: &Path) -> Result<ModelSection, K
             Some(pin)
         }
     };
-    Ok(ModelSection { name: name.to_string(), dir: std::fs::canonicalize(&dir).unwrap_or(dir), pin })
+    let backend = match raw.backend.as_deref() {
+        None | Some("tract") => Backend::Tract,
+        Some("onnxruntime") => {
+            let configured = match onnxruntime {
+                Some(o) => Some(
+                    base.join(
+                        expand_path(&o.library)
+                            .map_err(|m| KeyError::new("backend", format!("host.onnxruntime.library: {m}")))?,
+                    ),
+                ),
+                None => None,
+            };
+            Backend::Onnxruntime(crate::ort_library::locate(configured))
+        }
+        Some(other) => {
+            return Err(KeyError::new(
+                "backend",
+                format!("{other:?} is not a backend: write \"tract\" or \"onnxruntime\""),
+            ));
+        }
+    };
+    Ok(ModelSection { name: name.to_string(), dir: std::fs::canonicalize(&dir).unwrap_or(dir), pin, backend })
 }
 
 /// What an instance may load: the sections of the models it is granted.
@@ -159,21 +222,43 @@ mod tests {
     #[test]
     fn a_section_needs_the_model_files_and_a_real_pin() {
         let d = model_dir();
-        let raw = |sha256: Option<&str>| RawModel { dir: d.path().into(), sha256: sha256.map(str::to_string) };
-        let s = section("minilm", raw(None), Path::new("/")).unwrap();
+        let raw =
+            |sha256: Option<&str>| RawModel { dir: d.path().into(), sha256: sha256.map(str::to_string), backend: None };
+        let s = section("minilm", raw(None), Path::new("/"), None).unwrap();
+        assert_eq!(s.backend, Backend::Tract);
         assert_eq!(s.pin, None);
         assert_eq!(s.model_file(), std::fs::canonicalize(d.path()).unwrap().join(MODEL_FILE));
-        let s = section("minilm", raw(Some(&"ab".repeat(32))), Path::new("/")).unwrap();
+        let s = section("minilm", raw(Some(&"ab".repeat(32))), Path::new("/"), None).unwrap();
         assert_eq!(s.pin, Some([0xab; 32]));
-        let e = section("minilm", raw(Some("abc")), Path::new("/")).unwrap_err();
+        let e = section("minilm", raw(Some("abc")), Path::new("/"), None).unwrap_err();
         assert_eq!(e.key, "sha256");
         assert!(e.message.contains("sha256sum"), "{}", e.message);
-        let e = section("Bad Name", raw(None), Path::new("/")).unwrap_err();
+        let e = section("Bad Name", raw(None), Path::new("/"), None).unwrap_err();
         assert!(e.message.contains("lowercase"), "{}", e.message);
         std::fs::remove_file(d.path().join(MANIFEST_FILE)).unwrap();
-        let e = section("minilm", raw(None), Path::new("/")).unwrap_err();
+        let e = section("minilm", raw(None), Path::new("/"), None).unwrap_err();
         assert_eq!(e.key, "dir");
         assert!(e.message.contains(MANIFEST_FILE) && e.message.contains("make models"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_backend_is_tract_or_onnxruntime_with_its_library() {
+        let d = model_dir();
+        let raw = |backend: &str| RawModel { dir: d.path().into(), sha256: None, backend: Some(backend.into()) };
+        let lib = d.path().join("libonnxruntime.so.1.32.0");
+        std::fs::write(&lib, b"elf").unwrap();
+        let host = RawOnnxruntime { library: lib.clone() };
+        let s = section("m", raw("onnxruntime"), Path::new("/"), Some(&host)).unwrap();
+        assert_eq!(s.backend, Backend::Onnxruntime(Ok(lib)));
+        // A named library that is not there: the section loads, the model will say so.
+        let host = RawOnnxruntime { library: d.path().join("missing.so") };
+        match section("m", raw("onnxruntime"), Path::new("/"), Some(&host)).unwrap().backend {
+            Backend::Onnxruntime(Err(m)) => assert!(m.contains("missing.so") && m.contains("library"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        let e = section("m", raw("cuda"), Path::new("/"), None).unwrap_err();
+        assert_eq!(e.key, "backend");
+        assert!(e.message.contains("\"tract\" or \"onnxruntime\""), "{}", e.message);
     }
 
     #[test]
@@ -191,7 +276,8 @@ mod tests {
     #[test]
     fn a_grant_names_defined_models() {
         let d = model_dir();
-        let s = section("minilm", RawModel { dir: d.path().into(), sha256: None }, Path::new("/")).unwrap();
+        let s = section("minilm", RawModel { dir: d.path().into(), sha256: None, backend: None }, Path::new("/"), None)
+            .unwrap();
         let sections = BTreeMap::from([("minilm".to_string(), Arc::new(s))]);
         let g = grant(&["minilm".into()], &sections).unwrap();
         assert_eq!(g.models.keys().collect::<Vec<_>>(), ["minilm"]);

@@ -29,6 +29,9 @@
 
 mod grant;
 pub mod native;
+#[cfg(feature = "onnxruntime")]
+pub mod onnxruntime;
+pub mod ort_library;
 pub mod pool;
 
 use std::sync::Arc;
@@ -36,7 +39,9 @@ use std::time::Instant;
 
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
-pub use grant::{GUEST_ROOT, MANIFEST_FILE, MODEL_FILE, ModelGrant, ModelSection, RawModel, grant, section};
+pub use grant::{
+    Backend, GUEST_ROOT, MANIFEST_FILE, MODEL_FILE, ModelGrant, ModelSection, RawModel, RawOnnxruntime, grant, section,
+};
 use native::{Code, ElementType, NativeModel, NnError, RawTensor};
 
 mod wit {

@@ -17,7 +17,7 @@ use tract_onnx::prelude::*;
 use tract_onnx::tract_core::dims;
 use tract_onnx::tract_core::internal::DimLike;
 
-use super::grant::{MANIFEST_FILE, MODEL_FILE, ModelSection};
+use super::grant::{Backend, MANIFEST_FILE, MODEL_FILE, ModelSection};
 
 /// The most elements one tensor may have (inputs are checked before anything is allocated).
 pub const MAX_ELEMENTS: u64 = 1 << 24;
@@ -158,34 +158,73 @@ impl RawTensor {
 
 /// One input the graph takes.
 #[derive(Debug, Clone)]
-struct InputSpec {
-    name: String,
-    ty: ElementType,
+pub(crate) struct InputSpec {
+    pub(crate) name: String,
+    pub(crate) ty: ElementType,
     /// Fixed dimensions, `None` where any size is accepted.
-    dims: Vec<Option<usize>>,
+    pub(crate) dims: Vec<Option<usize>>,
+}
+
+/// What runs a loaded graph.
+enum Engine {
+    Tract(Arc<TypedRunnableModel>),
+    #[cfg(feature = "onnxruntime")]
+    Onnxruntime(crate::onnxruntime::OrtModel),
 }
 
 /// A graph loaded, checked and optimised, ready to run from any thread.
 pub struct NativeModel {
-    plan: Arc<TypedRunnableModel>,
+    engine: Engine,
     inputs: Vec<InputSpec>,
     outputs: Vec<String>,
     /// SHA-256 of the `model.onnx` it was loaded from.
     pub sha256: [u8; 32],
+    /// The backend that runs it (`tract`, `onnxruntime`), and for onnxruntime its version.
+    pub runs_on: String,
 }
 
 impl std::fmt::Debug for NativeModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NativeModel").field("inputs", &self.inputs).field("outputs", &self.outputs).finish()
+        f.debug_struct("NativeModel")
+            .field("runs_on", &self.runs_on)
+            .field("inputs", &self.inputs)
+            .field("outputs", &self.outputs)
+            .finish()
     }
 }
 
 const FETCH: &str = "fetch the models again with `make models` (components/embedder-onnx/models/fetch.sh)";
 
 impl NativeModel {
-    /// Parses and optimises ONNX `bytes` (read from `path`, for messages). Every input gets a
-    /// batch of 1 and any length (a constant batch lets tract specialise its kernels).
-    fn build(path: &Path, bytes: &[u8], sha256: [u8; 32]) -> Result<NativeModel, NnError> {
+    /// Loads ONNX `bytes` (read from `path`, for messages) with `backend`.
+    fn build(backend: &Backend, path: &Path, bytes: &[u8], sha256: [u8; 32]) -> Result<NativeModel, NnError> {
+        match backend {
+            Backend::Tract => NativeModel::build_tract(path, bytes, sha256),
+            #[cfg(feature = "onnxruntime")]
+            Backend::Onnxruntime(Ok(library)) => {
+                let (model, inputs) = crate::onnxruntime::OrtModel::build(library, path, bytes)?;
+                let version = crate::onnxruntime::load(library)?;
+                let outputs = model.outputs().to_vec();
+                Ok(NativeModel {
+                    engine: Engine::Onnxruntime(model),
+                    inputs,
+                    outputs,
+                    sha256,
+                    runs_on: format!("onnxruntime {version}"),
+                })
+            }
+            Backend::Onnxruntime(Err(why)) => Err(NnError::new(Code::Unsupported, why.clone())),
+            #[cfg(not(feature = "onnxruntime"))]
+            Backend::Onnxruntime(Ok(_)) => Err(NnError::new(
+                Code::Unsupported,
+                "this quarry was built without the onnxruntime backend (cargo feature `onnxruntime`); use backend = \"tract\"",
+            )),
+        }
+    }
+
+    /// Parses and optimises ONNX `bytes` with tract. Every input gets a batch of 1 and any
+    /// length (a constant batch lets tract specialise its kernels).
+    fn build_tract(path: &Path, bytes: &[u8], sha256: [u8; 32]) -> Result<NativeModel, NnError> {
         let bad = |e: TractError| NnError::new(Code::Runtime, format!("{}: {e:#}; {FETCH}", path.display()));
         // The shapes an exporter recorded would pin the facts; tract infers them from the inputs.
         let mut model = tract_onnx::onnx()
@@ -217,7 +256,7 @@ impl NativeModel {
             .iter()
             .map(|o| typed.outlet_label(*o).map_or_else(|| typed.node(o.node).name.clone(), str::to_string))
             .collect();
-        Ok(NativeModel { plan, inputs, outputs, sha256 })
+        Ok(NativeModel { engine: Engine::Tract(plan), inputs, outputs, sha256, runs_on: "tract".into() })
     }
 
     /// Names of the inputs, in the graph's order.
@@ -271,6 +310,13 @@ impl NativeModel {
     /// Runs the graph on inputs that passed [`NativeModel::check_inputs`]; the outputs, named.
     /// Blocks: call it from the inference pool, never from an async worker.
     pub fn run(&self, inputs: Vec<RawTensor>) -> Result<Vec<(String, RawTensor)>, NnError> {
+        // Without the onnxruntime feature the match has one arm.
+        #[allow(clippy::infallible_destructuring_match)]
+        let plan = match &self.engine {
+            Engine::Tract(plan) => plan,
+            #[cfg(feature = "onnxruntime")]
+            Engine::Onnxruntime(model) => return model.run(&self.input_names(), inputs),
+        };
         let failed = |e: TractError| NnError::new(Code::Runtime, format!("inference failed: {e:#}"));
         let mut values = TVec::new();
         for t in inputs {
@@ -278,7 +324,7 @@ impl NativeModel {
             let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
             values.push(tensor_from_le(dt, &shape, &t.data).map_err(failed)?.into());
         }
-        let outputs = self.plan.run(values).map_err(failed)?;
+        let outputs = plan.run(values).map_err(failed)?;
         outputs
             .into_iter()
             .zip(&self.outputs)
@@ -327,28 +373,31 @@ struct Slot {
     loads: u64,
 }
 
-/// Every model an app has loaded, by file; each behind its own lock, so one slow load holds
-/// up only the instances waiting for the same model.
+/// Every model an app has loaded, by file and backend; each behind its own lock, so one slow
+/// load holds up only the instances waiting for the same model.
 #[derive(Default)]
 pub struct Models {
-    slots: Mutex<HashMap<PathBuf, Arc<Mutex<Slot>>>>,
+    slots: Mutex<HashMap<SlotKey, Arc<Mutex<Slot>>>>,
 }
 
+/// A model's file and the name of the backend that runs it.
+type SlotKey = (PathBuf, &'static str);
+
 impl Models {
-    fn slot(&self, path: &Path) -> Arc<Mutex<Slot>> {
-        self.slots.lock().entry(path.to_path_buf()).or_default().clone()
+    fn slot(&self, section: &ModelSection) -> Arc<Mutex<Slot>> {
+        self.slots.lock().entry((section.model_file(), section.backend.name())).or_default().clone()
     }
 
     /// How many times this app has built a model from `section`'s file.
     pub fn load_count(&self, section: &ModelSection) -> u64 {
-        self.slot(&section.model_file()).lock().loads
+        self.slot(section).lock().loads
     }
 
     /// The model of `section`, loaded now unless it is held and the file is unchanged (see the
     /// module docs). Blocks: call it off the async runtime.
     pub fn model(&self, section: &ModelSection) -> Result<Arc<NativeModel>, NnError> {
         let path = section.model_file();
-        let slot = self.slot(&path);
+        let slot = self.slot(section);
         let mut slot = slot.lock();
         match current(&mut slot, section, &path) {
             Ok((model, _)) => Ok(model),
@@ -368,7 +417,7 @@ impl Models {
     /// runtime.
     pub fn refresh(&self, section: &ModelSection) -> Result<bool, NnError> {
         let path = section.model_file();
-        let slot = self.slot(&path);
+        let slot = self.slot(section);
         let mut slot = slot.lock();
         current(&mut slot, section, &path).map(|(_, built)| built)
     }
@@ -390,10 +439,10 @@ fn current(slot: &mut Slot, section: &ModelSection, path: &Path) -> Result<(Arc<
         slot.loaded = Some((now, model.clone()));
         return Ok((model, false));
     }
-    let model = Arc::new(NativeModel::build(path, &bytes, sha256)?);
+    let model = Arc::new(NativeModel::build(&section.backend, path, &bytes, sha256)?);
     slot.loads += 1;
     slot.loaded = Some((now, model.clone()));
-    tracing::info!(target: "quarry::nn", model = %section.name, file = %path.display(), "model loaded");
+    tracing::info!(target: "quarry::nn", model = %section.name, file = %path.display(), runs_on = %model.runs_on, "model loaded");
     Ok((model, true))
 }
 

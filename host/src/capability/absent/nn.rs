@@ -15,8 +15,16 @@ pub type RawModel = toml::Table;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSection {}
 
+/// `[host] onnxruntime` as written: any table (no model can use it here).
+pub type RawOnnxruntime = toml::Table;
+
 /// Refuses the section: this host runs no models.
-pub fn section(_name: &str, _raw: RawModel, _base: &Path) -> Result<ModelSection, KeyError> {
+pub fn section(
+    _name: &str,
+    _raw: RawModel,
+    _base: &Path,
+    _onnxruntime: Option<&RawOnnxruntime>,
+) -> Result<ModelSection, KeyError> {
     Err(super::absent::missing("wasi-nn", "nn"))
 }
 
