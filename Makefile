@@ -83,19 +83,24 @@ bench-hostile: setup
 
 bench-embedder: setup models
 	$(CARGO) bench -p quarry-tests --bench embedder
+	QUARRY_BENCH_MODEL=all-minilm-l6-v2-int8 $(CARGO) bench -p quarry-tests --bench embedder
 
-# DOCX ingest and search, side by side with the CrewAI-equivalent Python pipeline (python-docx,
-# 2500/250 chunks, onnxruntime, chromadb) in its own venv, cached outside the repo.
+# DOCX ingest and search, side by side: Quarry with tract and onnxruntime (fp32, int8), the
+# CrewAI-equivalent Python pipeline (python-docx, 2500/250 chunks, onnxruntime, chromadb) in its
+# own venv, cached outside the repo, and the real CrewAI DOCXSearchTool from the tests' venv.
 BENCH_VENV ?= $(or $(QUARRY_BENCH_VENV),$(HOME)/.cache/quarry/bench-venv)
 bench-docx: setup models
+	bash tests/mcp/venvs.sh
 	test -x $(BENCH_VENV)/bin/python || python3 -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/pip install -q python-docx==1.2.0 onnxruntime tokenizers numpy chromadb
+	$(BENCH_VENV)/bin/pip install -q python-docx==1.2.0 onnxruntime==1.32.0 tokenizers numpy chromadb
 	QUARRY_BENCH_VENV=$(BENCH_VENV) $(CARGO) bench -p quarry-tests --bench docx
 
 # Chapter RAG on the bundled rclone manual in the host, real MiniLM: cold and incremental index
 # builds, reopen, route and search latency.
 bench-chapters: setup models
 	$(CARGO) bench -p quarry-tests --bench chapters
+	QUARRY_BENCH_BACKEND=onnxruntime $(CARGO) bench -p quarry-tests --bench chapters
+	QUARRY_BENCH_BACKEND=onnxruntime QUARRY_BENCH_MODEL=all-minilm-l6-v2-int8 $(CARGO) bench -p quarry-tests --bench chapters
 
 # MCP over streamable HTTP: tools/call throughput and latency at concurrency 1, 8 and 32, cheap
 # and search calls, beside the same calls in process. Reuses the demo index.

@@ -310,10 +310,25 @@ pub fn models_dir() -> PathBuf {
 /// `[models.minilm]`, `pool` instances, with the embedder component copied to
 /// `plugins/embedder-onnx.wasm`.
 pub fn minilm_embedder(pool: usize) -> String {
+    embedder_on(pool, "tract", "all-minilm-l6-v2")
+}
+
+/// [`minilm_embedder`] with model directory `model` (from the models cache) run by `backend`;
+/// `[models.minilm]` and `[embedders.minilm]` still, so configs read the same. Its lines go at
+/// the top of a config: they end `[host]` with the onnxruntime library.
+pub fn embedder_on(pool: usize, backend: &str, model: &str) -> String {
+    let library = match backend {
+        "onnxruntime" => {
+            let lib = quarry::nn::ort_library::locate(None).unwrap_or_else(|e| panic!("{e}"));
+            format!("onnxruntime = {{ library = {lib:?} }}\n")
+        }
+        _ => String::new(),
+    };
     format!(
-        r#"
+        r#"{library}
 [models.minilm]
 dir = {dir:?}
+backend = "{backend}"
 [embedders.minilm]
 component = "plugins/embedder-onnx.wasm"
 config = {{ model = "minilm" }}
@@ -323,8 +338,15 @@ models = ["minilm"]
 memory = "1GiB"
 deadline = "600s"
 "#,
-        dir = models_dir().join("all-minilm-l6-v2").display()
+        dir = models_dir().join(model).display()
     )
+}
+
+/// The backend and model a bench runs (`QUARRY_BENCH_BACKEND`, default tract;
+/// `QUARRY_BENCH_MODEL`, default all-minilm-l6-v2).
+pub fn bench_model() -> (String, String) {
+    let var = |v: &str, d: &str| std::env::var(v).ok().filter(|s| !s.is_empty()).unwrap_or_else(|| d.to_string());
+    (var("QUARRY_BENCH_BACKEND", "tract"), var("QUARRY_BENCH_MODEL", "all-minilm-l6-v2"))
 }
 
 /// The SHA-256 of `bytes`, in hex.
@@ -399,4 +421,23 @@ pub fn run_with_timeout(mut cmd: std::process::Command, limit: Duration) -> Proc
 /// escape is kept as it is.
 pub fn percent_decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+/// The CPU this runs on and the instruction sets its kernels may use (tract and onnxruntime
+/// both pick theirs at run time from what the CPU reports), for benches to print.
+pub fn cpu_line() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model =
+        info.lines().find_map(|l| l.strip_prefix("model name")).map_or("?", |m| m.trim_start_matches([' ', '\t', ':']));
+    let flags: Vec<&str> =
+        info.lines().find_map(|l| l.strip_prefix("flags")).unwrap_or_default().split_whitespace().collect();
+    let has: Vec<&str> = ["avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_bf16", "amx_int8"]
+        .into_iter()
+        .filter(|f| flags.contains(f))
+        .collect();
+    format!(
+        "CPU: {model}, {} cores; kernels may use: {}",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+        has.join(" ")
+    )
 }

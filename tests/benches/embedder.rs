@@ -1,8 +1,9 @@
 //! Embedder benchmark, printed side by side in one run:
 //!
-//! - sentences/s at 128 and 256 tokens, batch 1 and 32, for embedder-onnx in the
-//!   host with 1 instance and with N (one per core), and for onnxruntime in Python
-//!   on the same model file with 1 and N threads (the venv `make models` made);
+//! - sentences/s at 128 and 256 tokens, batch 1 and 32, for embedder-onnx in the host with 1
+//!   instance and with N (one per core), its model run by tract and by onnxruntime (the same
+//!   library as the Python rows), and for onnxruntime in Python on the same model file with 1
+//!   and N threads (the venv `make models` made); the CPU and the instruction sets it offers;
 //! - model load time, memory per instance (RSS growth per pool member);
 //! - compiling the embedder component vs loading its cached precompiled form;
 //! - batched tensors against one text per run, on the host's engine (tract) directly, one
@@ -10,7 +11,8 @@
 //!   sends one text per run because this comes out slower.
 //!
 //! Run with `make bench-embedder` (or `cargo bench -p quarry-tests --bench embedder`).
-//! `QUARRY_BENCH_MODEL` picks the model directory (default all-minilm-l6-v2).
+//! `QUARRY_BENCH_MODEL` picks the model directory (default all-minilm-l6-v2; `make
+//! bench-embedder` runs it for all-minilm-l6-v2-int8 too).
 
 use std::path::Path;
 use std::process::Command;
@@ -95,33 +97,40 @@ async fn main() {
     // Warm the cache the hosts below use, so their load time is the model's, not the compiler's.
     QuarryEngine::new(quarry_tests::shared_cache()).unwrap().load_component(Path::new(EMBEDDER_ONNX), &bytes).unwrap();
 
+    println!("{}", quarry_tests::cpu_line());
     let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
     let configs = [(128, 1), (128, 32), (256, 1), (256, 32)];
-    for pool in [1, cores] {
-        let env = TestEnv::new();
-        env.plugin(EMBEDDER_ONNX, "embedder-onnx");
-        let rss0 = rss_bytes();
-        let t = Instant::now();
-        let host = env
-            .host(&format!(
-                "[models.m]\ndir = {:?}\n[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model = \"m\" }}\npool = {pool}\n[embedders.m.grants]\nmodels = [\"m\"]\nmemory = \"1GiB\"\ndeadline = \"600s\"\n",
-                model_dir.display()
-            ))
-            .await;
-        let load = t.elapsed();
-        let per_instance = rss_bytes().saturating_sub(rss0) / pool as u64;
-        println!(
-            "host, {pool} instance(s): ready in {:.2} s (cached component; the model read, verified and optimised once by the host), RSS {:.0} MiB per instance",
-            load.as_secs_f64(),
-            per_instance as f64 / (1 << 20) as f64
-        );
-        let e = host.embedder("m").unwrap();
-        let mut row = Vec::new();
-        for (tokens, batch) in configs {
-            let streams = if batch == 1 { pool } else { 1 };
-            row.push(throughput(&e, &texts[&tokens.to_string()], batch, streams).await);
+    let library = quarry::nn::ort_library::locate(None).expect("onnxruntime's library (make models)");
+    for backend in ["tract", "onnxruntime"] {
+        for pool in [1, cores] {
+            let env = TestEnv::new();
+            env.plugin(EMBEDDER_ONNX, "embedder-onnx");
+            let rss0 = rss_bytes();
+            let t = Instant::now();
+            let host = env
+                .host(&format!(
+                    "onnxruntime = {{ library = {library:?} }}\n[models.m]\ndir = {:?}\nbackend = \"{backend}\"\n[embedders.m]\ncomponent = \"plugins/embedder-onnx.wasm\"\nconfig = {{ model = \"m\" }}\npool = {pool}\n[embedders.m.grants]\nmodels = [\"m\"]\nmemory = \"1GiB\"\ndeadline = \"600s\"\n",
+                    model_dir.display()
+                ))
+                .await;
+            let load = t.elapsed();
+            let e = host.embedder("m").unwrap();
+            let mut row = Vec::new();
+            for (tokens, batch) in configs {
+                let streams = if batch == 1 { pool } else { 1 };
+                row.push(throughput(&e, &texts[&tokens.to_string()], batch, streams).await);
+            }
+            // After running, so that every member's session (onnxruntime makes them as needed)
+            // is counted.
+            let per_instance = rss_bytes().saturating_sub(rss0) / pool as u64;
+            let runs_on = host.apps().nn.models.runs_on().join(", ");
+            println!(
+                "host on {runs_on}, {pool} instance(s): ready in {:.2} s (cached component; the model read, verified and optimised once by the host), RSS {:.0} MiB per instance after the run",
+                load.as_secs_f64(),
+                per_instance as f64 / (1 << 20) as f64
+            );
+            rows.push((format!("quarry on {backend}, {pool} instance(s)"), row));
         }
-        rows.push((format!("quarry (wasi-nn), {pool} instance(s)"), row));
     }
     for threads in [1, cores] {
         let out = Command::new(&python)
@@ -135,7 +144,7 @@ async fn main() {
         assert!(out.status.success(), "bench_ort.py run failed: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let row = v["results"].as_array().unwrap().iter().map(|r| r["per_s"].as_f64().unwrap()).collect();
-        println!("onnxruntime, {threads} thread(s): model load {:.2} s", v["load_s"].as_f64().unwrap());
+        println!("onnxruntime (Python), {threads} thread(s): model load {:.2} s", v["load_s"].as_f64().unwrap());
         rows.push((format!("onnxruntime (Python), {threads} thread(s)"), row));
     }
 
@@ -146,8 +155,11 @@ async fn main() {
     let ratio = |a: usize, b: usize| -> String {
         rows[a].1.iter().zip(&rows[b].1).map(|(x, y)| format!("{:>10.2}x", x / y)).collect::<Vec<_>>().join(" ")
     };
-    println!("\nquarry 1 instance / onnxruntime 1 thread    {}", ratio(0, 2));
-    println!("quarry {cores} instances / onnxruntime {cores} threads  {}", ratio(1, 3));
+    // rows: tract 1, tract N, onnxruntime 1, onnxruntime N, Python 1 thread, Python N threads.
+    println!("\nquarry on tract, 1 instance / onnxruntime 1 thread              {}", ratio(0, 4));
+    println!("quarry on tract, {cores} instances / onnxruntime {cores} threads            {}", ratio(1, 5));
+    println!("quarry on onnxruntime, 1 instance / onnxruntime 1 thread        {}", ratio(2, 4));
+    println!("quarry on onnxruntime, {cores} instances / onnxruntime {cores} threads      {}", ratio(3, 5));
     batching(&model_dir.join("model.onnx"));
 }
 

@@ -388,6 +388,12 @@ impl Models {
         self.slots.lock().entry((section.model_file(), section.backend.name())).or_default().clone()
     }
 
+    /// What runs each model loaded now (`tract`, `onnxruntime 1.32.0`), for benches and logs.
+    pub fn runs_on(&self) -> Vec<String> {
+        let slots: Vec<_> = self.slots.lock().values().cloned().collect();
+        slots.iter().filter_map(|s| s.lock().loaded.as_ref().map(|(_, m)| m.runs_on.clone())).collect()
+    }
+
     /// How many times this app has built a model from `section`'s file.
     pub fn load_count(&self, section: &ModelSection) -> u64 {
         self.slot(section).lock().loads

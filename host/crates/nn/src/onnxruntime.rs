@@ -6,19 +6,23 @@
 //! - **One library per process**, loaded the first time a model needs it; its version must
 //!   offer onnxruntime's C API at [`API_VERSION`] or later (an older one is refused, naming its
 //!   path and the version needed, and the models of other backends keep serving).
-//! - **A session per inference slot**: `ort` runs a session from one thread at a time, and the
-//!   host's pool runs one job per core, so a model keeps up to that many sessions, made as they
-//!   are first needed and sharing their pre-packed weights. Each runs on the thread that asks
-//!   (one intra-op thread), so the pool and its fair queue decide what runs where, as for tract.
+//! - **One session per model, shared by the inference threads.** onnxruntime's `Run` may be
+//!   called on one session from several threads at once (its C API says so), while `ort`'s safe
+//!   `run` takes the session mutably; a second session would hold the weights again (about
+//!   120 MB for MiniLM fp32, 160 MB for its int8 form, whose kernels pre-pack them). So the host
+//!   calls `Run` through the C API itself, from each of the pool's threads: one job per core,
+//!   each on one intra-op thread, the fair queue deciding what runs, as for tract.
 
+use std::ffi::{CString, c_char};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::ptr::NonNull;
+use std::sync::OnceLock;
 
+use ort::AsPointer as _;
 use ort::environment::Environment;
 use ort::session::Session;
-use ort::session::builder::{GraphOptimizationLevel, PrepackedWeights};
+use ort::session::builder::GraphOptimizationLevel;
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
-use parking_lot::Mutex;
 
 use crate::native::{Code, ElementType, InputSpec, NnError, RawTensor};
 
@@ -91,14 +95,12 @@ fn library_version(library: &Path) -> Result<String, String> {
     Ok(version)
 }
 
-/// A model loaded by onnxruntime: its bytes (to make more sessions), the sessions made so far,
-/// and the weights they share.
+/// A model loaded by onnxruntime: its session, and its inputs' and outputs' names.
 pub struct OrtModel {
-    bytes: Arc<[u8]>,
-    sessions: Vec<Mutex<Option<Session>>>,
-    prepacked: PrepackedWeights,
+    session: Session,
     /// The graph's outputs, in order.
     outputs: Vec<String>,
+    output_names: Vec<CString>,
 }
 
 impl std::fmt::Debug for OrtModel {
@@ -124,44 +126,26 @@ impl OrtModel {
     /// its inputs.
     pub(crate) fn build(library: &Path, path: &Path, bytes: &[u8]) -> Result<(OrtModel, Vec<InputSpec>), NnError> {
         let version = load(library)?;
-        let slots = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let model = OrtModel {
-            bytes: bytes.into(),
-            sessions: (0..slots).map(|_| Mutex::new(None)).collect(),
-            prepacked: PrepackedWeights::new(),
-            outputs: Vec::new(),
-        };
-        let first = model.session().map_err(|e| {
+        let session = session(bytes).map_err(|e| {
             NnError::new(Code::Runtime, format!("onnxruntime {version} refuses {}: {e}", path.display()))
         })?;
         let unsupported = |what: String| NnError::new(Code::Unsupported, format!("{}: {what}", path.display()));
         let mut inputs = Vec::new();
-        for input in first.inputs() {
+        for input in session.inputs() {
             let ValueType::Tensor { ty, shape, .. } = input.dtype() else {
                 return Err(unsupported(format!("input {:?} is not a tensor", input.name())));
             };
-            let ty =
-                element_type(*ty).ok_or_else(|| unsupported(format!("input {:?} has type {ty:?}", input.name())))?;
+            let ty = element_type(*ty).ok_or_else(|| unsupported(format!("input {:?} has type {ty:?}", input.name())))?;
             let dims = shape.iter().map(|&d| usize::try_from(d).ok()).collect();
             inputs.push(InputSpec { name: input.name().to_string(), ty, dims });
         }
-        let outputs = first.outputs().iter().map(|o| o.name().to_string()).collect();
-        *model.sessions[0].lock() = Some(first);
-        Ok((OrtModel { outputs, ..model }, inputs))
-    }
-
-    /// A new session of the model, sharing the pre-packed weights of the others.
-    fn session(&self) -> ort::Result<Session> {
-        let env = match LOADED.get() {
-            Some(Ok((_, _, env))) => env,
-            _ => return Err(ort::Error::new("onnxruntime is not loaded")),
-        };
-        Session::builder(env)?
-            .with_optimization_level(GraphOptimizationLevel::All)?
-            .with_intra_threads(1)?
-            .with_inter_threads(1)?
-            .with_prepacked_weights(&self.prepacked)?
-            .commit_from_memory(&self.bytes)
+        let outputs: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        let output_names = outputs
+            .iter()
+            .map(|n| CString::new(n.as_str()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| unsupported("an output's name holds a NUL".into()))?;
+        Ok((OrtModel { session, outputs, output_names }, inputs))
     }
 
     /// The graph's outputs, in order.
@@ -170,31 +154,81 @@ impl OrtModel {
     }
 
     /// Runs the graph on checked inputs (in the graph's order, named `names`); the outputs,
-    /// named. Blocks.
+    /// named. Blocks. Any number of threads may run it at once.
     pub fn run(&self, names: &[&str], inputs: Vec<RawTensor>) -> Result<Vec<(String, RawTensor)>, NnError> {
         let failed = |e: ort::Error| NnError::new(Code::Runtime, format!("inference failed: {e}"));
-        // A free session, else the first (the pool runs at most one job per slot, so one is free).
-        let mut guard = self.sessions.iter().find_map(|s| s.try_lock()).unwrap_or_else(|| self.sessions[0].lock());
-        if guard.is_none() {
-            *guard = Some(self.session().map_err(failed)?);
-        }
-        let Some(session) = guard.as_mut() else { return Err(NnError::new(Code::Runtime, "no session")) };
-        let mut values: Vec<(String, DynValue)> = Vec::with_capacity(inputs.len());
-        for (name, t) in names.iter().zip(inputs) {
+        let mut values: Vec<DynValue> = Vec::with_capacity(inputs.len());
+        for t in inputs {
             let shape: Vec<i64> = t.dims.iter().map(|&d| i64::from(d)).collect();
-            values.push((name.to_string(), tensor(shape, t.ty, &t.data).map_err(failed)?));
+            values.push(tensor(shape, t.ty, &t.data).map_err(failed)?);
         }
-        let outputs = session.run(values).map_err(failed)?;
+        let input_names: Vec<CString> = names
+            .iter()
+            .map(|n| CString::new(*n))
+            .collect::<Result<_, _>>()
+            .map_err(|_| NnError::new(Code::InvalidArgument, "an input's name holds a NUL"))?;
+        let input_ptrs: Vec<*const c_char> = input_names.iter().map(|n| n.as_ptr()).collect();
+        let value_ptrs: Vec<*const ort::sys::OrtValue> = values.iter().map(|v| v.ptr()).collect();
+        let output_ptrs: Vec<*const c_char> = self.output_names.iter().map(|n| n.as_ptr()).collect();
+        let mut out: Vec<*mut ort::sys::OrtValue> = vec![std::ptr::null_mut(); output_ptrs.len()];
+        let api = ort::api();
+        // SAFETY: every pointer lives to the end of the call (`values`, the names, `out`), the
+        // lengths are theirs, and onnxruntime allows concurrent `Run` calls on one session; the
+        // session is not changed through `ort` after it was built.
+        let status = unsafe {
+            (api.Run)(
+                self.session.ptr().cast_mut(),
+                std::ptr::null(),
+                input_ptrs.as_ptr(),
+                value_ptrs.as_ptr(),
+                value_ptrs.len(),
+                output_ptrs.as_ptr(),
+                output_ptrs.len(),
+                out.as_mut_ptr(),
+            )
+        };
+        // Owned from here, so that they are released whatever happens next.
+        let owned: Vec<Option<DynValue>> = out
+            .iter()
+            .map(|&p| {
+                // SAFETY: a non-null output of `Run` is a value the session's allocator made.
+                NonNull::new(p).map(|p| unsafe { DynValue::from_ptr(p, Some(self.session.allocator())) })
+            })
+            .collect();
+        if !status.0.is_null() {
+            // SAFETY: a non-null status is an OrtStatus, its message a NUL-terminated string
+            // that lives until the status is released.
+            let message = unsafe {
+                let m = std::ffi::CStr::from_ptr((api.GetErrorMessage)(status.0)).to_string_lossy().into_owned();
+                (api.ReleaseStatus)(status.0);
+                m
+            };
+            return Err(NnError::new(Code::Runtime, format!("inference failed: {message}")));
+        }
         self.outputs
             .iter()
-            .map(|name| {
-                let value = outputs
-                    .get(name.as_str())
+            .zip(owned)
+            .map(|(name, value)| {
+                let value = value
                     .ok_or_else(|| NnError::new(Code::Runtime, format!("onnxruntime returned no output {name:?}")))?;
-                Ok((name.clone(), raw(name, value)?))
+                Ok((name.clone(), raw(name, &value)?))
             })
             .collect()
     }
+}
+
+/// A session of `bytes` in the loaded library: every graph optimisation, and one intra-op thread
+/// (the thread that calls `Run`: the pool gives each job a core).
+fn session(bytes: &[u8]) -> ort::Result<Session> {
+    let env = match LOADED.get() {
+        Some(Ok((_, _, env))) => env,
+        _ => return Err(ort::Error::new("onnxruntime is not loaded")),
+    };
+    Session::builder(env)?
+        .with_optimization_level(GraphOptimizationLevel::All)?
+        .with_intra_threads(1)?
+        .with_inter_threads(1)?
+        .commit_from_memory(bytes)
 }
 
 /// An onnxruntime tensor of `ty` from little-endian `bytes` (their length already checked).
