@@ -4,12 +4,14 @@
 //! (the rclone development questions, cycled), beside the question's embedding alone.
 //!
 //! Run with `make bench-chapters` (or `cargo bench -p quarry-tests --bench chapters`). The cold
-//! build embeds the whole manual: about 2 minutes on 2 cores.
+//! build embeds the whole manual: about 2 minutes on 2 cores with tract. `QUARRY_BENCH_BACKEND`
+//! (tract, onnxruntime) and `QUARRY_BENCH_MODEL` (all-minilm-l6-v2, all-minilm-l6-v2-int8) pick
+//! what runs the model; `make bench-chapters` runs tract fp32, onnxruntime fp32 and int8.
 
 use std::time::Instant;
 
 use quarry::eval::score::percentile;
-use quarry_tests::{CHAPTER_RAG, EMBEDDER_ONNX, TestEnv, minilm_embedder, shared_data};
+use quarry_tests::{CHAPTER_RAG, EMBEDDER_ONNX, TestEnv, shared_data};
 use serde_json::{Value, json};
 
 fn questions() -> Vec<String> {
@@ -51,7 +53,9 @@ async fn main() {
         std::fs::create_dir_all(env.path(d)).unwrap();
     }
     std::fs::write(env.path("docs/MANUAL.md"), &text).unwrap();
-    let config = minilm_embedder(cores)
+    let (backend, model) = quarry_tests::bench_model();
+    println!("{}; model {model} on {backend}", quarry_tests::cpu_line());
+    let config = quarry_tests::embedder_on(cores, &backend, &model)
         + r#"
 [tools.manual]
 component = "plugins/chapters.wasm"

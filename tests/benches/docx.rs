@@ -1,20 +1,24 @@
 //! DOCX search benchmark, side by side in one run: ingest the 773-page rclone DOCX with
-//! Quarry's docx-search (in the host, real MiniLM embedder, one instance per core), then with the
-//! CrewAI-equivalent Python pipeline (`crewai_docx.py`: python-docx, 2500/250 chunks, the same
-//! model under onnxruntime with as many threads, chromadb or numpy). Prints phase times, chunk
-//! count, tokens embedded, peak RSS, warm query p50/p99 over 100 queries, and the ratios.
+//! Quarry's docx-search (in the host, the real embedder component, one instance per core) with
+//! its model run by tract (fp32) and by onnxruntime (fp32 and int8), each in a process of its
+//! own so that its peak RSS is its own; then with the CrewAI-equivalent Python pipeline
+//! (`crewai_docx.py`: python-docx, 2500/250 chunks, the same model under onnxruntime with as
+//! many threads, chromadb or numpy), and with the real CrewAI `DOCXSearchTool`
+//! (`crewai_real_docx.py`, crewai 1.15.30 from the tests' venv, its ONNX embedder on the same
+//! MiniLM files, offline). Prints phase times, chunk count, tokens embedded, peak RSS, warm
+//! query p50/p99 over 100 queries, the CPU, and the ratios to real CrewAI.
 //!
-//! Run with `make bench-docx` (or `cargo bench -p quarry-tests --bench docx`). The Python side
-//! uses `$QUARRY_BENCH_VENV` (default `~/.cache/quarry/bench-venv`, made by `make bench-docx`).
-//! `QUARRY_BENCH_CHUNKING=crewai` runs Quarry with CrewAI's 2500/250 characters instead of its
-//! default token-window chunks.
+//! Run with `make bench-docx` (or `cargo bench -p quarry-tests --bench docx`). The pipeline uses
+//! `$QUARRY_BENCH_VENV` (default `~/.cache/quarry/bench-venv`, made by `make bench-docx`), real
+//! CrewAI the tests' venv (`tests/mcp/venvs.sh`). `QUARRY_BENCH_CHUNKING=crewai` runs Quarry with
+//! CrewAI's 2500/250 characters instead of its default token-window chunks.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
 use quarry::eval::score::percentile;
-use quarry_tests::{DOCX_SEARCH, EMBEDDER_ONNX, TestEnv, minilm_embedder, models_dir, shared_data};
+use quarry_tests::{DOCX_SEARCH, EMBEDDER_ONNX, TestEnv, models_dir, shared_data};
 use serde_json::{Value, json};
 
 /// Peak resident set of this process (VmHWM), in MB.
@@ -40,21 +44,25 @@ fn questions() -> (PathBuf, Vec<String>) {
     (path, qs)
 }
 
-#[tokio::main(flavor = "multi_thread")]
-async fn main() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let docx = shared_data().join("docx/generated/rclone_manual.pandoc.docx");
-    assert!(docx.is_file(), "{} is missing (set QUARRY_SHARED_DATA)", docx.display());
-    let chunking = std::env::var("QUARRY_BENCH_CHUNKING").unwrap_or_else(|_| "window".into());
-    let (questions_path, queries) = questions();
+/// The Quarry configurations compared: (backend, model directory, label).
+const RUNS: [(&str, &str, &str); 3] = [
+    ("tract", "all-minilm-l6-v2", "quarry tract fp32"),
+    ("onnxruntime", "all-minilm-l6-v2", "quarry ort fp32"),
+    ("onnxruntime", "all-minilm-l6-v2-int8", "quarry ort int8"),
+];
 
-    // Quarry: fixed mode, so the document is ingested when the instance opens.
+/// One Quarry ingest and 100 queries (in the process of its own that `main` starts).
+async fn quarry_run(backend: &str, model: &str, docx: &std::path::Path) -> Value {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunking = std::env::var("QUARRY_BENCH_CHUNKING").unwrap_or_else(|_| "window".into());
+    let (_, queries) = questions();
+    // Fixed mode, so the document is ingested when the instance opens.
     let env = TestEnv::new();
     env.plugin(EMBEDDER_ONNX, "embedder-onnx");
     env.plugin(DOCX_SEARCH, "docx");
     std::fs::create_dir_all(env.path("docs")).unwrap();
-    std::fs::copy(&docx, env.path("docs/rclone.docx")).unwrap();
-    let config = minilm_embedder(cores)
+    std::fs::copy(docx, env.path("docs/rclone.docx")).unwrap();
+    let config = quarry_tests::embedder_on(cores, backend, model)
         + &format!(
             r#"
 [tools.rclone]
@@ -89,69 +97,144 @@ deadline = "3600s"
     }
     lat.sort_by(f64::total_cmp);
     let ms = |k: &str| opened[k].as_f64().unwrap_or(f64::NAN);
-    let quarry = json!({
+    json!({
+        "runs_on": host.apps().nn.models.runs_on().join(", "),
+        "open_s": open_s,
         "parse_ms": ms("parse_ms"), "chunk_ms": ms("chunk_ms"), "embed_ms": ms("embed_ms"), "index_ms": ms("index_ms"),
         "ingest_s": (ms("load_ms") + ms("parse_ms") + ms("chunk_ms") + ms("embed_ms") + ms("index_ms")) / 1000.0,
         "chunks": opened["chunks"], "tokens": opened["tokens"],
         "query_p50_ms": percentile(&lat, 0.5), "query_p99_ms": percentile(&lat, 0.99),
         "peak_rss_mb": peak_rss_mb(),
-    });
-    drop(host);
+    })
+}
 
-    // Python, same machine, same model file, as many threads as Quarry has embedder instances.
+/// Runs a Python script of the bench with `python`; its JSON, and its wall time.
+fn python(python: &std::path::Path, script: &str, args: &[String]) -> Value {
+    let script = quarry_tests::crate_dir().join("benches").join(script);
+    let t = Instant::now();
+    let out = Command::new(python)
+        .arg(&script)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make bench-docx` makes its venvs", python.display()));
+    assert!(out.status.success(), "{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    let mut v: Value = serde_json::from_slice(&out.stdout).expect("python JSON");
+    v["wall_s"] = json!(t.elapsed().as_secs_f64());
+    v
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let docx = shared_data().join("docx/generated/rclone_manual.pandoc.docx");
+    assert!(docx.is_file(), "{} is missing (set QUARRY_SHARED_DATA)", docx.display());
+    // In a child: one Quarry configuration, its JSON on stdout.
+    if let Ok(run) = std::env::var("QUARRY_BENCH_DOCX_RUN") {
+        let (backend, model) = run.split_once(':').expect("BACKEND:MODEL");
+        println!("{}", quarry_run(backend, model, &docx).await);
+        return;
+    }
+    let chunking = std::env::var("QUARRY_BENCH_CHUNKING").unwrap_or_else(|_| "window".into());
+    let (questions_path, _) = questions();
+    let mut columns: Vec<(String, Value)> = Vec::new();
+    for (backend, model, label) in RUNS {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .env("QUARRY_BENCH_DOCX_RUN", format!("{backend}:{model}"))
+            .output()
+            .expect("the bench in a child process");
+        assert!(out.status.success(), "{label}: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().rev().find(|l| l.starts_with('{')).expect("the child's JSON");
+        columns.push((label.to_string(), serde_json::from_str(line).unwrap()));
+    }
+    let args = [
+        docx.display().to_string(),
+        models_dir().join("all-minilm-l6-v2").display().to_string(),
+        questions_path.display().to_string(),
+        cores.to_string(),
+    ];
+    let home = PathBuf::from(std::env::var("HOME").unwrap_or_default());
     let venv = std::env::var_os("QUARRY_BENCH_VENV")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/quarry/bench-venv"));
-    let script = quarry_tests::crate_dir().join("benches/crewai_docx.py");
-    let t = Instant::now();
-    let out = Command::new(venv.join("bin/python"))
-        .arg(&script)
-        .arg(&docx)
-        .arg(models_dir().join("all-minilm-l6-v2"))
-        .arg(&questions_path)
-        .arg(cores.to_string())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {} ({e}); `make bench-docx` creates the venv", venv.display()));
-    assert!(out.status.success(), "python pipeline failed: {}", String::from_utf8_lossy(&out.stderr));
-    let py_wall = t.elapsed().as_secs_f64();
-    let mut py: Value = serde_json::from_slice(&out.stdout).expect("python JSON");
-    let pms = |k: &str| py[k].as_f64().unwrap_or(f64::NAN);
-    py["ingest_s"] = json!((pms("parse_ms") + pms("chunk_ms") + pms("embed_ms") + pms("index_ms")) / 1000.0);
+        .unwrap_or_else(|| home.join(".cache/quarry/bench-venv"));
+    let mut pipeline = python(&venv.join("bin/python"), "crewai_docx.py", &args);
+    let pms = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    pipeline["ingest_s"] = json!(
+        (pms(&pipeline, "parse_ms")
+            + pms(&pipeline, "chunk_ms")
+            + pms(&pipeline, "embed_ms")
+            + pms(&pipeline, "index_ms"))
+            / 1000.0
+    );
+    let crewai_venv = std::env::var_os("QUARRY_VENVS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cache/quarry/venvs"))
+        .join("crewai");
+    let crewai = python(&crewai_venv.join("bin/python"), "crewai_real_docx.py", &args);
+    columns.push(("python pipeline".into(), pipeline.clone()));
+    columns.push(("real crewai".into(), crewai.clone()));
 
     println!("DOCX ingest + search, rclone manual ({} bytes), {cores} cores", std::fs::metadata(&docx).unwrap().len());
-    println!("quarry: chunking {chunking}, {cores} embedder instances; host open {open_s:.1} s");
+    println!("{}", quarry_tests::cpu_line());
+    for (label, v) in &columns[..RUNS.len()] {
+        println!(
+            "{label}: {} ; chunking {chunking}, {cores} embedder instances, host open {:.1} s",
+            v["runs_on"].as_str().unwrap_or(""),
+            pms(v, "open_s")
+        );
+    }
     println!(
-        "python: {} ({}), {cores} onnxruntime threads, wall {py_wall:.1} s",
-        py["pipeline"].as_str().unwrap_or(""),
-        py["index"].as_str().unwrap_or("")
+        "python pipeline: {} ({}), {cores} onnxruntime threads, wall {:.1} s",
+        pipeline["pipeline"].as_str().unwrap_or(""),
+        pipeline["index"].as_str().unwrap_or(""),
+        pms(&pipeline, "wall_s")
+    );
+    println!(
+        "real crewai: {} ({}), wall {:.1} s with its import ({:.1} s)",
+        crewai["pipeline"].as_str().unwrap_or(""),
+        crewai["index"].as_str().unwrap_or(""),
+        pms(&crewai, "wall_s"),
+        pms(&crewai, "import_s")
     );
     println!();
-    println!("{:<22} {:>12} {:>12} {:>9}", "measure", "quarry", "python", "ratio q/p");
-    let row = |name: &str, k: &str| {
-        let (q, p) = (quarry[k].as_f64().unwrap_or(f64::NAN), py[k].as_f64().unwrap_or(f64::NAN));
-        println!("{name:<22} {q:>12.1} {p:>12.1} {:>9.2}", q / p);
-    };
-    row("parse ms", "parse_ms");
-    row("chunk ms", "chunk_ms");
-    row("embed ms", "embed_ms");
-    row("index ms", "index_ms");
-    row("ingest s", "ingest_s");
-    row("chunks", "chunks");
-    row("tokens embedded", "tokens");
-    row("peak RSS MB", "peak_rss_mb");
-    row("query p50 ms", "query_p50_ms");
-    row("query p99 ms", "query_p99_ms");
-    let per_tok =
-        |v: &Value| v["embed_ms"].as_f64().unwrap_or(f64::NAN) * 1000.0 / v["tokens"].as_f64().unwrap_or(f64::NAN);
+    print!("{:<18}", "measure");
+    for (label, _) in &columns {
+        print!(" {label:>18}");
+    }
+    println!();
+    let per_tok = |v: &Value| pms(v, "embed_ms") * 1000.0 / pms(v, "tokens");
+    let rows: [(&str, Box<dyn Fn(&Value) -> f64>); 10] = [
+        ("parse ms", Box::new(|v| pms(v, "parse_ms"))),
+        ("chunk ms", Box::new(|v| pms(v, "chunk_ms"))),
+        ("embed ms", Box::new(|v| pms(v, "embed_ms"))),
+        ("ingest s", Box::new(|v| pms(v, "ingest_s"))),
+        ("chunks", Box::new(|v| pms(v, "chunks"))),
+        ("tokens embedded", Box::new(|v| pms(v, "tokens"))),
+        ("embed µs/token", Box::new(per_tok)),
+        ("peak RSS MB", Box::new(|v| pms(v, "peak_rss_mb"))),
+        ("query p50 ms", Box::new(|v| pms(v, "query_p50_ms"))),
+        ("query p99 ms", Box::new(|v| pms(v, "query_p99_ms"))),
+    ];
+    for (name, get) in &rows {
+        print!("{name:<18}");
+        for (_, v) in &columns {
+            print!(" {:>18.1}", get(v));
+        }
+        println!();
+    }
+    let crewai_ingest = pms(&crewai, "ingest_s");
+    println!();
+    for (label, v) in &columns[..RUNS.len()] {
+        println!(
+            "{label}: ingest {:.2}x real crewai's, embed µs/token {:.2}x the python pipeline's, peak RSS {:.0} MB, query p50 {:.1} ms",
+            pms(v, "ingest_s") / crewai_ingest,
+            per_tok(v) / per_tok(&pipeline),
+            pms(v, "peak_rss_mb"),
+            pms(v, "query_p50_ms")
+        );
+    }
     println!(
-        "{:<22} {:>12.1} {:>12.1} {:>9.2}",
-        "embed µs/token",
-        per_tok(&quarry),
-        per_tok(&py),
-        per_tok(&quarry) / per_tok(&py)
-    );
-    println!(
-        "python drops the document's {} tables; its chunks are cut at {} tokens by the embedder",
-        py["tables_dropped"], 256
+        "the python pipeline drops the document's {} tables; its chunks and real crewai's are cut at 256 tokens by the embedder",
+        pipeline["tables_dropped"]
     );
 }

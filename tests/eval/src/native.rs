@@ -36,12 +36,13 @@ impl Native {
     /// Loads the model in `model_dir` (as `make models` writes it).
     pub fn open(model_dir: &Path) -> Result<Native> {
         let dir = std::fs::canonicalize(model_dir).with_context(|| model_dir.display().to_string())?;
-        let section = quarry::nn::ModelSection {
-            name: "eval".into(),
-            dir: dir.clone(),
-            pin: None,
-            backend: quarry::nn::Backend::Tract,
+        // QUARRY_EVAL_BACKEND=onnxruntime runs the model with onnxruntime (its library found as
+        // the host finds it), to judge it on the same questions.
+        let backend = match std::env::var("QUARRY_EVAL_BACKEND").as_deref() {
+            Ok("onnxruntime") => quarry::nn::Backend::Onnxruntime(quarry::nn::ort_library::locate(None)),
+            _ => quarry::nn::Backend::Tract,
         };
+        let section = quarry::nn::ModelSection { name: "eval".into(), dir: dir.clone(), pin: None, backend };
         let graph =
             HostInference(quarry::nn::native::Models::default().model(&section).map_err(|e| anyhow::anyhow!("{e}"))?);
         let model = onnx::Model::open(&dir, true, graph).map_err(|e| anyhow::anyhow!("{e:?}"))?;
