@@ -1,7 +1,8 @@
 //! Where onnxruntime's shared library is, for `[models.NAME] backend = "onnxruntime"`: the one
 //! the operator names (`[host] onnxruntime = { library = "…" }`, else `$QUARRY_ONNXRUNTIME`),
-//! else the one in the pinned onnxruntime wheel that `make models` installs beside the models
-//! (`${QUARRY_MODELS:-~/.cache/quarry/models}/.venv`). Nothing is downloaded, at build time or
+//! else an onnxruntime wheel in the venv quarry itself is installed in (`pip install
+//! quarry-wasm onnxruntime`), else the pinned onnxruntime wheel that `make models` installs
+//! beside the models (`${QUARRY_MODELS:-~/.cache/quarry/models}/.venv`). Nothing is downloaded, at build time or
 //! at run time. Which version it is, is checked when a model first loads (`onnxruntime.rs`).
 
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use std::path::{Path, PathBuf};
 pub const ENV: &str = "QUARRY_ONNXRUNTIME";
 
 /// What to do when no library is found.
-pub const INSTALL: &str = "run `make models` (it installs the pinned onnxruntime wheel beside the models), or name the library: [host] onnxruntime = { library = \"/path/to/libonnxruntime.so\" }, or QUARRY_ONNXRUNTIME=/path/to/libonnxruntime.so";
+pub const INSTALL: &str = "`pip install onnxruntime` into quarry's venv, or run `make models` (it installs the pinned onnxruntime wheel beside the models), or name the library: [host] onnxruntime = { library = \"/path/to/libonnxruntime.so\" }, or QUARRY_ONNXRUNTIME=/path/to/libonnxruntime.so";
 
 /// The library to load: `configured` (the `[host]` entry, resolved), else `$QUARRY_ONNXRUNTIME`,
 /// else the models' venv; or where it looked and what to do.
@@ -28,6 +29,13 @@ pub fn locate(configured: Option<PathBuf>) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(ENV).filter(|v| !v.is_empty()) {
         return named(PathBuf::from(path), ENV);
     }
+    // Installed from a wheel: `pip install onnxruntime` beside quarry puts the library in the
+    // same venv (<venv>/bin/quarry, <venv>/lib/python3.*/site-packages/onnxruntime/capi).
+    if let Some(path) =
+        std::env::current_exe().ok().as_deref().and_then(Path::parent).and_then(Path::parent).and_then(in_venv)
+    {
+        return Ok(path);
+    }
     let models = std::env::var_os("QUARRY_MODELS")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -36,7 +44,7 @@ pub fn locate(configured: Option<PathBuf>) -> Result<PathBuf, String> {
     match venv.as_deref().and_then(in_venv) {
         Some(path) => Ok(path),
         None => Err(format!(
-            "onnxruntime's library was not found ([host] onnxruntime.library and {ENV} are unset, and {} holds no onnxruntime wheel); {INSTALL}",
+            "onnxruntime's library was not found ([host] onnxruntime.library and {ENV} are unset, and neither quarry's venv nor {} holds an onnxruntime wheel); {INSTALL}",
             venv.map_or_else(|| "the models' venv".to_string(), |v| v.display().to_string())
         )),
     }
