@@ -7,14 +7,15 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use chapter_rag::tool::{BaseEnv, Env, Model, ToolError};
 use embedder_onnx::model::{self as onnx, Inference, Kind};
-use quarry::nn::native::{ElementType, NativeModel, RawTensor};
+use quarry::nn::native::NativeModel;
+use quarry::nn::tensor::{ElementType, RawTensor};
 
 /// The host's inference, called directly: what `wasi:nn` runs for the component.
 pub struct HostInference(std::sync::Arc<NativeModel>);
 
 impl Inference for HostInference {
     fn hidden_state(&self, ids: &[i64]) -> Result<Vec<f32>, onnx::EmbedError> {
-        let failed = |e: quarry::nn::native::NnError| onnx::EmbedError::Internal(e.message);
+        let failed = |e: quarry::nn::tensor::NnError| onnx::EmbedError::Internal(e.message);
         let dims = vec![1, ids.len() as u32];
         let inputs = onnx::graph_inputs(ids)
             .into_iter()

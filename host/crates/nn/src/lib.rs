@@ -22,8 +22,10 @@
 //!   thread's slot stays taken until then, and what bounds the run is the model and the size of
 //!   its inputs (a tensor is at most 16M elements); no inference starts past a deadline.
 //!
-//! Files: `grant.rs` (the section and the grant), `native.rs` (tract, the shared models),
-//! `pool.rs` (the inference threads).
+//! Files: `grant.rs` (the section and the grant), `tensor.rs` (the tensor, its caps and the
+//! error both backends use), `native.rs` (tract, the shared models), `onnxruntime.rs` and
+//! `ort_library.rs` (the second backend and where its library is found), `pool.rs` (the
+//! inference threads).
 
 #![deny(missing_docs)]
 
@@ -33,6 +35,7 @@ pub mod native;
 pub mod onnxruntime;
 pub mod ort_library;
 pub mod pool;
+pub mod tensor;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,7 +45,8 @@ use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 pub use grant::{
     Backend, GUEST_ROOT, MANIFEST_FILE, MODEL_FILE, ModelGrant, ModelSection, RawModel, RawOnnxruntime, grant, section,
 };
-use native::{Code, ElementType, NativeModel, NnError, RawTensor};
+use native::NativeModel;
+use tensor::{Code, ElementType, NnError, RawTensor};
 
 mod wit {
     wasmtime::component::bindgen!({

@@ -27,7 +27,7 @@ use ort::session::Session;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
-use crate::native::{Code, ElementType, InputSpec, NnError, RawTensor};
+use crate::tensor::{Code, ElementType, InputSpec, NnError, RawTensor};
 
 /// The onnxruntime C API version this host is built for (`ort`'s `api-22`): onnxruntime 1.22 or
 /// later.

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use tract_linalg::multithread::{Executor, multithread_tract_scope};
 
-use super::native::{Code, NnError};
+use crate::tensor::{Code, NnError};
 use quarry_support::fair::FairQueue;
 
 fn cores() -> usize {
