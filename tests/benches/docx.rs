@@ -158,7 +158,6 @@ async fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| home.join(".cache/quarry/bench-venv"));
     let mut pipeline = python(&venv.join("bin/python"), "crewai_docx.py", &args);
-    let pms = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
     pipeline["ingest_s"] = json!(
         (pms(&pipeline, "parse_ms")
             + pms(&pipeline, "chunk_ms")
@@ -202,18 +201,18 @@ async fn main() {
         print!(" {label:>18}");
     }
     println!();
-    let per_tok = |v: &Value| pms(v, "embed_ms") * 1000.0 / pms(v, "tokens");
-    let rows: [(&str, Box<dyn Fn(&Value) -> f64>); 10] = [
-        ("parse ms", Box::new(|v| pms(v, "parse_ms"))),
-        ("chunk ms", Box::new(|v| pms(v, "chunk_ms"))),
-        ("embed ms", Box::new(|v| pms(v, "embed_ms"))),
-        ("ingest s", Box::new(|v| pms(v, "ingest_s"))),
-        ("chunks", Box::new(|v| pms(v, "chunks"))),
-        ("tokens embedded", Box::new(|v| pms(v, "tokens"))),
-        ("embed µs/token", Box::new(per_tok)),
-        ("peak RSS MB", Box::new(|v| pms(v, "peak_rss_mb"))),
-        ("query p50 ms", Box::new(|v| pms(v, "query_p50_ms"))),
-        ("query p99 ms", Box::new(|v| pms(v, "query_p99_ms"))),
+    let per_tok: Measure = |v| pms(v, "embed_ms") * 1000.0 / pms(v, "tokens");
+    let rows: [(&str, Measure); 10] = [
+        ("parse ms", |v| pms(v, "parse_ms")),
+        ("chunk ms", |v| pms(v, "chunk_ms")),
+        ("embed ms", |v| pms(v, "embed_ms")),
+        ("ingest s", |v| pms(v, "ingest_s")),
+        ("chunks", |v| pms(v, "chunks")),
+        ("tokens embedded", |v| pms(v, "tokens")),
+        ("embed µs/token", per_tok),
+        ("peak RSS MB", |v| pms(v, "peak_rss_mb")),
+        ("query p50 ms", |v| pms(v, "query_p50_ms")),
+        ("query p99 ms", |v| pms(v, "query_p99_ms")),
     ];
     for (name, get) in &rows {
         print!("{name:<18}");
@@ -237,4 +236,12 @@ async fn main() {
         "the python pipeline drops the document's {} tables; its chunks and real crewai's are cut at 256 tokens by the embedder",
         pipeline["tables_dropped"]
     );
+}
+
+/// How a row of the table reads its figure from one run's JSON.
+type Measure = fn(&Value) -> f64;
+
+/// A measure of one run's JSON, NaN where the run did not report it.
+fn pms(v: &Value, k: &str) -> f64 {
+    v[k].as_f64().unwrap_or(f64::NAN)
 }
