@@ -19,18 +19,14 @@ use crate::config::InstanceConfig;
 use crate::registry::instance::{Compiled, OpenError, compile};
 use crate::runtime::engine::QuarryEngine;
 use crate::runtime::guarded::{GuestCall, new_store, run_guarded, run_guarded_for};
+use crate::runtime::pool::StorePool;
 use crate::runtime::store::StoreState;
-use crate::support::fair::FairQueue;
-
-/// Fault lines of embedders, all together: a hostile embedder can fault on every call.
-static FAULTS_LOG: crate::support::log_budget::LogBudget =
-    crate::support::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
 
 /// An embedder component: a pool of instances, each in its own store, each
 /// having run `model.load(config)`. A batch is split into contiguous chunks of at
 /// most [`MAX_CHUNK`] texts, run in parallel on the pool, so ingest uses every core;
-/// the pool serves its callers (tool instances) in turn through a [`FairQueue`], so
-/// one tool's ingest delays another tool's query by at most one chunk per member.
+/// the pool ([`StorePool`]) serves its callers (tool instances) in turn, so one tool's
+/// ingest delays another tool's query by at most one chunk per member.
 /// Faults recycle the instance that had them, and so does a chunk whose caller gave
 /// up part-way (its task is aborted).
 pub struct ComponentEmbedder {
@@ -42,8 +38,7 @@ pub struct ComponentEmbedder {
     info: ModelInfo,
     /// SHA-256 of the component version.
     pub hash: [u8; 32],
-    members: Vec<tokio::sync::Mutex<Option<Live>>>,
-    queue: Arc<FairQueue>,
+    pool: StorePool<Live>,
 }
 
 struct Live {
@@ -68,8 +63,19 @@ impl ComponentEmbedder {
         linker: &Linker<StoreState>,
         config: Arc<InstanceConfig>,
     ) -> Result<ComponentEmbedder, OpenError> {
+        let compiled = compile(engine, &config.component).await?;
+        Self::from_compiled(engine, linker, config, compiled).await
+    }
+
+    /// [`ComponentEmbedder::open`] with its component already read and compiled.
+    pub(crate) async fn from_compiled(
+        engine: &QuarryEngine,
+        linker: &Linker<StoreState>,
+        config: Arc<InstanceConfig>,
+        compiled: Compiled,
+    ) -> Result<ComponentEmbedder, OpenError> {
         let path = &config.component;
-        let Compiled { component, hash, version } = compile(engine, path).await?;
+        let Compiled { component, hash, version } = compiled;
         let link = |message: String| OpenError::Link { path: path.clone(), message };
         let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
         let pre = EmbedderHostPre::new(pre).map_err(|e| {
@@ -88,13 +94,13 @@ impl ComponentEmbedder {
         for t in tasks {
             let (live, i) = t.await.map_err(|e| link(format!("loader task failed: {e}")))??;
             info.get_or_insert(i);
-            members.push(tokio::sync::Mutex::new(Some(live)));
+            members.push(live);
         }
         let info = info.ok_or_else(|| link("empty pool".into()))?;
         tracing::info!(target: "quarry::embedder", embedder = %config.name, pool = size, model = %info.id,
             version = version.as_deref().unwrap_or("none"), "embedder ready");
-        let queue = FairQueue::new(members.len());
-        Ok(ComponentEmbedder { config, engine: engine.clone(), pre, _component: component, info, hash, members, queue })
+        let pool = StorePool::ready(members);
+        Ok(ComponentEmbedder { config, engine: engine.clone(), pre, _component: component, info, hash, pool })
     }
 
     /// Embeds `texts` for `client`, whose call must end by `deadline`, splitting a large batch
@@ -122,7 +128,7 @@ impl ComponentEmbedder {
         max_part: usize,
         run: impl Fn(Arc<Self>, String, Vec<String>) -> PartCall<T> + Clone + Send + 'static,
     ) -> Result<Vec<T>, EmbedError> {
-        let n = self.members.len();
+        let n = self.pool.len();
         if texts.len() <= max_part && (n == 1 || texts.len() < 2 * MIN_CHUNK) {
             let count = texts.len();
             let me = self.clone();
@@ -251,25 +257,16 @@ impl ComponentEmbedder {
         call: impl for<'a> FnOnce(&'a mut Store<StoreState>, Arc<EmbedderHost>) -> GuestCall<'a, Result<T, ex::EmbedError>>,
     ) -> Result<T, EmbedError> {
         let name = &self.config.name;
-        let permit = match deadline {
-            None => self.queue.acquire(client).await,
-            Some(d) => tokio::time::timeout_at(d.into(), self.queue.acquire(client)).await.map_err(|_| {
-                EmbedError::Unavailable(format!(
-                    "the call's deadline passed while it waited for embedder {name:?}; raise the tool's `deadline` or embed less at once"
-                ))
-            })?,
-        };
-        let mut guard = self.members[permit.worker()].lock().await;
-        // Out of the slot while it runs: a dropped call drops the store with it.
-        let mut live = match guard.take() {
-            Some(live) => live,
-            None => {
-                start(&self.engine, &self.config, &self.pre)
-                    .await
-                    .map_err(|e| EmbedError::Unavailable(format!("embedder {name:?} cannot restart: {e}")))?
-                    .0
-            }
-        };
+        let mut lease = self.pool.lease_until(client, deadline).await.ok_or_else(|| {
+            EmbedError::Unavailable(format!(
+                "the call's deadline passed while it waited for embedder {name:?}; raise the tool's `deadline` or embed less at once"
+            ))
+        })?;
+        let restart = async { start(&self.engine, &self.config, &self.pre).await.map(|(live, _)| live) };
+        let mut live = lease
+            .take_or_start(restart)
+            .await
+            .map_err(|e| EmbedError::Unavailable(format!("embedder {name:?} cannot restart: {e}")))?;
         let bindings = live.bindings.clone();
         let cx = CallCx { for_caller: deadline.map(|d| (client, d)), tool_code: false };
         let outcome =
@@ -278,13 +275,11 @@ impl ComponentEmbedder {
         let _ = live.store.data().take_refusals();
         match outcome {
             Err(fault) => {
-                if let Some(held) = FAULTS_LOG.take() {
-                    tracing::warn!(target: "quarry::embedder", embedder = %name, "{fault}; recycling the instance{}", crate::support::log_budget::held_note(held));
-                }
+                lease.faulted(&format!("embedder {name:?}"), &fault);
                 Err(EmbedError::Unavailable(format!("embedder {name:?} {fault}; it was recycled")))
             }
             Ok(result) => {
-                *guard = Some(live);
+                lease.put_back(live);
                 result.map_err(|e| match e {
                     ex::EmbedError::InvalidInput(m) => EmbedError::InvalidInput(m),
                     ex::EmbedError::Unavailable(m) => EmbedError::Unavailable(m),

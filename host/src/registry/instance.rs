@@ -9,10 +9,10 @@
 //! [`ToolInstance::prepare`] then runs the guest's `prepare` (an index build) on each member of
 //! the pool, which joins the fair queue once prepared; calls wait for a member, forwarding the
 //! preparation's progress, within the instance's deadline. Each [`ToolInstance::call`] runs through
-//! [`run_guarded`] (see [`crate::runtime::guarded`]): on any trap, out-of-memory, resource
-//! exhaustion or missed deadline the store is dropped and the next call starts a new one. A
-//! store whose call future is dropped part-way (a timeout, a cancelled caller) is dropped with
-//! it, never reused.
+//! [`run_guarded`] (see [`crate::runtime::guarded`]) on a member of the instance's
+//! [`StorePool`], which keeps the pool's rules: on any trap, out-of-memory, resource exhaustion or
+//! missed deadline the store is dropped and the next call starts a new one; a store whose call
+//! future is dropped part-way (a timeout, a cancelled caller) is dropped with it, never reused.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,12 +31,8 @@ use crate::runtime::cache::ComponentCache;
 use crate::runtime::engine::{EngineError, QuarryEngine};
 pub use crate::runtime::guarded::Fault;
 use crate::runtime::guarded::{new_store, run_guarded, run_guarded_for};
+use crate::runtime::pool::{Lease, StorePool};
 use crate::runtime::store::StoreState;
-use crate::support::fair::FairQueue;
-
-/// Fault lines, all instances together: a hostile component can fault on every call.
-static FAULTS_LOG: crate::support::log_budget::LogBudget =
-    crate::support::log_budget::LogBudget::new(10, std::time::Duration::from_secs(1));
 
 /// The longest tool error message passed on (it is also cut to `max_output`).
 pub const MAX_ERROR_BYTES: usize = 64 << 10;
@@ -232,6 +228,7 @@ pub enum CallError {
 }
 
 /// A component read and compiled: what the host knows of it before running it.
+#[derive(Clone)]
 pub(crate) struct Compiled {
     /// The compiled component.
     pub component: Arc<Component>,
@@ -273,7 +270,17 @@ impl ComponentVersion {
         linker: &Linker<StoreState>,
         path: &Path,
     ) -> Result<Arc<ComponentVersion>, OpenError> {
-        let Compiled { component, hash, version } = compile(engine, path).await?;
+        Self::from_compiled(engine, linker, path, compile(engine, path).await?)
+    }
+
+    /// Pre-instantiates `compiled`, read from `path`.
+    pub(crate) fn from_compiled(
+        engine: &QuarryEngine,
+        linker: &Linker<StoreState>,
+        path: &Path,
+        compiled: Compiled,
+    ) -> Result<Arc<ComponentVersion>, OpenError> {
+        let Compiled { component, hash, version } = compiled;
         let imports_embedder =
             component.component_type().imports(engine.engine()).any(|(name, _)| name == EMBEDDER_IMPORT);
         let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
@@ -327,13 +334,6 @@ pub struct Caller<'a> {
 /// Reports forwarded to a listener at most this often.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// One instance of a pool: its store (absent until started, and after a fault) and the sink
-/// that keeps its latest progress report.
-struct Member {
-    live: tokio::sync::Mutex<Option<Live>>,
-    progress: Arc<progress::Sink>,
-}
-
 /// A JSON object, as a tool's schema is.
 pub type JsonObject = serde_json::Map<String, serde_json::Value>;
 
@@ -367,9 +367,10 @@ pub struct ToolInstance {
     pub tools: Vec<ToolEntry>,
     engine: QuarryEngine,
     embedder: Option<Arc<dyn EmbedderBackend>>,
-    members: Vec<Member>,
-    /// Members join once prepared; a call takes the first free one.
-    queue: Arc<FairQueue>,
+    /// The members; each joins once prepared, and a call takes the first free one.
+    pool: StorePool<Live>,
+    /// Each member's latest progress report, by member.
+    sinks: Vec<Arc<progress::Sink>>,
     readiness: tokio::sync::watch::Sender<Readiness>,
 }
 
@@ -411,11 +412,7 @@ impl ToolInstance {
             .collect();
         // The first member keeps the store it was opened in; the others start as they prepare.
         let mut first = Some(live);
-        let members: Vec<Member> = sinks
-            .into_iter()
-            .map(|progress| Member { live: tokio::sync::Mutex::new(first.take()), progress })
-            .collect();
-        let queue = FairQueue::idle(members.len());
+        let pool = StorePool::idle(sinks.iter().map(|_| first.take()).collect());
         Ok(ToolInstance {
             name,
             config,
@@ -423,8 +420,8 @@ impl ToolInstance {
             tools,
             engine: engine.clone(),
             embedder,
-            members,
-            queue,
+            pool,
+            sinks,
             readiness: tokio::sync::watch::channel(Readiness::Preparing).0,
         })
     }
@@ -440,17 +437,17 @@ impl ToolInstance {
             Ok(()) => Readiness::Ready,
             Err(e) => Readiness::Failed(crate::support::text::cut(&e.to_string(), MAX_REJECTION_BYTES)),
         });
-        self.queue.add(0);
-        if self.members.len() > 1 {
+        self.pool.join(0);
+        if self.pool.len() > 1 {
             let this = self.clone();
             let ok = first.is_ok();
             tokio::spawn(async move {
-                for i in 1..this.members.len() {
+                for i in 1..this.pool.len() {
                     // After a failure the others would fail alike: they start at their first call.
                     if ok && let Err(e) = this.prepare_member(i).await {
                         tracing::warn!(target: "quarry::load", instance = %this.name, member = i, "not prepared: {e}");
                     }
-                    this.queue.add(i);
+                    this.pool.join(i);
                 }
             });
         }
@@ -473,23 +470,28 @@ impl ToolInstance {
 
     /// How many members serve calls in parallel.
     pub fn pool(&self) -> usize {
-        self.members.len()
+        self.pool.len()
     }
 
     /// Members free now, and clients waiting for one (for tests and benches).
     pub fn load(&self) -> (usize, usize) {
-        self.queue.load()
+        self.pool.load()
     }
 
+    /// Starts member `i` (unless it kept the store it was opened in) and prepares it.
     async fn prepare_member(&self, i: usize) -> Result<(), OpenError> {
-        let member = &self.members[i];
-        let mut guard = member.live.lock().await;
-        let live = match guard.take() {
+        let mut slot = self.pool.slot(i).await;
+        let live = match slot.take() {
             Some(live) => live,
-            None => start(&self.engine, &self.config, &self.version, self.embedder.clone(), &member.progress).await?,
+            None => self.start(i).await?,
         };
-        *guard = Some(prepare(&self.config, live).await?);
+        *slot = Some(prepare(&self.config, live).await?);
         Ok(())
+    }
+
+    /// A fresh store for member `i`, opened.
+    async fn start(&self, i: usize) -> Result<Live, OpenError> {
+        start(&self.engine, &self.config, &self.version, self.embedder.clone(), &self.sinks[i]).await
     }
 
     /// Runs tool `tool` with `args` (a JSON object) on the first free member.
@@ -521,14 +523,14 @@ impl ToolInstance {
             }
             std::future::pending::<()>().await
         };
-        let permit = {
-            let acquire = self.queue.acquire(caller.client);
+        let mut lease = {
+            let acquire = self.pool.lease(caller.client);
             let forward = async {
                 match caller.listener {
                     Some(l) if self.readiness() == Readiness::Preparing => {
                         let line = format!("{}: the call waits for the instance, still {}", self.name, self.status());
                         l.log(tracing::Level::INFO, &line);
-                        let mut reports = self.members[0].progress.subscribe();
+                        let mut reports = self.sinks[0].subscribe();
                         reports.mark_changed();
                         forward_progress(&mut reports, l).await
                     }
@@ -545,25 +547,20 @@ impl ToolInstance {
                 never = forward => match never {},
             }
         };
-        let member = &self.members[permit.worker()];
-        let mut guard = member.live.lock().await;
+        let member = lease.member();
         let run = async {
-            // Taken out of the slot while the guest runs: if this future is dropped part-way,
-            // the store goes with it and the next call starts a fresh one.
-            let live = match guard.take() {
-                Some(live) => live,
-                None => {
-                    let restart = |e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) };
-                    let live =
-                        start(&self.engine, &self.config, &self.version, self.embedder.clone(), &member.progress)
-                            .await
-                            .map_err(restart)?;
-                    prepare(&self.config, live).await.map_err(restart)?
-                }
+            // A member whose store a fault dropped starts again, and prepares, for this call.
+            let restart = async {
+                let live = self.start(member).await?;
+                prepare(&self.config, live).await
             };
-            self.run(&qualified, tool, args, live, &mut guard, caller.listener).await
+            let live = lease
+                .take_or_start(restart)
+                .await
+                .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?;
+            self.run(&qualified, tool, args, live, &mut lease, caller.listener).await
         };
-        let mut reports = member.progress.subscribe();
+        let mut reports = self.sinks[member].subscribe();
         reports.mark_unchanged();
         let forward = async {
             match caller.listener {
@@ -583,14 +580,13 @@ impl ToolInstance {
         {
             l.progress(&r);
         }
-        drop(guard);
-        drop(permit);
+        drop(lease);
         outcome
     }
 
     /// What the preparation is doing, from its latest progress report.
     fn status(&self) -> String {
-        match self.members[0].progress.borrow().as_ref() {
+        match self.sinks[0].borrow().as_ref() {
             Some(r) => format!("preparing: {}", r.status()),
             None => "preparing (no progress reported yet)".to_string(),
         }
@@ -602,7 +598,7 @@ impl ToolInstance {
         tool: &str,
         args: &Args,
         mut live: Live,
-        slot: &mut Option<Live>,
+        lease: &mut Lease<'_, Live>,
         listener: Option<&dyn Listener>,
     ) -> Result<ToolOutput, CallError> {
         let (bindings, handle) = (live.bindings.clone(), live.handle);
@@ -628,21 +624,19 @@ impl ToolInstance {
         let qualified = qualified.to_string();
         match outcome {
             Err(fault) => {
-                if let Some(held) = FAULTS_LOG.take() {
-                    tracing::warn!(target: "quarry::call", tool = %qualified, "{fault}; recycling the instance{}", crate::support::log_budget::held_note(held));
-                }
+                lease.faulted(&qualified, &fault);
                 if let Some(l) = listener {
                     l.log(tracing::Level::ERROR, &format!("{qualified}: {fault}; recycling the instance"));
                 }
                 Err(CallError::Fault { tool: qualified, fault })
             }
             Ok(Err(error)) => {
-                *slot = Some(live);
+                lease.put_back(live);
                 let cap = MAX_ERROR_BYTES.min(usize::try_from(max_output).unwrap_or(usize::MAX));
                 Err(CallError::Tool { tool: qualified, error: with_denials(bounded(error, cap), &refusals) })
             }
             Ok(Ok(out)) => {
-                *slot = Some(live);
+                lease.put_back(live);
                 let size = output_size(&out);
                 if size as u64 > max_output {
                     return Err(CallError::OutputTooLarge { tool: qualified, size, limit: max_output });

@@ -6,13 +6,16 @@
 //! - [`store`]: [`store::StoreState`], built from an instance's grants;
 //! - [`limiter`]: the memory grant over every memory and the host resources held;
 //! - [`guest_log`]: the guest's stderr, captured;
-//! - [`guarded`]: a store for a call, the call under its deadline, its [`guarded::Fault`].
+//! - [`guarded`]: a store for a call, the call under its deadline, its [`guarded::Fault`];
+//! - [`pool`]: [`pool::StorePool`], the members of a tool instance or an embedder, handed out
+//!   fairly, recycled after a fault.
 
 pub mod cache;
 pub mod engine;
 pub mod guarded;
 pub mod guest_log;
 pub mod limiter;
+pub mod pool;
 pub mod store;
 
 pub use guarded::Fault;

@@ -1,0 +1,180 @@
+//! A pool of guest stores: the one place that owns what a tool instance and an embedder both
+//! are, `pool` members of one component version serving calls in parallel.
+//!
+//! [`StorePool`] holds the members (a slot each, holding a started store or nothing: not yet
+//! started, or dropped after a fault), hands them out through a [`FairQueue`] (callers queue in
+//! turn between clients), and keeps the rules every user of a pool follows:
+//! - a [`Lease`] holds one member for one call; the call takes the store *out* of its slot while
+//!   the guest runs ([`Lease::take_or_start`]), so that a call future dropped part-way (a
+//!   timeout, a cancelled caller) drops the store with it, and the next lease starts a fresh one;
+//! - a call that left the store sound puts it back ([`Lease::put_back`]); one that faulted does
+//!   not, and says so ([`Lease::faulted`]): the member restarts at its next lease, and the fault
+//!   line is written within one budget for every pool (a hostile component can fault on every
+//!   call);
+//! - a pool either serves at once ([`StorePool::ready`]) or from each member's
+//!   [`StorePool::join`] (a tool instance's member joins once it has prepared).
+//!
+//! What a member's store is, how one starts, and what a call runs are the user's: the
+//! registry's tool instances and embedders.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::support::fair::{FairQueue, Permit};
+use crate::support::log_budget::{LogBudget, held_note};
+
+/// Fault lines of every pool together: a hostile component can fault on every call.
+static FAULTS_LOG: LogBudget = LogBudget::new(10, std::time::Duration::from_secs(1));
+
+/// `n` members holding stores of type `L`, shared fairly between clients (see the module docs).
+pub struct StorePool<L> {
+    members: Vec<tokio::sync::Mutex<Option<L>>>,
+    queue: Arc<FairQueue>,
+}
+
+/// One member of a [`StorePool`], held for one call: released (to the next caller in turn)
+/// when dropped.
+pub struct Lease<'a, L> {
+    // Dropped before the permit (fields drop in order): the member is unlocked before the next
+    // caller is handed it.
+    slot: tokio::sync::MutexGuard<'a, Option<L>>,
+    permit: Permit,
+}
+
+impl<L> StorePool<L> {
+    /// A pool of the members in `stores`, every one serving at once.
+    pub fn ready(stores: Vec<L>) -> StorePool<L> {
+        let queue = FairQueue::new(stores.len());
+        StorePool { members: stores.into_iter().map(|s| tokio::sync::Mutex::new(Some(s))).collect(), queue }
+    }
+
+    /// A pool of the members in `slots` (a store, or `None` for a member that starts later), none
+    /// serving until it [joins](StorePool::join).
+    pub fn idle(slots: Vec<Option<L>>) -> StorePool<L> {
+        let queue = FairQueue::idle(slots.len());
+        StorePool { members: slots.into_iter().map(tokio::sync::Mutex::new).collect(), queue }
+    }
+
+    /// Member `member` of an [`idle`](StorePool::idle) pool starts serving.
+    pub fn join(&self, member: usize) {
+        self.queue.add(member);
+    }
+
+    /// How many members the pool has.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the pool has no member (never, for a pool built from a config: `pool` is at least 1).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Members free now, and clients waiting for one (for tests and benches).
+    pub fn load(&self) -> (usize, usize) {
+        self.queue.load()
+    }
+
+    /// The slot of member `member`, outside the queue: to start or prepare a member that has
+    /// not joined yet.
+    pub async fn slot(&self, member: usize) -> tokio::sync::MutexGuard<'_, Option<L>> {
+        self.members[member].lock().await
+    }
+
+    /// Waits for the first free member, served in turn with the other clients.
+    pub async fn lease(&self, client: &str) -> Lease<'_, L> {
+        let permit = self.queue.acquire(client).await;
+        let slot = self.members[permit.worker()].lock().await;
+        Lease { slot, permit }
+    }
+
+    /// [`StorePool::lease`], given up at `deadline` (`None`: no deadline).
+    pub async fn lease_until(&self, client: &str, deadline: Option<Instant>) -> Option<Lease<'_, L>> {
+        match deadline {
+            None => Some(self.lease(client).await),
+            Some(d) => tokio::time::timeout_at(d.into(), self.lease(client)).await.ok(),
+        }
+    }
+}
+
+impl<L> Lease<'_, L> {
+    /// The member's index in its pool.
+    pub fn member(&self) -> usize {
+        self.permit.worker()
+    }
+
+    /// Takes the member's store out of its slot for a call, or starts a fresh one with `start`
+    /// when the slot is empty (a fault dropped it, or the member never started). Out of the slot
+    /// while the guest runs: a call dropped part-way drops its store.
+    pub async fn take_or_start<E>(&mut self, start: impl std::future::Future<Output = Result<L, E>>) -> Result<L, E> {
+        match self.slot.take() {
+            Some(store) => Ok(store),
+            None => start.await,
+        }
+    }
+
+    /// Puts the store back after a call that left it sound: the next lease reuses it.
+    pub fn put_back(&mut self, store: L) {
+        *self.slot = Some(store);
+    }
+
+    /// A call on this member faulted, and its store was dropped (not put back): the member
+    /// restarts at its next lease. `what` names the instance or tool, for the log line.
+    pub fn faulted(&self, what: &str, fault: &dyn std::fmt::Display) {
+        if let Some(held) = FAULTS_LOG.take() {
+            tracing::warn!(target: "quarry::pool", member = self.member(), "{what}: {fault}; recycling the instance{}", held_note(held));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store put back is reused; one not put back (a fault, or a call dropped part-way) is
+    /// started afresh by the next lease.
+    #[tokio::test]
+    async fn a_store_not_put_back_is_started_afresh() {
+        let pool = StorePool::ready(vec![1u32]);
+        let start = |n| async move { Ok::<u32, ()>(n) };
+        let mut lease = pool.lease("a").await;
+        let store = lease.take_or_start(start(2)).await.unwrap();
+        assert_eq!(store, 1, "the store the pool was built with");
+        lease.put_back(store);
+        drop(lease);
+        let mut lease = pool.lease("a").await;
+        let store = lease.take_or_start(start(2)).await.unwrap();
+        assert_eq!(store, 1, "put back, so reused");
+        lease.faulted("test", &"a fault");
+        drop(lease);
+        let mut lease = pool.lease("a").await;
+        assert_eq!(lease.take_or_start(start(3)).await.unwrap(), 3, "not put back, so started");
+        drop(lease);
+        // A call whose future is dropped while it holds the store out of the slot.
+        let call = async {
+            let mut lease = pool.lease("a").await;
+            let _store = lease.take_or_start(start(4)).await.unwrap();
+            std::future::pending::<()>().await;
+        };
+        assert!(tokio::time::timeout(std::time::Duration::from_millis(10), call).await.is_err());
+        assert_eq!(pool.load(), (1, 0), "the member went back to the queue");
+        let mut lease = pool.lease("a").await;
+        assert_eq!(lease.take_or_start(start(5)).await.unwrap(), 5, "the dropped call's store went with it");
+    }
+
+    /// An idle pool serves a member only once it joins; a lease with a deadline gives up at it.
+    #[tokio::test]
+    async fn an_idle_pool_serves_joined_members() {
+        let pool = StorePool::idle(vec![Some('a'), None]);
+        let soon = Instant::now() + std::time::Duration::from_millis(10);
+        assert!(pool.lease_until("c", Some(soon)).await.is_none(), "no member has joined");
+        *pool.slot(1).await = Some('b');
+        pool.join(1);
+        let lease = pool.lease_until("c", None).await.unwrap();
+        assert_eq!(lease.member(), 1);
+        assert_eq!(pool.load(), (0, 0));
+        drop(lease);
+        assert_eq!(pool.load(), (1, 0));
+        assert_eq!(pool.len(), 2);
+    }
+}
