@@ -1,10 +1,11 @@
 //! The registry: every configured tool instance, name resolution, calls, and
 //! the atomic swap that hot reload performs.
 //!
-//! Swapping: [`Registry::reload`] compiles the new component and opens and prepares every
-//! instance that uses it *beside* the running ones (the first member of each pool; the others
-//! prepare after); only when all of them have does it replace them, under a write lock held for
-//! a few pointer stores.
+//! Swapping: [`Registry::reload`] walks what depends on a changed file (a component, a model a
+//! section reads), the same for tools and embedders: it compiles the new component once and
+//! opens (and prepares) every dependent *beside* the running ones (the first member of each
+//! pool; the others prepare after); only when all of them have does it replace them, under a
+//! write lock held for a few pointer stores.
 //! Calls already running hold an `Arc` of the old instance and finish on it.
 //! If the new version fails to compile, link or open, nothing changes and the
 //! error says why.
@@ -30,7 +31,7 @@ use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
 use crate::registry::embedders::{ComponentEmbedder, EmbedderSlot};
 pub use crate::registry::instance::ToolEntry;
-use crate::registry::instance::{CallError, Caller, ComponentVersion, OpenError, ToolInstance};
+use crate::registry::instance::{CallError, Caller, ComponentVersion, OpenError, ToolInstance, compile};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 use crate::runtime::store::StoreState;
 
@@ -274,36 +275,6 @@ impl Registry {
         slots.get(name).map(|s| s.clone() as Arc<dyn EmbedderBackend>)
     }
 
-    /// Reloads every embedder instance whose component is `path`; tools keep
-    /// their link (an [`EmbedderSlot`]) and see the new version on their next embed.
-    async fn reload_embedder(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
-        let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
-        let new_hash =
-            tokio::fs::read(path).await.map(|b| crate::runtime::cache::ComponentCache::content_hash(&b)).ok();
-        let mut instances = Vec::new();
-        let mut hash = String::new();
-        for cfg in self.config.embedders.values().filter(|c| c.component == path) {
-            let slot = self.embedders.read().get(&cfg.name).cloned();
-            if let (Some(slot), Some(h)) = (&slot, new_hash)
-                && slot.current().hash == h
-            {
-                continue;
-            }
-            let e =
-                ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await.map_err(rejected)?;
-            hash = hex::encode(e.hash);
-            self.install_embedder(&cfg.name, e);
-            instances.push(cfg.name.clone());
-        }
-        if instances.is_empty() {
-            return Err(ReloadError::Unchanged(path.to_path_buf()));
-        }
-        let report = SwapReport { path: path.to_path_buf(), instances, hash, elapsed: start.elapsed() };
-        tracing::info!(target: "quarry::swap", path = %path.display(), embedders = ?report.instances, "new embedder version serving");
-        let _ = self.changes.send(report.clone());
-        Ok(report)
-    }
-
     /// Serves embedder `name` from `e` from now on (its tools switch at their next embed; calls in
     /// flight finish on the old version), and forgets an earlier failure to load it.
     fn install_embedder(&self, name: &str, e: ComponentEmbedder) {
@@ -315,37 +286,6 @@ impl Registry {
             }
         }
         self.failed.lock().remove(&format!("embedders.{name}"));
-    }
-
-    /// A changed file that a capability's section reads (a model file of `[models.NAME]`):
-    /// the capability loads it again (unless it refuses it: a pin, a manifest), then the
-    /// embedders whose grants use a changed section restart, as for a new component version;
-    /// their tools keep serving meanwhile. Tools granted the model directly get it at their
-    /// next `load-by-name`.
-    async fn reload_section(&self, path: &Path, start: Instant) -> Result<SwapReport, ReloadError> {
-        let refused = |message: String| ReloadError::ModelRefused { path: path.to_path_buf(), message };
-        let (sections, apps, file) = (self.config.sections.clone(), self.engine.apps().clone(), path.to_path_buf());
-        let changed = tokio::task::spawn_blocking(move || sections.reload(&file, &apps))
-            .await
-            .map_err(|e| refused(format!("the model loader failed: {e}")))?
-            .map_err(refused)?;
-        if changed.is_empty() {
-            return Err(ReloadError::Unchanged(path.to_path_buf()));
-        }
-        let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
-        let mut instances = Vec::new();
-        let mut hash = String::new();
-        for cfg in self.config.embedders.values().filter(|c| changed.iter().any(|s| c.grants.caps.uses(s))) {
-            let e =
-                ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await.map_err(rejected)?;
-            hash = hex::encode(e.hash);
-            self.install_embedder(&cfg.name, e);
-            instances.push(cfg.name.clone());
-        }
-        let report = SwapReport { path: path.to_path_buf(), instances, hash, elapsed: start.elapsed() };
-        tracing::info!(target: "quarry::swap", path = %path.display(), sections = ?changed, embedders = ?report.instances, "changed model serving");
-        let _ = self.changes.send(report.clone());
-        Ok(report)
     }
 
     /// Instances that failed to load, with why.
@@ -448,52 +388,108 @@ impl Registry {
         self.changes.subscribe()
     }
 
-    /// Reloads the component at `path` (see the module docs).
+    /// Reloads what depends on the file at `path`, in one walk whatever the file is (see the
+    /// module docs):
+    /// 1. a file a capability's section reads (a model file of `[models.NAME]`) is loaded again
+    ///    by its capability (unless it refuses it: a pin, a manifest); the changed sections are
+    ///    then what the rest depends on;
+    /// 2. the dependents: the embedders whose component is `path` or whose grants use a changed
+    ///    section, and the tool instances whose component is `path`;
+    /// 3. each is opened (and a tool prepared) beside the one serving, which serves meanwhile;
+    ///    one already running this component version is left alone;
+    /// 4. only when every one has opened are they swapped in, together: if one fails, nothing
+    ///    changes and the error says why.
+    ///
+    /// Tools keep their link to an embedder (an [`EmbedderSlot`]) and see its new version at
+    /// their next embed; tools granted a model directly get it at their next `load-by-name`.
     pub async fn reload(&self, path: &Path) -> Result<SwapReport, ReloadError> {
         let start = Instant::now();
-        if self.config.sections.reads(path) {
-            return self.reload_section(path, start).await;
-        }
-        if self.config.embedders.values().any(|c| c.component == path) {
-            return self.reload_embedder(path, start).await;
-        }
-        let targets: Vec<&InstanceConfig> = self.config.tools.values().filter(|c| c.component == path).collect();
-        if targets.is_empty() {
+        let sections = if self.config.sections.reads(path) { self.reload_sections(path).await? } else { Vec::new() };
+        let uses_changed = |c: &InstanceConfig| sections.iter().any(|s| c.grants.caps.uses(s));
+        let embedders: Vec<&InstanceConfig> =
+            self.config.embedders.values().filter(|c| c.component == path || uses_changed(c)).collect();
+        let tools: Vec<&InstanceConfig> = self.config.tools.values().filter(|c| c.component == path).collect();
+        if sections.is_empty() && embedders.is_empty() && tools.is_empty() {
             return Err(ReloadError::NotConfigured(path.to_path_buf()));
         }
         let rejected = |source| ReloadError::Rejected { path: path.to_path_buf(), source };
-        let version = ComponentVersion::load(&self.engine, &self.linker, path).await.map_err(rejected)?;
-        let current: Vec<Option<[u8; 32]>> = {
-            let tools = self.tools.read();
-            targets.iter().map(|c| tools.get(&c.name).map(|i| i.version.hash)).collect()
+        // Read and compiled once, for every dependent that runs it.
+        let compiled = if embedders.iter().chain(&tools).any(|c| c.component == path) {
+            Some(compile(&self.engine, path).await.map_err(rejected)?)
+        } else {
+            None
         };
-        if current.iter().all(|h| *h == Some(version.hash)) {
+        let mut hash = compiled.as_ref().map(|c| hex::encode(c.hash)).unwrap_or_default();
+        let mut new_embedders = Vec::new();
+        for cfg in embedders {
+            let running = self.embedders.read().get(&cfg.name).map(|slot| slot.current().hash);
+            let cfg_arc = Arc::new(cfg.clone());
+            let e = match &compiled {
+                Some(c) if cfg.component == path => {
+                    if running == Some(c.hash) && !uses_changed(cfg) {
+                        continue;
+                    }
+                    ComponentEmbedder::from_compiled(&self.engine, &self.linker, cfg_arc, c.clone()).await
+                }
+                // Restarted for a changed section: its own component, as it was.
+                _ => ComponentEmbedder::open(&self.engine, &self.linker, cfg_arc).await,
+            }
+            .map_err(rejected)?;
+            hash = hex::encode(e.hash);
+            new_embedders.push((cfg.name.clone(), e));
+        }
+        let mut new_tools = Vec::new();
+        if let Some(c) = &compiled
+            && !tools.is_empty()
+        {
+            let version =
+                ComponentVersion::from_compiled(&self.engine, &self.linker, path, c.clone()).map_err(rejected)?;
+            for cfg in tools {
+                if self.tools.read().get(&cfg.name).is_some_and(|i| i.version.hash == version.hash) {
+                    continue;
+                }
+                let inst = Arc::new(self.open_instance(cfg, version.clone()).await.map_err(rejected)?);
+                inst.prepare().await.map_err(rejected)?;
+                new_tools.push(inst);
+            }
+        }
+        if sections.is_empty() && new_embedders.is_empty() && new_tools.is_empty() {
             return Err(ReloadError::Unchanged(path.to_path_buf()));
         }
-        // Opened and prepared beside the running version, which serves meanwhile.
-        let mut opened = Vec::new();
-        for cfg in &targets {
-            let inst = Arc::new(self.open_instance(cfg, version.clone()).await.map_err(rejected)?);
-            inst.prepare().await.map_err(rejected)?;
-            opened.push(inst);
+        // Every dependent opened: swapped in together.
+        let mut instances: Vec<String> = Vec::new();
+        for (name, e) in new_embedders {
+            self.install_embedder(&name, e);
+            instances.push(name);
         }
-        let instances: Vec<String> = opened.iter().map(|i| i.name.clone()).collect();
-        self.install(opened);
+        let tool_names: Vec<String> = new_tools.iter().map(|i| i.name.clone()).collect();
+        self.install(new_tools);
         {
             let mut failed = self.failed.lock();
-            for i in &instances {
+            for i in &tool_names {
                 failed.remove(i);
             }
         }
-        let report = SwapReport {
-            path: path.to_path_buf(),
-            instances,
-            hash: hex::encode(version.hash),
-            elapsed: start.elapsed(),
-        };
-        tracing::info!(target: "quarry::swap", path = %path.display(), instances = ?report.instances, elapsed = ?report.elapsed, "new version serving");
+        instances.extend(tool_names);
+        let report = SwapReport { path: path.to_path_buf(), instances, hash, elapsed: start.elapsed() };
+        tracing::info!(target: "quarry::swap", path = %path.display(), sections = ?sections, instances = ?report.instances, elapsed = ?report.elapsed, "new version serving");
         let _ = self.changes.send(report.clone());
         Ok(report)
+    }
+
+    /// Loads again what the capabilities' sections read from `path`: the sections now serving
+    /// a changed file, or why the file is refused (the loaded one keeps serving).
+    async fn reload_sections(&self, path: &Path) -> Result<Vec<String>, ReloadError> {
+        let refused = |message: String| ReloadError::ModelRefused { path: path.to_path_buf(), message };
+        let (sections, apps, file) = (self.config.sections.clone(), self.engine.apps().clone(), path.to_path_buf());
+        let changed = tokio::task::spawn_blocking(move || sections.reload(&file, &apps))
+            .await
+            .map_err(|e| refused(format!("the model loader failed: {e}")))?
+            .map_err(refused)?;
+        if changed.is_empty() {
+            return Err(ReloadError::Unchanged(path.to_path_buf()));
+        }
+        Ok(changed)
     }
 }
 
