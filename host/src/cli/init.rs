@@ -6,7 +6,50 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::{EXIT_OK, EXIT_USAGE, Outcome, fail};
 use crate::config::Config;
+
+/// `quarry init`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct Flags {
+    /// A manual (Markdown, text or DOCX) for chapter RAG; repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub manual: Vec<PathBuf>,
+    /// A DOCX file for semantic search; repeatable.
+    #[arg(long, value_name = "PATH")]
+    pub docx: Vec<PathBuf>,
+    /// The config file to write (default: --config, else ./quarry.toml).
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Replace the file if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `quarry init`: writes the config (to `--output`, else `config`, the config path the other
+/// subcommands read), then says what to run next.
+pub fn run(flags: Flags, config: PathBuf) -> Outcome {
+    let args = InitArgs {
+        manuals: flags.manual,
+        docx: flags.docx,
+        output: flags.output.unwrap_or(config),
+        force: flags.force,
+    };
+    let written = init(&args).map_err(|e| fail(EXIT_USAGE, e))?;
+    let config = args.output.display();
+    println!("wrote {config}:");
+    for (name, document, _) in &written {
+        println!("  tool instance {name:?} over {}", document.display());
+    }
+    let (first, _, example) = &written[0];
+    println!("next:");
+    println!("  quarry --config {config} list");
+    println!("  quarry --config {config} call {first}{example}   (the first call builds the index)");
+    println!(
+        "  quarry --config {config} serve --stdio   (what an MCP client such as CrewAI's MCPServerAdapter starts)"
+    );
+    Ok(EXIT_OK)
+}
 
 /// What `quarry init` is asked for.
 pub struct InitArgs {

@@ -1,0 +1,35 @@
+//! `quarry check`: the config validated and every instance opened and prepared, each failure
+//! reported, and what each pool may hold.
+
+use std::path::Path;
+
+use super::{EXIT_OK, EXIT_TOOL, Outcome, load_all, load_config, printable_error, registry};
+
+/// Checks the config at `path` to the end: an index that cannot be built is a failure too.
+pub async fn run(path: &Path) -> Outcome {
+    let registry = registry(load_config(path).await?)?;
+    let failures = load_all(&registry).await;
+    let unprepared = registry.prepared().await;
+    for (name, why) in &unprepared {
+        eprintln!("warning: tool instance {name:?} not prepared: {}", printable_error(why));
+    }
+    let tools = registry.tools();
+    let configured = registry.config().tools.len();
+    let loaded = configured - failures.len() - unprepared.len();
+    println!("{}: {loaded} of {configured} tool instances opened, {} tools", path.display(), tools.len());
+    for t in tools.iter() {
+        println!("  ok  {}", t.qualified);
+    }
+    for (name, cfg) in &registry.config().tools {
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        println!(
+            "  pool {name}: {} instance{}, memory at most {:.0} MiB ({} x grants.memory {:.0} MiB)",
+            cfg.pool,
+            if cfg.pool == 1 { "" } else { "s" },
+            mib(cfg.grants.memory * cfg.pool as u64),
+            cfg.pool,
+            mib(cfg.grants.memory)
+        );
+    }
+    Ok(if failures.is_empty() && unprepared.is_empty() { EXIT_OK } else { EXIT_TOOL })
+}
