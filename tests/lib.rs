@@ -231,7 +231,7 @@ impl Need {
             Need::Conformance => conformance_index().is_file(),
             Need::Registry => std::env::var_os("PATH")
                 .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("docker-registry").is_file())),
-            Need::Onnxruntime => quarry::nn::ort_library::locate(None).is_ok(),
+            Need::Onnxruntime => quarry::capability::nn::ort_library::locate(None).is_ok(),
             Need::OldOnnxruntime => old_onnxruntime().is_file(),
         }
     }
@@ -319,7 +319,7 @@ pub fn minilm_embedder(pool: usize) -> String {
 pub fn embedder_on(pool: usize, backend: &str, model: &str) -> String {
     let library = match backend {
         "onnxruntime" => {
-            let lib = quarry::nn::ort_library::locate(None).unwrap_or_else(|e| panic!("{e}"));
+            let lib = quarry::capability::nn::ort_library::locate(None).unwrap_or_else(|e| panic!("{e}"));
             format!("onnxruntime = {{ library = {lib:?} }}\n")
         }
         _ => String::new(),

@@ -10,7 +10,8 @@
 //!   of them (its app-level states, its grants and sections, its store states);
 //! - [`config`]: the TOML config: instances, their component, their limits and grants; [`oci`]:
 //!   the components it names in OCI registries, fetched and pinned before the registry loads;
-//! - [`runtime`]: what runs guests: the engine and cache, the store's data, the guarded call;
+//! - [`runtime`]: what runs guests: the engine and cache, the store's data, the guarded call,
+//!   the pool of stores a tool instance or an embedder is;
 //! - [`registry`]: the core: a component version and a tool instance ([`registry::instance`]),
 //!   the embedder pool ([`registry::embedders`]), every instance, calls and hot swap;
 //!   [`watch`] drives the swaps from the file system;
@@ -23,10 +24,9 @@
 //! never host code; a limit is a constant in `crates/support/src/limits.rs` (or a grant key in its
 //! capability); an MCP feature is a module under `mcp/`.
 //!
-//! The capability modules are also reachable at the top (`quarry::http`, `quarry::bedrock`, …),
-//! as are the engine and the cache (`quarry::engine`, `quarry::cache`), the support modules
-//! (`quarry::text`, `quarry::values`, …) and the core's (`quarry::instance`,
-//! `quarry::embedders`).
+//! Each module has one name, its place in this list (`quarry::capability::http`,
+//! `quarry::runtime::engine`, `quarry::support::text`, …); the types a user of the library starts
+//! from are also at the top ([`Registry`], [`Config`], [`Args`], [`CallError`]).
 
 #![deny(missing_docs)]
 
@@ -45,11 +45,9 @@ pub mod runtime;
 pub mod watch;
 
 pub use args::Args;
-pub use capability::{bedrock, couchbase, embedder, files, http, nn, progress};
 pub use config::Config;
+/// The support crate, under the one name the host's modules use for it.
 pub use quarry_support as support;
 pub use registry::instance::{CallError, OpenError};
 pub use registry::{Registry, ReloadError, SwapReport, ToolEntry};
-pub use registry::{embedders, instance};
-pub use runtime::{Fault, cache, engine};
-pub use support::{fair, limits, log_budget, text, values};
+pub use runtime::Fault;

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quarry::bindings::InputKind;
-use quarry::embedder::EmbedderBackend;
-use quarry::engine::QuarryEngine;
+use quarry::capability::embedder::EmbedderBackend;
+use quarry::runtime::engine::QuarryEngine;
 use quarry_tests::{EMBEDDER_ONNX, TestEnv, models_dir};
 
 fn rss_bytes() -> u64 {
@@ -100,7 +100,7 @@ async fn main() {
     println!("{}", quarry_tests::cpu_line());
     let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
     let configs = [(128, 1), (128, 32), (256, 1), (256, 32)];
-    let library = quarry::nn::ort_library::locate(None).expect("onnxruntime's library (make models)");
+    let library = quarry::capability::nn::ort_library::locate(None).expect("onnxruntime's library (make models)");
     for backend in ["tract", "onnxruntime"] {
         for pool in [1, cores] {
             let env = TestEnv::new();

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quarry::engine::QuarryEngine;
-use quarry::instance::{ComponentVersion, ToolInstance};
+use quarry::registry::instance::{ComponentVersion, ToolInstance};
+use quarry::runtime::engine::QuarryEngine;
 use quarry_tests::{ECHO_V1, ECHO_V2, HOSTILE, TestEnv};
 
 fn stats(mut v: Vec<Duration>) -> (Duration, Duration, Duration) {
@@ -90,7 +90,7 @@ async fn main() {
                 let t = Instant::now();
                 let (_, outcome) = e.load_component(std::path::Path::new(path), &bytes).unwrap();
                 cached.push(t.elapsed());
-                assert_eq!(outcome, quarry::cache::CacheOutcome::Disk);
+                assert_eq!(outcome, quarry::runtime::cache::CacheOutcome::Disk);
             }
         }
         let kb = bytes.len() / 1024;

@@ -138,8 +138,8 @@ private_networks = ["127.0.0.1/32"]
         let host = host.clone();
         async move {
             match host.call(tool, &args.to_string()).await {
-                Ok(o) => format!("ok: {}", quarry::text::cut(&o.text, 60)),
-                Err(e) => quarry::text::cut(&e.to_string(), 90),
+                Ok(o) => format!("ok: {}", quarry::support::text::cut(&o.text, 60)),
+                Err(e) => quarry::support::text::cut(&e.to_string(), 90),
             }
         }
     };
@@ -201,7 +201,12 @@ private_networks = ["127.0.0.1/32"]
     let name = "h".repeat(15 << 20);
     let mut outcome = String::new();
     for _ in 0..5 {
-        outcome = host.call(&name, "{}").await.err().map(|e| quarry::text::cut(&e.to_string(), 90)).unwrap_or_default();
+        outcome = host
+            .call(&name, "{}")
+            .await
+            .err()
+            .map(|e| quarry::support::text::cut(&e.to_string(), 90))
+            .unwrap_or_default();
     }
     report("unknown 15 MiB tool names x 5", before, &outcome, t.elapsed());
 
@@ -384,7 +389,7 @@ private_networks = ["127.0.0.1/32"]
         Err(e) => {
             let e = e.to_string();
             let why = e.find("is over").map_or(e.as_str(), |i| &e[i..]);
-            quarry::text::cut(why, 90)
+            quarry::support::text::cut(why, 90)
         }
     };
     report("hot swap to a 20 MiB file (limit 16 MiB)", before, &outcome, t.elapsed());

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use quarry::cache::{CacheOutcome, ComponentCache};
-use quarry::engine::QuarryEngine;
+use quarry::runtime::cache::{CacheOutcome, ComponentCache};
+use quarry::runtime::engine::QuarryEngine;
 use quarry_tests::{ECHO_V1, ECHO_V2};
 
 #[test]

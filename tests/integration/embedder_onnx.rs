@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use quarry::bindings::InputKind;
-use quarry::embedder::EmbedderBackend;
+use quarry::capability::embedder::EmbedderBackend;
 use quarry_tests::{EMBED_PROBE, EMBEDDER_ONNX, TestEnv, models_dir, shared_data, within};
 
 /// A host with embedder `m` serving model directory `model` from the models cache (as

@@ -115,7 +115,7 @@ async fn refusals_of_huge_hosts_are_few_and_short() {
     assert_eq!(kind, "denied", "{}", &msg[..msg.len().min(300)]);
     assert!(msg.starts_with("200 requests refused"), "{}", &msg[..msg.len().min(300)]);
     assert!(msg.len() < 8 << 10, "the error holds {} bytes", msg.len());
-    assert!(msg.contains(&format!("and {} more refusals", 200 - quarry::http::MAX_KEPT)), "{msg}");
+    assert!(msg.contains(&format!("and {} more refusals", 200 - quarry::capability::http::MAX_KEPT)), "{msg}");
     // 1 MiB host names never reach the policy: the guest's setter refuses them (the request
     // goes without an authority and fails), so nothing of them is kept.
     let err = tool_error(call(&host, "h.deny_flood", json!({"n": 200, "len": 1 << 20})).await);
@@ -183,7 +183,7 @@ async fn outgoing_requests_are_capped_and_end_with_the_call() {
     let env = TestEnv::new();
     let grants = format!("http = [\"http://127.0.0.1:{}\"]\nprivate_networks = [\"127.0.0.1/32\"]", silent.port);
     let host = hostile(&env, &grants).await;
-    let cap = quarry::http::MAX_IN_FLIGHT;
+    let cap = quarry::capability::http::MAX_IN_FLIGHT;
     let url = format!("http://127.0.0.1:{}/", silent.port);
     // A first flood, then at once a second: the first call's requests were ended with it, so
     // the second starts with every one of its permits.
@@ -233,7 +233,7 @@ async fn output_bounds_count_hits_errors_rejections_and_specs() {
     // 300,000 empty hits: no string bytes, but well over 16 MiB as records and JSON.
     match within(120, host.call("h.many_hits", r#"{"n": 300000}"#)).await {
         Err(CallError::OutputTooLarge { size, limit, .. }) => {
-            assert_eq!(size, 300_000 * quarry::instance::HIT_OVERHEAD);
+            assert_eq!(size, 300_000 * quarry::registry::instance::HIT_OVERHEAD);
             assert_eq!(limit, 16 << 20);
         }
         other => panic!("expected OutputTooLarge, got {other:?}"),
@@ -242,9 +242,9 @@ async fn output_bounds_count_hits_errors_rejections_and_specs() {
     // A 20 MiB error message is cut.
     let err = tool_error(call(&host, "h.big_error", json!({"mb": 20})).await);
     let msg = err.parts().1;
-    assert!(msg.len() <= quarry::instance::MAX_ERROR_BYTES + 64, "{} bytes", msg.len());
+    assert!(msg.len() <= quarry::registry::instance::MAX_ERROR_BYTES + 64, "{} bytes", msg.len());
     assert!(
-        msg.ends_with(&format!("({} more bytes)", (20 << 20) - quarry::instance::MAX_ERROR_BYTES)),
+        msg.ends_with(&format!("({} more bytes)", (20 << 20) - quarry::registry::instance::MAX_ERROR_BYTES)),
         "{}",
         &msg[msg.len() - 60..]
     );
@@ -445,7 +445,7 @@ async fn the_embedder_pool_serves_tools_in_turn() {
         ))
         .await;
     // A batch of 4 chunks (4 x 300 ms on the one member), then a one-text query.
-    let texts: Vec<String> = (0..4 * quarry::embedder::MAX_CHUNK).map(|i| format!("text {i}")).collect();
+    let texts: Vec<String> = (0..4 * quarry::capability::embedder::MAX_CHUNK).map(|i| format!("text {i}")).collect();
     let h = host.clone();
     let args = json!({"texts": texts}).to_string();
     let ingest = tokio::spawn(async move { h.call("ingest", &args).await });
@@ -455,7 +455,7 @@ async fn the_embedder_pool_serves_tools_in_turn() {
     assert!(out.text.contains("toy-trigram"));
     assert!(!ingest.is_finished(), "the query waited for the whole ingest");
     let ingested: Value = serde_json::from_str(&ingest.await.unwrap().unwrap().text).unwrap();
-    assert_eq!(ingested["vectors"].as_array().unwrap().len(), 4 * quarry::embedder::MAX_CHUNK);
+    assert_eq!(ingested["vectors"].as_array().unwrap().len(), 4 * quarry::capability::embedder::MAX_CHUNK);
 
     // An embed abandoned by its tool (deadline) recycles the member; the next tool's embed works.
     let gave_up = tokio::time::timeout(Duration::from_millis(100), host.call("query", r#"{"texts": ["x"]}"#)).await;
@@ -539,7 +539,11 @@ async fn a_fault_carries_a_bounded_tail_of_stderr() {
     match call(&host, "h.shout_and_panic", json!({"kib": 64})).await {
         Err(CallError::Fault { fault, .. }) => {
             let text = fault.to_string();
-            assert!(text.contains("its stderr said: ") && text.contains("sssss"), "{}", quarry::text::cut(&text, 300));
+            assert!(
+                text.contains("its stderr said: ") && text.contains("sssss"),
+                "{}",
+                quarry::support::text::cut(&text, 300)
+            );
             assert!(text.len() < 2048, "{} bytes", text.len());
         }
         other => panic!("expected a fault, got {other:?}"),

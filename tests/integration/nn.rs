@@ -117,11 +117,11 @@ async fn graphs_contexts_and_tensor_bytes_are_capped_per_instance() {
     let env = TestEnv::new();
     let host = hostile_with_model(&env, &models_dir().join("all-minilm-l6-v2"), "").await;
     let out = nn(&host, json!({"op": "hoard_contexts", "n": 100})).await;
-    assert_eq!(out["held"], quarry::nn::MAX_CONTEXTS, "{out}");
+    assert_eq!(out["held"], quarry::capability::nn::MAX_CONTEXTS, "{out}");
     assert_error(&out["refused"], "TooLarge", &["execution contexts"]);
     nn(&host, json!({"op": "drop_all"})).await;
     let out = nn(&host, json!({"op": "hoard_graphs", "n": 100})).await;
-    assert_eq!(out["held"], quarry::nn::MAX_GRAPHS, "{out}");
+    assert_eq!(out["held"], quarry::capability::nn::MAX_GRAPHS, "{out}");
     assert_error(&out["refused"], "TooLarge", &["graphs"]);
     nn(&host, json!({"op": "drop_all"})).await;
     // 16 MiB at a time: the host holds at most the instance's grants.memory (64 MiB here, not
@@ -135,7 +135,7 @@ async fn graphs_contexts_and_tensor_bytes_are_capped_per_instance() {
     nn(&host, json!({"op": "drop_all"})).await;
     computes(&host).await;
     // Well past the ceiling: the same.
-    let n = (quarry::nn::MAX_TENSOR_BYTES >> 24) + 2;
+    let n = (quarry::capability::nn::MAX_TENSOR_BYTES >> 24) + 2;
     nn(&host, json!({"op": "hoard_tensors", "n": n, "mb": 16})).await;
     let out = nn(&host, json!({"op": "compute", "inputs": good_inputs(3)})).await;
     assert_error(&out, "TooLarge", &["drop tensors"]);
@@ -176,11 +176,11 @@ async fn one_load_serves_every_instance_and_tool() {
     let one = host.embedder("e2").unwrap().embed(vec![texts[5].clone()], InputKind::Document).await.unwrap();
     let v5: Vec<f32> = serde_json::from_value(a["vectors"][5].clone()).unwrap();
     assert_eq!(one[0].vector, v5);
-    let section = quarry::nn::ModelSection {
+    let section = quarry::capability::nn::ModelSection {
         name: "m".into(),
         dir: dir.canonicalize().unwrap(),
         pin: None,
-        backend: quarry::nn::Backend::Tract,
+        backend: quarry::capability::nn::Backend::Tract,
     };
     assert_eq!(host.apps().nn.models.load_count(&section), 1, "4 embedder instances, 2 tools: one copy of the weights");
 }
@@ -207,8 +207,8 @@ async fn on_onnxruntime_a_changed_model_is_loaded_again_unless_its_pin_refuses_i
 
 async fn changed_model_reloads(backend_name: &str) {
     let backend = match backend_name {
-        "tract" => quarry::nn::Backend::Tract,
-        _ => quarry::nn::Backend::Onnxruntime(quarry::nn::ort_library::locate(None)),
+        "tract" => quarry::capability::nn::Backend::Tract,
+        _ => quarry::capability::nn::Backend::Onnxruntime(quarry::capability::nn::ort_library::locate(None)),
     };
     let env = TestEnv::new();
     let (free, pinned) = (model_copy(&env, "all-minilm-l6-v2", "free"), model_copy(&env, "all-minilm-l6-v2", "pinned"));
@@ -223,7 +223,7 @@ async fn changed_model_reloads(backend_name: &str) {
         env.replace(&dir.join("model.onnx"), &bytes);
         env.replace(&dir.join("quarry-model.json"), &std::fs::read(int8.join("quarry-model.json")).unwrap());
     };
-    let section = |dir: &Path| quarry::nn::ModelSection {
+    let section = |dir: &Path| quarry::capability::nn::ModelSection {
         name: "m".into(),
         dir: dir.canonicalize().unwrap(),
         pin: None,

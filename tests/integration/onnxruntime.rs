@@ -68,7 +68,7 @@ fn a_model_onnxruntime_refuses_is_an_error_at_load() {
     if skip_unless(Need::Models) || skip_unless(Need::Onnxruntime) {
         return;
     }
-    let library = quarry::nn::ort_library::locate(None).unwrap();
+    let library = quarry::capability::nn::ort_library::locate(None).unwrap();
     // A model directory whose graph is not ONNX, its manifest agreeing (so only onnxruntime
     // can say no).
     let scratch = TestEnv::new();

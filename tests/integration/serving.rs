@@ -6,8 +6,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quarry::instance::{Caller, Level, Listener, Readiness};
-use quarry::progress::Report;
+use quarry::capability::progress::Report;
+use quarry::registry::instance::{Caller, Level, Listener, Readiness};
 use quarry_tests::{CallError, ECHO_V1, ECHO_V2, HOSTILE, TestEnv, within};
 
 /// Collects what a call hears.

@@ -7,15 +7,15 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use chapter_rag::tool::{BaseEnv, Env, Model, ToolError};
 use embedder_onnx::model::{self as onnx, Inference, Kind};
-use quarry::nn::native::NativeModel;
-use quarry::nn::tensor::{ElementType, RawTensor};
+use quarry::capability::nn::native::NativeModel;
+use quarry::capability::nn::tensor::{ElementType, RawTensor};
 
 /// The host's inference, called directly: what `wasi:nn` runs for the component.
 pub struct HostInference(std::sync::Arc<NativeModel>);
 
 impl Inference for HostInference {
     fn hidden_state(&self, ids: &[i64]) -> Result<Vec<f32>, onnx::EmbedError> {
-        let failed = |e: quarry::nn::tensor::NnError| onnx::EmbedError::Internal(e.message);
+        let failed = |e: quarry::capability::nn::tensor::NnError| onnx::EmbedError::Internal(e.message);
         let dims = vec![1, ids.len() as u32];
         let inputs = onnx::graph_inputs(ids)
             .into_iter()
@@ -40,12 +40,16 @@ impl Native {
         // QUARRY_EVAL_BACKEND=onnxruntime runs the model with onnxruntime (its library found as
         // the host finds it), to judge it on the same questions.
         let backend = match std::env::var("QUARRY_EVAL_BACKEND").as_deref() {
-            Ok("onnxruntime") => quarry::nn::Backend::Onnxruntime(quarry::nn::ort_library::locate(None)),
-            _ => quarry::nn::Backend::Tract,
+            Ok("onnxruntime") => {
+                quarry::capability::nn::Backend::Onnxruntime(quarry::capability::nn::ort_library::locate(None))
+            }
+            _ => quarry::capability::nn::Backend::Tract,
         };
-        let section = quarry::nn::ModelSection { name: "eval".into(), dir: dir.clone(), pin: None, backend };
-        let graph =
-            HostInference(quarry::nn::native::Models::default().model(&section).map_err(|e| anyhow::anyhow!("{e}"))?);
+        let section =
+            quarry::capability::nn::ModelSection { name: "eval".into(), dir: dir.clone(), pin: None, backend };
+        let graph = HostInference(
+            quarry::capability::nn::native::Models::default().model(&section).map_err(|e| anyhow::anyhow!("{e}"))?,
+        );
         let model = onnx::Model::open(&dir, true, graph).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         Ok(Native { model, threads: std::thread::available_parallelism().map_or(2, |n| n.get()) })
     }
