@@ -155,6 +155,59 @@ fn bad_input_over_stdio() {
     s.still_serving(12);
 }
 
+/// Lines rmcp itself cannot read are answered over stdio as over HTTP, and a dense line whose
+/// tree would not fit `[serve] max_request_bytes` is refused before a tree of it is built.
+#[test]
+fn stdio_answers_every_line_it_cannot_pass_on() {
+    let (_env, config) = env();
+    let mut s = Stdio_::start(&config);
+    let init = s.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+    s.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let call = |id: u64, arguments: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo.echo","arguments":{arguments}}}}}"#)
+            .into_bytes()
+    };
+    let deep = format!(r#"{{"text":{}{}}}"#, "[".repeat(300), "]".repeat(300));
+    let mut invalid_utf8 = call(21, r#"{"text":"x"}"#);
+    let at = invalid_utf8.iter().position(|b| *b == b'x').unwrap();
+    invalid_utf8[at] = 0xff;
+    let lines: [(&str, Vec<u8>); 4] = [
+        ("nesting past the parser's limit", call(20, &deep)),
+        ("invalid UTF-8", invalid_utf8),
+        ("a lone surrogate", call(22, r#"{"text":"\ud800"}"#)),
+        ("1e400 as id", br#"{"jsonrpc":"2.0","id":1e400,"method":"tools/list"}"#.to_vec()),
+    ];
+    for (i, (what, line)) in lines.iter().enumerate() {
+        s.send(line);
+        let e = s.recv();
+        assert!([-32700, -32600].contains(&error_code(&e)), "{what}: {e}");
+        s.still_serving(30 + i as u64);
+    }
+    // 15 MiB of `0,`: 7.8 million values, 2 GB as a tree.
+    let mut dense = br#"{"jsonrpc":"2.0","id":40,"method":"tools/list","params":{"pad":["#.to_vec();
+    dense.extend(std::iter::repeat_n(b"0,".as_slice(), 15 << 19).flatten());
+    dense.extend(br#"0]}}"#);
+    s.send(&dense);
+    let e = s.recv();
+    assert_eq!(error_code(&e), -32600, "{e}");
+    assert_eq!(e["id"], json!(40), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("max_request_bytes"), "{e}");
+    s.still_serving(41);
+    // Refused before any tree was built: the server never held anything near the tree's size.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap();
+    assert!(peak_kb < 512 << 10, "the server's peak RSS was {} MiB", peak_kb >> 10);
+}
+
 /// The server still serves: tools/list answers with the echo tool.
 async fn still_serving(c: &mut McpHttp) {
     let list = c.request("tools/list", json!({})).await.unwrap();

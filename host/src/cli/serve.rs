@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_all, load_config, registry};
 use crate::config::ServeConfig;
 use crate::mcp::ServeError;
+use crate::mcp::stdio::StdioLimits;
 use crate::support::values::{ByteSize, HumanDuration};
 
 /// `quarry serve`'s flags; each limit overrides its key of the config's `[serve]`.
@@ -91,7 +92,10 @@ pub async fn run(path: &Path, flags: Flags) -> Outcome {
         .map(Arc::new);
     let _watcher = crate::watch::watch(registry.clone()).map_err(|e| fail(EXIT_TOOL, ServeError::Watch(e)))?;
     let served = match flags.http {
-        None => crate::mcp::stdio::serve_stdio(registry, limits.max_queued_calls, log).await,
+        None => {
+            let stdio = StdioLimits { max_calls: limits.max_queued_calls, max_request_bytes: limits.max_request_bytes };
+            crate::mcp::stdio::serve_stdio(registry, stdio, log).await
+        }
         Some(addr) => {
             let token = std::env::var(crate::mcp::http::TOKEN_ENV).ok();
             let insecure_http = flags.insecure_http;

@@ -1,16 +1,29 @@
 //! MCP over stdio: one client, newline-delimited JSON-RPC on stdin/stdout.
 //!
-//! rmcp's stdio transport silently drops a line that is not JSON (as the other official
-//! SDKs do) and an over-long one. A client that sent either would wait forever for an
-//! answer, so a filter sits in front: a line that is not JSON gets a JSON-RPC parse
-//! error (-32700), a line over [`MAX_MESSAGE_BYTES`] an invalid-request error (-32600),
-//! and the session goes on. A `tools/call` whose arguments are over the limit reaches rmcp
-//! with a small stand-in for them ([`crate::mcp::scan::refuse_large_arguments`]), so that no
-//! tree of them is built. Everything else reaches rmcp untouched.
+//! rmcp's own stdio transport silently drops a line that is not JSON (as the other official
+//! SDKs do), an over-long one, and one that is JSON but not a message rmcp can read (invalid
+//! UTF-8 in a string, a lone surrogate, nesting past serde's limit, `1e400` as an id). A client
+//! that sent one would wait forever for an answer. So this module is the transport itself
+//! ([`LineTransport`], rmcp's `Transport`): it reads each line bounded, answers what it cannot
+//! pass on with a JSON-RPC error line, parses the rest once into rmcp's message type and hands
+//! that over. No other parse or copy of a line is made:
+//! - a line over [`MAX_MESSAGE_BYTES`]: invalid request (-32600), its bytes dropped as they
+//!   arrive;
+//! - not JSON: parse error (-32700); JSON that is not a JSON-RPC message: invalid request
+//!   (-32600), with the message's `id` when it can be read;
+//! - a line whose JSON tree would take more than `[serve] max_request_bytes` (counted from its
+//!   bytes, [`crate::mcp::scan::NODE_BYTES`] a value, before any tree is built): invalid request
+//!   (-32600), as HTTP refuses it with 413;
+//! - a `tools/call` whose arguments are over the limit reaches rmcp with a small stand-in for
+//!   them ([`crate::mcp::scan::refuse_large_arguments`]), so that no tree of them is built;
+//! - a notification of a method MCP does not have is ignored, as rmcp ignores it.
+//!
+//! Answers and error lines go out whole, in order, through one writer task.
 
 use std::sync::Arc;
 
 use rmcp::ServiceExt;
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -18,27 +31,40 @@ use crate::mcp::ServeError;
 use crate::mcp::call_log::CallLog;
 use crate::mcp::handler::QuarryMcp;
 use crate::mcp::notify::{Peers, fan_out};
+use crate::mcp::scan::{self, ScanError};
 use crate::registry::Registry;
 
 /// The longest message accepted, in bytes (16 MiB, rmcp's own line limit).
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
 
-/// Serves `host` on this process's stdin/stdout until the client closes stdin; the client may
-/// have `max_calls` tool calls waiting or running.
-pub async fn serve_stdio(
-    registry: Arc<Registry>,
-    max_calls: usize,
-    log: Option<Arc<CallLog>>,
-) -> Result<(), ServeError> {
-    serve(registry, tokio::io::stdin(), tokio::io::stdout(), max_calls, log).await
+/// Lines waiting for the writer: past this, reading waits for the client to read its answers.
+const QUEUED_LINES: usize = 64;
+
+/// What a stdio session may cost.
+#[derive(Debug, Clone, Copy)]
+pub struct StdioLimits {
+    /// Tool calls the client may have waiting or running.
+    pub max_calls: usize,
+    /// The most one message may take once parsed: its bytes and its tree (`[serve]
+    /// max_request_bytes`).
+    pub max_request_bytes: usize,
 }
 
-/// Serves `host` over any pair of byte streams (stdio, or a pipe in tests).
+/// Serves `registry` on this process's stdin/stdout until the client closes stdin.
+pub async fn serve_stdio(
+    registry: Arc<Registry>,
+    limits: StdioLimits,
+    log: Option<Arc<CallLog>>,
+) -> Result<(), ServeError> {
+    serve(registry, tokio::io::stdin(), tokio::io::stdout(), limits, log).await
+}
+
+/// Serves `registry` over any pair of byte streams (stdio, or a pipe in tests).
 pub async fn serve<R, W>(
     registry: Arc<Registry>,
     input: R,
     output: W,
-    max_calls: usize,
+    limits: StdioLimits,
     log: Option<Arc<CallLog>>,
 ) -> Result<(), ServeError>
 where
@@ -47,17 +73,14 @@ where
 {
     let peers = Arc::new(Peers::default());
     let fan = tokio::spawn(fan_out(registry.clone(), peers.clone()));
-    let (to_rmcp, rmcp_in) = tokio::io::duplex(1 << 16);
-    let (rmcp_out, from_rmcp) = tokio::io::duplex(1 << 16);
-    let (lines_tx, lines_rx) = mpsc::channel::<Vec<u8>>(64);
-    let writer = tokio::spawn(write_lines(lines_rx, output));
-    let forward = tokio::spawn(copy_lines(from_rmcp, lines_tx.clone()));
-    let filter = tokio::spawn(filter_input(input, to_rmcp, lines_tx));
+    let (lines, queued) = mpsc::channel::<Vec<u8>>(QUEUED_LINES);
+    let writer = tokio::spawn(write_lines(queued, output));
+    let transport = LineTransport::new(input, lines, limits.max_request_bytes);
     let result = async {
         let running = QuarryMcp::new(registry, peers)
-            .with_queue_cap(max_calls)
+            .with_queue_cap(limits.max_calls)
             .with_call_log(log)
-            .serve((rmcp_in, rmcp_out))
+            .serve(transport)
             .await
             .map_err(|e| ServeError::Stdio(e.to_string()))?;
         running.waiting().await.map_err(|e| ServeError::Stdio(e.to_string()))?;
@@ -65,115 +88,297 @@ where
     }
     .await;
     fan.abort();
-    filter.abort();
-    // rmcp has closed its side: let the last lines drain to the client.
-    let _ = forward.await;
+    // The transport, and with it the last sender, is gone: the last lines drain to the client.
     let _ = writer.await;
     result
 }
 
-/// Reads client lines; passes JSON to rmcp, answers the rest with an error line.
-async fn filter_input<R: AsyncRead + Unpin>(
-    input: R,
-    mut to_rmcp: tokio::io::DuplexStream,
-    replies: mpsc::Sender<Vec<u8>>,
-) {
-    let mut reader = BufReader::new(input);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let over = match read_line_bounded(&mut reader, &mut line, MAX_MESSAGE_BYTES).await {
-            Ok(None) => return,
-            Ok(Some(over)) => over,
-            Err(e) => {
-                tracing::error!(target: "quarry::mcp", "reading stdin: {e}");
-                return;
+/// rmcp's `Transport` over newline-delimited JSON (see the module docs). Cancellation-safe: a
+/// `receive` dropped part-way leaves the partial line (or the state of a line being dropped) for
+/// the next one.
+pub struct LineTransport<R> {
+    input: BufReader<R>,
+    /// The line read so far.
+    line: Vec<u8>,
+    /// Whether the line being read is over [`MAX_MESSAGE_BYTES`] (its bytes are dropped).
+    over: bool,
+    /// Whole lines for the writer.
+    lines: mpsc::Sender<Vec<u8>>,
+    max_tree_bytes: usize,
+}
+
+/// Why a line is answered with an error instead of passed on.
+#[derive(Debug, PartialEq)]
+struct Refusal {
+    code: i64,
+    message: String,
+    id: serde_json::Value,
+}
+
+impl<R: AsyncRead + Unpin> LineTransport<R> {
+    /// A transport reading `input`, writing whole lines to `lines`; one message may take at most
+    /// `max_tree_bytes` once parsed.
+    pub fn new(input: R, lines: mpsc::Sender<Vec<u8>>, max_tree_bytes: usize) -> Self {
+        LineTransport { input: BufReader::new(input), line: Vec::new(), over: false, lines, max_tree_bytes }
+    }
+
+    /// Reads the rest of a line into `self.line`, at most [`MAX_MESSAGE_BYTES`] of it;
+    /// `Ok(false)` at the end of input.
+    async fn read_line(&mut self) -> std::io::Result<bool> {
+        loop {
+            let chunk = self.input.fill_buf().await?;
+            if chunk.is_empty() {
+                return Ok(!self.line.is_empty() || self.over);
             }
-        };
-        let body = line.strip_suffix(b"\n").unwrap_or(&line);
-        let body = body.strip_suffix(b"\r").unwrap_or(body);
-        if over {
+            let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            // No await between the copy and the consume: a cancelled read loses nothing.
+            if !self.over && self.line.len() + take <= MAX_MESSAGE_BYTES {
+                self.line.extend_from_slice(&chunk[..take]);
+            } else {
+                self.over = true;
+                self.line.clear();
+            }
+            self.input.consume(take);
+            if done {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// What to do with the line in `self.line`: a message for rmcp, nothing (a blank line, an
+    /// ignored notification), or an error answer.
+    fn decide(&self) -> Result<Option<RxJsonRpcMessage<RoleServer>>, Refusal> {
+        let refuse = |code, message: String, id| Refusal { code, message, id };
+        if self.over {
             let msg = format!("message over {MAX_MESSAGE_BYTES} bytes, discarded; send less");
-            let _ = replies.send(error_line(-32600, &msg)).await;
-            continue;
+            return Err(refuse(-32600, msg, serde_json::Value::Null));
         }
+        let body = self.line.strip_suffix(b"\n").unwrap_or(&self.line);
+        let body = body.strip_suffix(b"\r").unwrap_or(body);
+        // RFC 8259 lets a parser skip a byte order mark; rmcp does.
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
         if body.iter().all(u8::is_ascii_whitespace) {
-            continue;
+            return Ok(None);
         }
-        if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-            let msg = format!("parse error: the message is not JSON ({e}); send one JSON-RPC message per line");
-            let _ = replies.send(error_line(-32700, &msg)).await;
-            continue;
-        }
+        let envelope = scan::envelope(body).map_err(|e| match e {
+            ScanError::Syntax(e) => refuse(
+                -32700,
+                format!("parse error: the message is not JSON ({e}); send one JSON-RPC message per line"),
+                serde_json::Value::Null,
+            ),
+            ScanError::Shape(e) => refuse(
+                -32600,
+                format!("invalid request: the message is not a JSON-RPC 2.0 request, notification or response ({e})"),
+                scan::id_of(body),
+            ),
+        })?;
+        let id = envelope.id_value();
         // Arguments over the limit reach rmcp as a small stand-in, so no tree of them is built
         // (the handler answers it as a tool error).
-        let smaller =
-            crate::mcp::scan::envelope(body).ok().and_then(|e| crate::mcp::scan::refuse_large_arguments(body, &e));
-        let body = smaller.as_deref().unwrap_or(body);
-        if to_rmcp.write_all(body).await.is_err() || to_rmcp.write_all(b"\n").await.is_err() {
-            return;
-        }
-    }
-}
-
-/// Reads one line into `buf`, keeping at most `max` bytes of it; `Some(true)` when it was
-/// longer (the rest is consumed and dropped), `None` at end of input.
-async fn read_line_bounded<R: AsyncRead + Unpin>(
-    reader: &mut BufReader<R>,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Option<bool>> {
-    let mut over = false;
-    loop {
-        let chunk = reader.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(if buf.is_empty() && !over { None } else { Some(over) });
-        }
-        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
+        let smaller = scan::refuse_large_arguments(body, &envelope);
+        let (body, tree) = match &smaller {
+            Some(s) => (s.as_slice(), scan::nodes(s).saturating_mul(scan::NODE_BYTES)),
+            None => (body, envelope.tree_bytes()),
         };
-        if !over && buf.len() + take <= max {
-            buf.extend_from_slice(&chunk[..take]);
-        } else {
-            over = true;
-            buf.clear();
+        let needed = body.len().saturating_add(tree);
+        if needed > self.max_tree_bytes {
+            let msg = format!(
+                "this message would take {needed} bytes of the server's memory (its text, and {} bytes a JSON value once parsed), more than [serve] max_request_bytes allows ({}); send less, or raise the limit",
+                scan::NODE_BYTES,
+                self.max_tree_bytes
+            );
+            return Err(refuse(-32600, msg, id));
         }
-        reader.consume(take);
-        if done {
-            return Ok(Some(over));
+        match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(body) {
+            Ok(message) => Ok(Some(message)),
+            Err(_) if ignored_notification(body) => Ok(None),
+            Err(e) => {
+                let (code, what) = if e.is_syntax() || e.is_eof() {
+                    (-32700, "parse error: the message is not JSON")
+                } else {
+                    (-32600, "invalid request: the message is not a JSON-RPC 2.0 request, notification or response")
+                };
+                Err(refuse(code, format!("{what} ({e})"), id))
+            }
         }
     }
 }
 
-fn error_line(code: i64, message: &str) -> Vec<u8> {
-    let v = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
+/// A notification (no `id`) of a method MCP does not define, which rmcp ignores rather than
+/// answers (an LSP message, say): `notifications/…` that MCP lacks, or any method without an id.
+fn ignored_notification(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        method: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        id: Option<&'a serde_json::value::RawValue>,
+    }
+    let Ok(head) = serde_json::from_slice::<Head<'_>>(body) else { return false };
+    let Some(method) = head.method else { return false };
+    const NOTIFICATIONS: &[&str] = &[
+        "notifications/cancelled",
+        "notifications/initialized",
+        "notifications/message",
+        "notifications/progress",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+        "notifications/resources/updated",
+        "notifications/roots/list_changed",
+        "notifications/tools/list_changed",
+        "notifications/elicitation/complete",
+        "notifications/tasks/status",
+    ];
+    head.id.is_none() && !NOTIFICATIONS.contains(&method.as_ref())
+}
+
+impl<R: AsyncRead + Unpin + Send + 'static> rmcp::transport::Transport<RoleServer> for LineTransport<R> {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let lines = self.lines.clone();
+        async move {
+            let mut line = serde_json::to_vec(&item).map_err(std::io::Error::other)?;
+            line.push(b'\n');
+            lines.send(line).await.map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+        }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            match self.read_line().await {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    tracing::error!(target: "quarry::mcp", "reading stdin: {e}");
+                    return None;
+                }
+            }
+            let decided = self.decide();
+            self.line.clear();
+            self.over = false;
+            match decided {
+                Ok(Some(message)) => return Some(message),
+                Ok(None) => {}
+                Err(refusal) => {
+                    // Queued whole: if this future is dropped while it waits, the answer is lost
+                    // but never half-written.
+                    if self.lines.send(error_line(&refusal)).await.is_err() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+fn error_line(refusal: &Refusal) -> Vec<u8> {
+    let v = serde_json::json!({"jsonrpc": "2.0", "id": refusal.id, "error": {"code": refusal.code, "message": refusal.message}});
     let mut line = v.to_string().into_bytes();
     line.push(b'\n');
     line
 }
 
-/// Forwards rmcp's output to the writer one whole line at a time, so error replies never
-/// land in the middle of a message.
-async fn copy_lines(from: tokio::io::DuplexStream, to: mpsc::Sender<Vec<u8>>) {
-    let mut reader = BufReader::new(from);
-    loop {
-        let mut line = Vec::new();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                if to.send(line).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
+/// Writes each line whole, flushing after each, until every sender is gone or the client stops
+/// reading.
 async fn write_lines<W: AsyncWrite + Unpin>(mut lines: mpsc::Receiver<Vec<u8>>, mut out: W) {
     while let Some(line) = lines.recv().await {
         if out.write_all(&line).await.is_err() || out.flush().await.is_err() {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the transport makes of `input`: each message's method or the error answered.
+    async fn decide_all(input: &[u8], max_tree: usize) -> Vec<String> {
+        let (tx, mut rx) = mpsc::channel(64);
+        let mut t = LineTransport::new(std::io::Cursor::new(input.to_vec()), tx, max_tree);
+        let mut seen = Vec::new();
+        while t.read_line().await.unwrap() {
+            match t.decide() {
+                Ok(Some(m)) => seen.push(format!("message {}", serde_json::to_value(&m).unwrap()["method"])),
+                Ok(None) => seen.push("ignored".into()),
+                Err(r) => seen.push(format!("{} {}", r.code, r.id)),
+            }
+            t.line.clear();
+            t.over = false;
+        }
+        drop(t);
+        assert!(rx.try_recv().is_err());
+        seen
+    }
+
+    /// Every line that is not a message rmcp can read gets an answer (with its id where it can
+    /// be read); what is one is passed on, a notification rmcp cannot read is ignored as rmcp
+    /// ignores it.
+    #[tokio::test]
+    async fn every_line_is_answered_or_passed_on() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"a","arguments":{{"a":{}{}}}}}}}"#,
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let mut input = Vec::new();
+        for line in [
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.as_slice(),
+            b"   ",
+            b"{not json",
+            br#"{"jsonrpc":"2.0","id":3,"method":42}"#,
+            deep.as_bytes(),
+            b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{\"name\":\"a\",\"arguments\":{\"a\":\"\xff\"}}}",
+            br#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"a","arguments":{"a":"\ud800"}}}"#,
+            br#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#,
+            br#"{"jsonrpc":"2.0","method":"textDocument/didOpen","params":{}}"#,
+            br#"{"jsonrpc":"2.0","method":"$/setTrace","params":5}"#,
+            b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"ping\"}",
+        ] {
+            input.extend_from_slice(line);
+            input.push(b'\n');
+        }
+        let seen = decide_all(&input, 1 << 20).await;
+        assert_eq!(
+            seen,
+            [
+                "message \"ping\"",
+                "ignored",
+                "-32700 null",
+                "-32600 3",
+                "-32700 2",
+                "-32700 null",
+                "-32700 5",
+                "-32700 null",
+                "message \"textDocument/didOpen\"",
+                "ignored",
+                "message \"ping\"",
+            ]
+        );
+    }
+
+    /// A dense line whose tree would not fit is answered before any tree is built; an over-long
+    /// line is dropped as it arrives, and the next line is read whole.
+    #[tokio::test]
+    async fn dense_and_long_lines_are_refused() {
+        let dense =
+            format!(r#"{{"jsonrpc":"2.0","id":8,"method":"ping","params":{{"pad":[{}0]}}}}"#, "0,".repeat(10_000));
+        let mut input = dense.into_bytes();
+        input.push(b'\n');
+        input.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
+        input.extend_from_slice(b"\n{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\"}\n");
+        let seen = decide_all(&input, 1 << 20).await;
+        assert_eq!(seen, ["-32600 8", "-32600 null", "message \"ping\""]);
     }
 }
