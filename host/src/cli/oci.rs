@@ -2,7 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail};
+#[cfg(feature = "oci")]
+use super::{EXIT_OK, EXIT_TOOL};
+use super::{EXIT_USAGE, Outcome, fail};
 
 /// `quarry push`'s flags.
 #[derive(clap::Args, Debug)]
