@@ -32,22 +32,22 @@ host:
 wheel: setup models
 	bash host/wheel/build.sh
 
-# What the main job needs and no more: its two components, the host without the cloud
-# capabilities' SDKs (the Bedrock and Couchbase features; `make host` builds them in), the
-# MiniLM model. From a fresh clone: 15 min to the answer on 2 cores (35 when it built everything).
+# What the main job needs: its two components, the MiniLM model, and the host exactly as
+# `make test` builds it (the dev profile, whose heavy crates, tract and cranelift, are optimised
+# in Cargo.toml, with the default features): one build of the host and its dependencies serves
+# both commands, in either order. `make host` builds the release host for production.
 DEMO_GUESTS := -p chapter-rag -p embedder-onnx
-DEMO_HOST_FEATURES := --no-default-features --features nn
 
 # The main job: chapter RAG over the bundled rclone manual, one question, routed chapters and
 # fragments printed. The first run embeds the manual into $(DEMO_INDEX) (about 2 minutes on 2
 # cores); later runs take seconds.
-BIN := $(or $(CARGO_TARGET_DIR),target)/release/quarry
+BIN := $(or $(CARGO_TARGET_DIR),target)/debug/quarry
 DEMO_INDEX ?= $(or $(QUARRY_DEMO_INDEX),$(HOME)/.cache/quarry/demo-index)
 DEMO_QUESTION ?= Our office connection is saturated whenever the nightly upload runs into the morning. Can rclone go slowly during working hours and at full speed overnight?
 demo: setup
 	bash components/embedder-onnx/models/fetch.sh all-minilm-l6-v2
 	$(CARGO) build --release --target wasm32-wasip2 --target-dir $(GUEST_DIR) $(DEMO_GUESTS)
-	$(CARGO) build --release -p quarry $(DEMO_HOST_FEATURES)
+	$(CARGO) build -p quarry
 	mkdir -p $(DEMO_INDEX)
 	QUARRY_GUEST_DIR=$(abspath $(GUEST_DIR)) QUARRY_DEMO_INDEX=$(DEMO_INDEX) $(BIN) --config host/demo.toml call rclone.search '{"question": "$(DEMO_QUESTION)"}'
 
