@@ -206,6 +206,15 @@ async fn bad_manuals_fail_at_load_with_no_index_written() {
     }
 }
 
+/// Writes `text` to `path` as an edit the tool must notice: the mtime set a second past the
+/// one it had (a file system's clock can be coarser than the time between two writes).
+fn edit(path: &std::path::Path, text: &[u8]) {
+    let before = filetime::FileTime::from_last_modification_time(&std::fs::metadata(path).unwrap());
+    std::fs::write(path, text).unwrap();
+    let after = filetime::FileTime::from_unix_time(before.unix_seconds() + 1, before.nanoseconds());
+    filetime::set_file_mtime(path, after).unwrap();
+}
+
 #[tokio::test]
 async fn restart_edit_and_failed_rebuild() {
     let env = env();
@@ -226,8 +235,7 @@ async fn restart_edit_and_failed_rebuild() {
 
     // Edit one chapter: only its chunks are embedded again, and the file on disk follows.
     let before = std::fs::read(env.path("index/chapter-rag.qix")).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    std::fs::write(env.path("docs/m.md"), small_manual("windows msi packages")).unwrap();
+    edit(&env.path("docs/m.md"), small_manual("windows msi packages").as_bytes());
     let r = report(&call(&host, "list_chapter_tree", json!({})).await.unwrap());
     let embedded = r["embedded"].as_u64().unwrap();
     assert!(embedded >= 1 && embedded < chunks / 2, "re-embedded {embedded} of {chunks}: {r}");
@@ -235,8 +243,7 @@ async fn restart_edit_and_failed_rebuild() {
     assert_ne!(before, after);
 
     // An edit that cannot be indexed: the old index keeps serving, and stays on disk.
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    std::fs::write(env.path("docs/m.md"), "").unwrap();
+    edit(&env.path("docs/m.md"), b"");
     let out = call(&host, "search", json!({"question": "bandwidth limits"})).await.unwrap();
     assert!(out.text.contains("Syncing"), "{}", out.text);
     assert!(extra(&out)["stale_index"].as_str().unwrap().contains("could not be indexed"), "{}", out.extra.unwrap());
