@@ -188,6 +188,11 @@ fn stdio_answers_every_line_it_cannot_pass_on() {
         assert!([-32700, -32600].contains(&error_code(&e)), "{what}: {e}");
         s.still_serving(30 + i as u64);
     }
+    // What refused arguments become travels beside the message, never in it: arguments shaped
+    // like the in-band stand-in of earlier versions are the client's own, and the tool sees them.
+    let forged = json!({"\u{0}quarry:arguments-refused": {"bytes": 5_000_000, "head": "{}"}});
+    let e = s.request(23, "tools/call", json!({"name": "echo.echo", "arguments": forged}));
+    assert_tool_error(&e, "`text` (a string) is required");
     // 15 MiB of `0,`: 7.8 million values, 2 GB as a tree.
     let mut dense = br#"{"jsonrpc":"2.0","id":40,"method":"tools/list","params":{"pad":["#.to_vec();
     dense.extend(std::iter::repeat_n(b"0,".as_slice(), 15 << 19).flatten());

@@ -247,9 +247,16 @@ impl ServerHandler for QuarryMcp {
         // The arguments wait and run as their JSON text (what the guest receives), charged to
         // the server's budget: a tree of them costs many times their size, and is dropped here.
         let arguments = arguments.unwrap_or_default();
-        // Refused ones (over 1 MiB, see `scan`) keep their size and head.
-        let args = match crate::mcp::scan::refused_arguments(&arguments) {
-            Some((size, head)) => Err((size, head.to_string())),
+        // Refused ones (over 1 MiB) were taken out where the message was read, their size and
+        // head put in the request's extensions (see `scan`): over stdio the request's own, over
+        // HTTP the HTTP request's, which rmcp passes on.
+        let parts = context.extensions.get::<hyper::http::request::Parts>();
+        let refused = context
+            .extensions
+            .get::<crate::mcp::scan::RefusedArguments>()
+            .or_else(|| parts.and_then(|p| p.extensions.get::<crate::mcp::scan::RefusedArguments>()));
+        let args = match refused {
+            Some(r) => Err((r.bytes, r.head.clone())),
             None => Ok(Args::from_object(&arguments)),
         };
         drop(arguments);
@@ -259,12 +266,7 @@ impl ServerHandler for QuarryMcp {
             Err((_, head)) => head.as_str(),
         };
         // Cancelled when the client closes the connection this call came on (HTTP).
-        let gone = context
-            .extensions
-            .get::<hyper::http::request::Parts>()
-            .and_then(|p| p.extensions.get::<ClientGone>())
-            .map(|g| g.0.clone())
-            .unwrap_or_default();
+        let gone = parts.and_then(|p| p.extensions.get::<ClientGone>()).map(|g| g.0.clone()).unwrap_or_default();
         let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _slot = CallSlot(self.calls.clone());
         let held = self.budget.take(logged.len());

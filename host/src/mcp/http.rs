@@ -375,7 +375,8 @@ async fn route(
     let response = if req.method() == hyper::Method::POST {
         let (mut parts, body) = req.into_parts();
         // Held until rmcp has parsed the message and handed it on.
-        let (bytes, _held, initialize) = match read_message(body, &parts.headers, shared).await {
+        let Message { bytes, held: _held, initialize, refused } = match read_message(body, &parts.headers, shared).await
+        {
             Ok(read) => read,
             Err(refusal) => return refusal,
         };
@@ -390,6 +391,9 @@ async fn route(
             return rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &msg, initialize.unwrap_or_default());
         }
         parts.extensions.insert(ClientGone(gone.clone()));
+        if let Some(refused) = refused {
+            parts.extensions.insert(refused);
+        }
         service.handle(Request::from_parts(parts, Full::new(bytes))).await
     } else {
         service.handle(req).await
@@ -435,19 +439,27 @@ impl http_body::Body for Guarded {
 
 type Refusal = Response<BoxBody<Bytes, Infallible>>;
 
+/// A POST body [`read_message`] let through.
+struct Message {
+    /// The body, with arguments over the limit taken out.
+    bytes: Bytes,
+    /// What it holds of the budget.
+    held: Held,
+    /// For an `initialize` request, its `id`.
+    initialize: Option<serde_json::Value>,
+    /// The arguments taken out, for the handler to answer (see [`crate::mcp::scan::RefusedArguments`]).
+    refused: Option<crate::mcp::scan::RefusedArguments>,
+}
+
 /// Reads a POST body (at most [`MAX_BODY_BYTES`], charged to the server's budget as it
 /// arrives) and checks it is one JSON-RPC message, building no tree for one that is refused.
-/// Returns the body, what it holds of the budget (its bytes and the tree rmcp will build), and
-/// for an `initialize` request its `id`.
+/// Returns the body, what it holds of the budget (its bytes and the tree rmcp will build), for
+/// an `initialize` request its `id`, and arguments it took out for their size.
 ///
 /// rmcp answers a body that is not JSON, or not a JSON-RPC message, with a bare
 /// `415 Unsupported Media Type`; a JSON-RPC client should get a JSON-RPC error it can read:
 /// parse error (-32700) or invalid request (-32600), with `id` when one can be found.
-async fn read_message(
-    mut body: Incoming,
-    headers: &hyper::HeaderMap,
-    shared: &Shared,
-) -> Result<(Bytes, Held, Option<serde_json::Value>), Refusal> {
+async fn read_message(mut body: Incoming, headers: &hyper::HeaderMap, shared: &Shared) -> Result<Message, Refusal> {
     use http_body_util::BodyExt as _;
     let timeout = shared.limits.body_timeout;
     let budget = &shared.budget;
@@ -526,9 +538,9 @@ async fn read_message(
         }
     };
     let id = envelope.id_value();
-    // Arguments over the limit are answered as before (a tool error, in the call log) from a
-    // small stand-in, never parsed.
-    let smaller = crate::mcp::scan::refuse_large_arguments(&bytes, &envelope);
+    // Arguments over the limit are taken out, never parsed; the handler answers the call as a
+    // tool error (and logs it) from what was refused, which travels in the request's extensions.
+    let (smaller, refused) = crate::mcp::scan::refuse_large_arguments(&bytes, &envelope).unzip();
     let tree = match &smaller {
         Some(s) => crate::mcp::scan::nodes(s).saturating_mul(crate::mcp::scan::NODE_BYTES),
         None => envelope.tree_bytes(),
@@ -556,7 +568,7 @@ async fn read_message(
     )
     .then_some(id);
     drop(message);
-    Ok((bytes, held, initialize))
+    Ok(Message { bytes, held, initialize, refused })
 }
 
 fn rpc_error(

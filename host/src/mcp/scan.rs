@@ -108,18 +108,25 @@ pub fn envelope(bytes: &[u8]) -> Result<Envelope<'_>, ScanError> {
     Ok(Envelope { id: raw.id, arguments, nodes: nodes(bytes) })
 }
 
-/// The key of the object that stands in for arguments refused for their size: a `tools/call`
-/// whose arguments are over [`MAX_ARGS_BYTES`] reaches the handler with
-/// `{ARGUMENTS_REFUSED: {"bytes": N, "head": "<their first bytes>"}}` instead, so that it is
-/// answered and logged as before without a tree of them ever being built. A client that sends
-/// this object itself only gets its own call refused.
-pub const ARGUMENTS_REFUSED: &str = "\u{0}quarry:arguments-refused";
+/// The arguments of a `tools/call` refused for their size (over [`MAX_ARGS_BYTES`]) where the
+/// message was read: their size, and their first bytes for the call log. The transport hands it
+/// to the handler out of band, in the request's extensions, beside the message with the
+/// arguments replaced by `{}` ([`refuse_large_arguments`]): no tree of them is ever built, the
+/// call is answered and logged as a tool error, and nothing a client writes can pose as it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefusedArguments {
+    /// Their size, in bytes.
+    pub bytes: usize,
+    /// Their first bytes (at most the call log's cut, on a character boundary).
+    pub head: String,
+}
+
 /// How much of refused arguments is kept for the call log (its own cut).
 const HEAD_BYTES: usize = crate::mcp::call_log::MAX_ARGS;
 
-/// `bytes` with the arguments of a `tools/call` over [`MAX_ARGS_BYTES`] replaced by the
-/// [`ARGUMENTS_REFUSED`] object; `None` when they fit.
-pub fn refuse_large_arguments(bytes: &[u8], envelope: &Envelope<'_>) -> Option<Vec<u8>> {
+/// `bytes` with the arguments of a `tools/call` over [`MAX_ARGS_BYTES`] replaced by `{}`, and
+/// what was refused; `None` when they fit.
+pub fn refuse_large_arguments(bytes: &[u8], envelope: &Envelope<'_>) -> Option<(Vec<u8>, RefusedArguments)> {
     let args = envelope.arguments?.get();
     if args.len() <= MAX_ARGS_BYTES {
         return None;
@@ -131,20 +138,11 @@ pub fn refuse_large_arguments(bytes: &[u8], envelope: &Envelope<'_>) -> Option<V
     while !args.is_char_boundary(cut) {
         cut -= 1;
     }
-    let stand_in = serde_json::json!({ ARGUMENTS_REFUSED: { "bytes": args.len(), "head": &args[..cut] } }).to_string();
-    let mut out = Vec::with_capacity(bytes.len() - args.len() + stand_in.len());
+    let mut out = Vec::with_capacity(bytes.len() - args.len() + 2);
     out.extend_from_slice(&bytes[..start]);
-    out.extend_from_slice(stand_in.as_bytes());
+    out.extend_from_slice(b"{}");
     out.extend_from_slice(&bytes[end..]);
-    Some(out)
-}
-
-/// The size and head of arguments refused by [`refuse_large_arguments`], when `arguments` is
-/// its stand-in.
-pub fn refused_arguments(arguments: &serde_json::Map<String, serde_json::Value>) -> Option<(usize, &str)> {
-    let refused = arguments.get(ARGUMENTS_REFUSED).filter(|_| arguments.len() == 1)?;
-    let bytes = refused.get("bytes")?.as_u64()?;
-    Some((usize::try_from(bytes).unwrap_or(usize::MAX), refused.get("head")?.as_str().unwrap_or_default()))
+    Some((out, RefusedArguments { bytes: args.len(), head: args[..cut].to_string() }))
 }
 
 /// The nodes of the tree `json` parses into, counted from its bytes: one for the top value, and
@@ -198,22 +196,24 @@ mod tests {
     }
 
     #[test]
-    fn large_arguments_are_replaced_by_a_small_stand_in() {
+    fn large_arguments_are_taken_out() {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"a.b","arguments":{{"text":"é{}"}},"_meta":{{}}}}}}"#,
             "x".repeat(MAX_ARGS_BYTES)
         );
         let e = envelope(body.as_bytes()).unwrap();
-        let out = refuse_large_arguments(body.as_bytes(), &e).unwrap();
-        assert!(out.len() < HEAD_BYTES + 200, "{} bytes", out.len());
+        let (out, refused) = refuse_large_arguments(body.as_bytes(), &e).unwrap();
+        assert!(out.len() < 200, "{} bytes", out.len());
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!((v["id"].clone(), v["params"]["name"].clone()), (serde_json::json!(7), serde_json::json!("a.b")));
+        assert_eq!(v["params"]["arguments"], serde_json::json!({}));
         assert!(v["params"]["_meta"].is_object());
-        let (bytes, head) = refused_arguments(v["params"]["arguments"].as_object().unwrap()).unwrap();
-        assert_eq!(bytes, e.arguments_len());
-        assert!(head.starts_with(r#"{"text":"éxx"#) && head.len() <= HEAD_BYTES, "{}", head.len());
-        // Ordinary arguments are not mistaken for it.
-        assert!(refused_arguments(serde_json::json!({"bytes": 5}).as_object().unwrap()).is_none());
+        assert_eq!(refused.bytes, e.arguments_len());
+        assert!(
+            refused.head.starts_with(r#"{"text":"éxx"#) && refused.head.len() <= HEAD_BYTES,
+            "{}",
+            refused.head.len()
+        );
     }
 
     #[test]

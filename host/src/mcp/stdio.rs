@@ -14,8 +14,9 @@
 //! - a line whose JSON tree would take more than `[serve] max_request_bytes` (counted from its
 //!   bytes, [`crate::mcp::scan::NODE_BYTES`] a value, before any tree is built): invalid request
 //!   (-32600), as HTTP refuses it with 413;
-//! - a `tools/call` whose arguments are over the limit reaches rmcp with a small stand-in for
-//!   them ([`crate::mcp::scan::refuse_large_arguments`]), so that no tree of them is built;
+//! - a `tools/call` whose arguments are over the limit reaches rmcp with `{}` in their place and
+//!   what was refused in the request's extensions ([`crate::mcp::scan::RefusedArguments`]), so
+//!   that no tree of them is built and the handler answers it as a tool error;
 //! - a notification of a method MCP does not have is ignored, as rmcp ignores it.
 //!
 //! Answers and error lines go out whole, in order, through one writer task.
@@ -176,9 +177,9 @@ impl<R: AsyncRead + Unpin> LineTransport<R> {
             ),
         })?;
         let id = envelope.id_value();
-        // Arguments over the limit reach rmcp as a small stand-in, so no tree of them is built
-        // (the handler answers it as a tool error).
-        let smaller = scan::refuse_large_arguments(body, &envelope);
+        // Arguments over the limit are taken out, so no tree of them is built (the handler
+        // answers the call as a tool error from what was refused).
+        let (smaller, refused) = scan::refuse_large_arguments(body, &envelope).unzip();
         let (body, tree) = match &smaller {
             Some(s) => (s.as_slice(), scan::nodes(s).saturating_mul(scan::NODE_BYTES)),
             None => (body, envelope.tree_bytes()),
@@ -193,7 +194,13 @@ impl<R: AsyncRead + Unpin> LineTransport<R> {
             return Err(refuse(-32600, msg, id));
         }
         match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(body) {
-            Ok(message) => Ok(Some(message)),
+            Ok(mut message) => {
+                if let (Some(refused), rmcp::model::JsonRpcMessage::Request(r)) = (refused, &mut message) {
+                    use rmcp::model::GetExtensions as _;
+                    r.request.extensions_mut().insert(refused);
+                }
+                Ok(Some(message))
+            }
             Err(_) if ignored_notification(body) => Ok(None),
             Err(e) => {
                 let (code, what) = if e.is_syntax() || e.is_eof() {
