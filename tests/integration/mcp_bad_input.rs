@@ -219,6 +219,35 @@ async fn still_serving(c: &mut McpHttp) {
     assert_eq!(list["result"]["tools"][0]["name"], "echo.echo", "{list}");
 }
 
+/// Bodies that pass the server's own look (they are JSON, and fit) but that rmcp cannot parse
+/// are answered with a JSON-RPC error, not rmcp's bare 415; the one tree built of a good body is
+/// rmcp's.
+#[tokio::test]
+async fn http_answers_every_body_rmcp_cannot_read() {
+    let (_env, config) = env();
+    let served = Served::start(&quarry_bin(), &config);
+    let mut c = McpHttp::open(&served.url).await.unwrap();
+    let call = |id: u64, arguments: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo.echo","arguments":{arguments}}}}}"#)
+            .into_bytes()
+    };
+    let mut invalid_utf8 = call(21, r#"{"text":"x"}"#);
+    let at = invalid_utf8.iter().position(|b| *b == b'x').unwrap();
+    invalid_utf8[at] = 0xff;
+    let deep = format!(r#"{{"text":{}{}}}"#, "[".repeat(300), "]".repeat(300));
+    for (what, body) in [
+        ("nesting past the parser's limit", call(20, &deep)),
+        ("invalid UTF-8", invalid_utf8),
+        ("a lone surrogate", call(22, r#"{"text":"\ud800"}"#)),
+        ("1e400 as id", br#"{"jsonrpc":"2.0","id":1e400,"method":"tools/list"}"#.to_vec()),
+    ] {
+        let r = c.post(body).await.unwrap();
+        assert_eq!(r.status, 400, "{what}: {r:?}");
+        assert!([-32700, -32600].contains(&error_code(&r.messages[0])), "{what}: {r:?}");
+        still_serving(&mut c).await;
+    }
+}
+
 #[tokio::test]
 async fn bad_input_over_http() {
     let (_env, config) = env();

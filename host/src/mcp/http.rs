@@ -375,11 +375,11 @@ async fn route(
     let response = if req.method() == hyper::Method::POST {
         let (mut parts, body) = req.into_parts();
         // Held until rmcp has parsed the message and handed it on.
-        let Message { bytes, held: _held, initialize, refused } = match read_message(body, &parts.headers, shared).await
-        {
-            Ok(read) => read,
-            Err(refusal) => return refusal,
-        };
+        let Message { bytes, held: _held, id, initialize, refused } =
+            match read_message(body, &parts.headers, shared).await {
+                Ok(read) => read,
+                Err(refusal) => return refusal,
+            };
         if !parts.headers.contains_key("mcp-session-id")
             && initialize.is_some()
             && shared.sessions.sessions.read().await.len() >= shared.limits.max_sessions
@@ -394,7 +394,22 @@ async fn route(
         if let Some(refused) = refused {
             parts.extensions.insert(refused);
         }
-        service.handle(Request::from_parts(parts, Full::new(bytes))).await
+        let response = service.handle(Request::from_parts(parts, Full::new(bytes.clone()))).await;
+        // rmcp answers a message it cannot parse (invalid UTF-8 in a string, a lone surrogate,
+        // nesting past serde's limit, a number out of range, a shape it does not know) with a
+        // bare 415; a JSON-RPC client gets a JSON-RPC error it can read instead. Parsed again
+        // only then, to say why.
+        if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
+            && let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes)
+        {
+            let (code, what) = if e.is_syntax() || e.is_eof() {
+                (-32700, "parse error: the body is not JSON")
+            } else {
+                (-32600, "invalid request: the body is not a JSON-RPC 2.0 request, notification or response")
+            };
+            return rpc_error(StatusCode::BAD_REQUEST, code, &format!("{what} ({e})"), id);
+        }
+        response
     } else {
         service.handle(req).await
     };
@@ -445,6 +460,8 @@ struct Message {
     bytes: Bytes,
     /// What it holds of the budget.
     held: Held,
+    /// Its `id` (null when it has none a JSON-RPC error can echo).
+    id: serde_json::Value,
     /// For an `initialize` request, its `id`.
     initialize: Option<serde_json::Value>,
     /// The arguments taken out, for the handler to answer (see [`crate::mcp::scan::RefusedArguments`]).
@@ -538,6 +555,8 @@ async fn read_message(mut body: Incoming, headers: &hyper::HeaderMap, shared: &S
         }
     };
     let id = envelope.id_value();
+    // An `initialize` as rmcp decodes it, whatever escapes spell its method.
+    let initialize = envelope.is_initialize().then(|| id.clone());
     // Arguments over the limit are taken out, never parsed; the handler answers the call as a
     // tool error (and logs it) from what was refused, which travels in the request's extensions.
     let (smaller, refused) = crate::mcp::scan::refuse_large_arguments(&bytes, &envelope).unzip();
@@ -546,29 +565,11 @@ async fn read_message(mut body: Incoming, headers: &hyper::HeaderMap, shared: &S
         None => envelope.tree_bytes(),
     };
     let bytes = smaller.map_or(bytes, Bytes::from);
-    // The trees: the check below builds one, and rmcp builds another after it is dropped.
+    // The tree rmcp will build, the only one.
     if !budget.charge(&mut held, tree) {
         return Err(refuse(id, held.bytes().saturating_add(tree)));
     }
-    let message = match serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes) {
-        Ok(m) => m,
-        Err(e) => {
-            let (code, what) = if e.is_syntax() || e.is_eof() {
-                (-32700, "parse error: the body is not JSON")
-            } else {
-                (-32600, "invalid request: the body is not a JSON-RPC 2.0 request, notification or response")
-            };
-            return Err(rpc_error(StatusCode::BAD_REQUEST, code, &format!("{what} ({e})"), id));
-        }
-    };
-    // An `initialize` as rmcp decoded it, whatever escapes spell its method.
-    let initialize = matches!(
-        &message,
-        rmcp::model::JsonRpcMessage::Request(r) if matches!(r.request, rmcp::model::ClientRequest::InitializeRequest(_))
-    )
-    .then_some(id);
-    drop(message);
-    Ok(Message { bytes, held, initialize, refused })
+    Ok(Message { bytes, held, id, initialize, refused })
 }
 
 fn rpc_error(

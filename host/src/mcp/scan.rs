@@ -5,8 +5,8 @@
 //! when it was parsed by the server, again by rmcp, and its arguments serialised again). So
 //! the server reads a message's envelope with borrowed values (`method` decoded as rmcp decodes
 //! it, `id`, the raw text of `params.arguments`), counts its nodes in one pass over the bytes,
-//! and refuses what is too large before any tree exists. (Whether a message is an
-//! `initialize` is read from rmcp's own parse of it, once it is known to fit.)
+//! and refuses what is too large before any tree exists. Whether a message is an `initialize`
+//! is read from the envelope too: the one tree built of a message is rmcp's.
 
 use std::borrow::Cow;
 
@@ -25,6 +25,8 @@ pub const NODE_BYTES: usize = 256;
 /// A message's envelope, read without building a tree.
 #[derive(Debug)]
 pub struct Envelope<'a> {
+    /// `method`, decoded as rmcp decodes it (`"initializ\u0065"` is `initialize`).
+    pub method: Option<Cow<'a, str>>,
     /// `id`, as written (a string or a number for a request).
     pub id: Option<&'a RawValue>,
     /// `params.arguments` as written, for `tools/call`.
@@ -45,6 +47,11 @@ impl Envelope<'_> {
             .and_then(|raw| serde_json::from_str::<serde_json::Value>(raw.get()).ok())
             .filter(|id| id.is_string() || id.is_number())
             .unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Whether the message is an `initialize` request, as rmcp would decode it.
+    pub fn is_initialize(&self) -> bool {
+        self.id.is_some() && self.method.as_deref() == Some("initialize")
     }
 
     /// What parsing the message into a tree would cost, by [`NODE_BYTES`].
@@ -88,7 +95,7 @@ pub fn id_of(bytes: &[u8]) -> serde_json::Value {
         id: Option<&'a RawValue>,
     }
     let id = serde_json::from_slice::<IdOnly<'_>>(bytes).ok().and_then(|m| m.id);
-    Envelope { id, arguments: None, nodes: 0 }.id_value()
+    Envelope { method: None, id, arguments: None, nodes: 0 }.id_value()
 }
 
 /// Reads the envelope of `bytes`. Validates the JSON's syntax in full (without a tree) and
@@ -105,7 +112,7 @@ pub fn envelope(bytes: &[u8]) -> Result<Envelope<'_>, ScanError> {
         }
         _ => None,
     };
-    Ok(Envelope { id: raw.id, arguments, nodes: nodes(bytes) })
+    Ok(Envelope { method: raw.method, id: raw.id, arguments, nodes: nodes(bytes) })
 }
 
 /// The arguments of a `tools/call` refused for their size (over [`MAX_ARGS_BYTES`]) where the
