@@ -333,14 +333,21 @@ async fn bearer_token_when_set_and_required_beyond_loopback() {
 }
 
 /// A server for the limit tests: the hostile component as `h` (a `sleep` tool to keep calls
-/// busy), and `[serve]` limits small enough to reach.
+/// busy, which marks its start in `/marks`), and `[serve]` limits small enough to reach.
 fn limited(serve: &str) -> (TestEnv, std::path::PathBuf) {
     let env = TestEnv::new();
     env.plugin(HOSTILE, "hostile");
+    std::fs::create_dir_all(env.path("marks")).unwrap();
     let config = env.config(&format!(
-        "[serve]\n{serve}\n\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n[tools.h.grants]\ndeadline = \"30s\"\n"
+        "[serve]\n{serve}\n\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n[tools.h.grants]\ndeadline = \"30s\"\ndirs = [{{ host = \"marks\", guest = \"/marks\", mode = \"rw\" }}]\n"
     ));
     (env, config)
+}
+
+/// Waits until the `sleep` call that was given `mark` runs.
+async fn runs(env: &TestEnv, mark: &str) {
+    let path = env.path(&format!("marks/{mark}"));
+    quarry_tests::until(&format!("the call marked {mark} runs"), || path.exists()).await;
 }
 
 /// The hostile server still serves: a call answers.
@@ -391,7 +398,7 @@ async fn sessions_past_the_cap_are_refused_and_the_others_serve() {
 /// and every other client goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_of_a_client_that_left_are_dropped_and_requests_fit_a_budget() {
-    let (_env, config) = limited("max_request_bytes = \"4MiB\"");
+    let (env, config) = limited("max_request_bytes = \"4MiB\"");
     let served = Served::start(&quarry_bin(), &config);
     let mut main = McpHttp::open(&served.url).await.unwrap();
     let session = main.session().unwrap().to_string();
@@ -402,10 +409,11 @@ async fn calls_of_a_client_that_left_are_dropped_and_requests_fit_a_budget() {
         let (url, session) = (url.clone(), session.clone());
         tokio::spawn(async move {
             let mut c = McpHttp::join(&url, &session).await.unwrap();
-            c.request_with_id(900, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": 1500}})).await.unwrap()
+            let args = json!({"ms": 1500, "mark": "/marks/900"});
+            c.request_with_id(900, "tools/call", json!({"name": "h.sleep", "arguments": args})).await.unwrap()
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    runs(&env, "900").await;
     let mut waiting = Vec::new();
     for id in 0..20u64 {
         let (url, session) = (url.clone(), session.clone());
@@ -431,10 +439,11 @@ async fn calls_of_a_client_that_left_are_dropped_and_requests_fit_a_budget() {
         let (url, session) = (url.clone(), session.clone());
         tokio::spawn(async move {
             let mut c = McpHttp::join(&url, &session).await.unwrap();
-            c.request_with_id(950, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": 1500}})).await.unwrap()
+            let args = json!({"ms": 1500, "mark": "/marks/950"});
+            c.request_with_id(950, "tools/call", json!({"name": "h.sleep", "arguments": args})).await.unwrap()
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    runs(&env, "950").await;
     let mut queued = Vec::new();
     for id in 0..6u64 {
         let (url, session) = (url.clone(), session.clone());
@@ -573,7 +582,7 @@ async fn connections_past_the_cap_get_503_and_a_body_that_never_comes_times_out(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_may_queue_so_many_calls_and_a_cancel_takes_one_out() {
-    let (_env, config) = limited("max_queued_calls = 2");
+    let (env, config) = limited("max_queued_calls = 2");
     let served = Served::start(&quarry_bin(), &config);
     let mut main = McpHttp::open(&served.url).await.unwrap();
     let session = main.session().unwrap().to_string();
@@ -584,11 +593,12 @@ async fn a_session_may_queue_so_many_calls_and_a_cancel_takes_one_out() {
         let (url, session) = (url.clone(), session.clone());
         tokio::spawn(async move {
             let mut c = McpHttp::join(&url, &session).await.unwrap();
-            c.request_with_id(id, "tools/call", json!({"name": "h.sleep", "arguments": {"ms": ms}})).await.unwrap()
+            let args = json!({"ms": ms, "mark": format!("/marks/{id}")});
+            c.request_with_id(id, "tools/call", json!({"name": "h.sleep", "arguments": args})).await.unwrap()
         })
     };
     let first = slow(2000, 501);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    runs(&env, "501").await;
     let second = slow(10, 502);
     tokio::time::sleep(Duration::from_millis(300)).await;
     // A third is one too many for the session.

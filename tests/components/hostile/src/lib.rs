@@ -179,8 +179,8 @@ const TOOLS: &[(&str, &str, &str)] = &[
     ),
     (
         "sleep",
-        "Waits `ms` milliseconds in a host call, then counts itself as run.",
-        r#"{"type":"object","properties":{"ms":{"type":"integer"}},"required":["ms"]}"#,
+        "Waits `ms` milliseconds in a host call, then counts itself as run; with `mark`, first creates that file (in a granted directory): the event a test waits for to know the call runs.",
+        r#"{"type":"object","properties":{"ms":{"type":"integer"},"mark":{"type":"string"}},"required":["ms"]}"#,
     ),
     ("ran", "How many `sleep` calls ran to their end.", r#"{"type":"object","properties":{}}"#),
     (
@@ -440,6 +440,9 @@ impl GuestInstance for Hostile {
                 Ok(text("reported".into()))
             }
             "sleep" => {
+                if let Some(mark) = args.get("mark").and_then(Value::as_str) {
+                    std::fs::write(mark, b"").map_err(|e| ToolError::Internal(format!("{mark}: {e}")))?;
+                }
                 wasi::clocks::monotonic_clock::subscribe_duration(n("ms")? * 1_000_000).block();
                 RAN.with(|r| *r.borrow_mut() += 1);
                 Ok(text("slept".into()))
