@@ -1,11 +1,11 @@
-//! rag-core's types to and from the WIT bindings, and the imports as a [`BaseEnv`].
+//! The SDK's types to and from the WIT bindings, and the imports as a [`BaseEnv`].
 
-use crate::tool::{BaseEnv, Model, Output, ToolError};
+use crate::tool::{BaseEnv, Model, Output, TokenSpan, ToolError};
 
 use crate::embedder::{self, EmbedError, InputKind};
 use crate::types;
 
-/// rag-core's error as WIT's `tool-error`.
+/// A tool's error as WIT's `tool-error`.
 pub fn to_wit(e: ToolError) -> types::ToolError {
     match e {
         ToolError::InvalidArgs(m) => types::ToolError::InvalidArgs(m),
@@ -50,7 +50,7 @@ fn embed_err(e: EmbedError) -> ToolError {
     })
 }
 
-/// The WIT imports as rag-core's [`BaseEnv`]: the host-linked embedder, the preopens, stderr
+/// The WIT imports as the SDK's [`BaseEnv`]: the host-linked embedder, the preopens, stderr
 /// (the host's log) and the host's progress bar. A component implements its own `Env` on top.
 pub struct GuestEnv {
     /// What files this component reads, for messages ("a DOCX file").
@@ -80,7 +80,7 @@ impl BaseEnv for GuestEnv {
         embedder::count_tokens(texts).map_err(embed_err)
     }
 
-    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<rag_core::chunk::TokenSpan>>, ToolError> {
+    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<TokenSpan>>, ToolError> {
         let out = embedder::token_spans(texts).map_err(embed_err)?;
         Ok(out.into_iter().map(|t| t.into_iter().map(|s| (s.start, s.end)).collect()).collect())
     }

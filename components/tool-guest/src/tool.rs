@@ -27,6 +27,10 @@ pub enum ToolError {
     Internal(String),
 }
 
+/// One token of a text, as the byte range `(start, end)` of it that the embedder's tokenizer
+/// read (WIT's `token-span`; the same pair as a RAG library's chunker takes).
+pub type TokenSpan = (u32, u32);
+
 /// The embedding model, as the embedder reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Model {
@@ -72,8 +76,8 @@ pub trait BaseEnv {
     fn embed(&self, texts: &[String], query: bool) -> Result<Vec<Vec<f32>>, ToolError>;
     /// Tokens each text takes in the embedder's window.
     fn count_tokens(&self, texts: &[String]) -> Result<Vec<u32>, ToolError>;
-    /// Each text's tokens as byte spans of it, in order (see [`rag_core::chunk::SpanCounter`]).
-    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<rag_core::chunk::TokenSpan>>, ToolError>;
+    /// Each text's tokens as byte spans of it, in order (a chunker sizes chunks by them).
+    fn token_spans(&self, texts: &[String]) -> Result<Vec<Vec<TokenSpan>>, ToolError>;
     /// Reads a granted file, refusing more than `max_bytes` (see [`read_file`]).
     fn read_file(&self, path: &str, max_bytes: u64) -> Result<Vec<u8>, ToolError>;
     /// A line for the host's log.
