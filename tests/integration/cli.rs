@@ -84,6 +84,21 @@ fn check_opens_every_instance() {
     assert!(err.contains("\"h\"") && err.contains("unknown config key `nope`"), "{err}");
 }
 
+/// An embedder that does not load fails `check` with its tools, counted as tool instances that
+/// did not open (the embedder is none).
+#[test]
+fn check_counts_the_tools_of_an_embedder_that_did_not_load() {
+    let env = echo_env();
+    env.config(
+        "[embedders.e]\ncomponent = \"plugins/echo.wasm\"\n\n[tools.echo]\ncomponent = \"plugins/echo.wasm\"\nembedder = \"e\"\n",
+    );
+    let (code, out, err) = run(&env, &["check"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("0 of 1 tool instances opened, 0 tools"), "{out}{err}");
+    assert!(err.contains("needs embedder \"e\", which did not load"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// `check` waits for every preparation, counts one that failed, and says what each pool may use.
 #[test]
 fn check_prepares_every_instance_and_sizes_the_pools() {

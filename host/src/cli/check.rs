@@ -15,7 +15,14 @@ pub async fn run(path: &Path) -> Outcome {
     }
     let tools = registry.tools();
     let configured = registry.config().tools.len();
-    let loaded = configured - failures.len() - unprepared.len();
+    // Counted by name: the failures also name embedders (`embedders.NAME`), which are no tool
+    // instances.
+    let loaded = registry
+        .config()
+        .tools
+        .keys()
+        .filter(|name| registry.instance(name).is_some() && !unprepared.iter().any(|(u, _)| u == *name))
+        .count();
     println!("{}: {loaded} of {configured} tool instances opened, {} tools", path.display(), tools.len());
     for t in tools.iter() {
         println!("  ok  {}", t.qualified);
