@@ -57,6 +57,20 @@ impl Stdio_ {
         Stdio_ { child, stdin, lines }
     }
 
+    /// [`Stdio_::start`], then the handshake: `initialize` (its answer offers tools) and
+    /// `notifications/initialized`.
+    fn initialized(config: &std::path::Path) -> Stdio_ {
+        let mut s = Stdio_::start(config);
+        let init = s.request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+        );
+        assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
+        s.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        s
+    }
+
     fn send(&mut self, line: &[u8]) {
         self.stdin
             .write_all(line)
@@ -111,14 +125,7 @@ fn assert_tool_error(v: &Value, needle: &str) {
 #[test]
 fn bad_input_over_stdio() {
     let (_env, config) = env();
-    let mut s = Stdio_::start(&config);
-    let init = s.request(
-        1,
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
-    );
-    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
-    s.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let mut s = Stdio_::initialized(&config);
 
     s.send(b"{this is not json");
     let e = s.recv();
@@ -160,14 +167,7 @@ fn bad_input_over_stdio() {
 #[test]
 fn stdio_answers_every_line_it_cannot_pass_on() {
     let (_env, config) = env();
-    let mut s = Stdio_::start(&config);
-    let init = s.request(
-        1,
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
-    );
-    assert!(init["result"]["capabilities"]["tools"].is_object(), "{init}");
-    s.send(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let mut s = Stdio_::initialized(&config);
     let call = |id: u64, arguments: &str| {
         format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo.echo","arguments":{arguments}}}}}"#)
             .into_bytes()
