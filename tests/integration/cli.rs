@@ -96,6 +96,7 @@ fn check_counts_the_tools_of_an_embedder_that_did_not_load() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("0 of 1 tool instances opened, 0 tools"), "{out}{err}");
     assert!(err.contains("needs embedder \"e\", which did not load"), "{err}");
+    assert!(err.contains("warning: embedder \"e\" not loaded: "), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
 

@@ -139,7 +139,11 @@ fn registry(config: Config) -> Result<Arc<Registry>, Exit> {
 async fn load_all(registry: &Registry) -> Vec<(String, OpenError)> {
     let failures = registry.load_all().await;
     for (name, e) in &failures {
-        eprintln!("warning: tool instance {name:?} not loaded: {}", printable_error(&e.to_string()));
+        let what = match name.strip_prefix("embedders.") {
+            Some(embedder) => format!("embedder {embedder:?}"),
+            None => format!("tool instance {name:?}"),
+        };
+        eprintln!("warning: {what} not loaded: {}", printable_error(&e.to_string()));
     }
     failures
 }
