@@ -11,7 +11,11 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
 }
 
 fn main() {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Read when the script runs, not baked in when it is compiled: cargo reuses a compiled build
+    // script for a checkout at another path (its artifacts are keyed relative to the workspace),
+    // and the baked path would name the other checkout's WIT file and commit.
+    let here = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let here = here.as_path();
     let wit = here.join("../wit/retrieval.wit");
     println!("cargo:rerun-if-changed={}", wit.display());
     let text = std::fs::read_to_string(&wit).expect("wit/retrieval.wit");
