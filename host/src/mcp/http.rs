@@ -27,6 +27,11 @@
 //!   of servers.
 //! - A bearer token over plain HTTP beyond loopback travels in clear: that needs
 //!   `--insecure-http`, and TLS belongs in a proxy in front.
+//!
+//! The per-request checks (the path, a browser's `Origin`, the bearer token) are `tower-http`
+//! layers in front of the endpoint ([`endpoint`]); what bounds connections (their cap, shedding
+//! the oldest unaccepted one, the header and accept timeouts) is the accept loop's, which no
+//! per-request layer sees.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -47,6 +52,8 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+use tower::util::BoxCloneService;
 
 use crate::config::ServeConfig;
 use crate::mcp::ServeError;
@@ -280,12 +287,7 @@ impl HttpServer {
             });
             tokio::spawn(async move {
                 let _permit = permit;
-                let this = connection.clone();
-                let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                    let shared = shared.clone();
-                    let this = this.clone();
-                    async move { Ok::<_, Infallible>(route(&shared, &this, req).await) }
-                });
+                let svc = hyper_util::service::TowerToHyperService::new(endpoint(shared, connection.clone()));
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(HEADER_TIMEOUT)
@@ -333,39 +335,76 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
 }
 
-async fn route(
+/// One connection's service: the checks every request passes, each a `tower-http` layer in front
+/// of the MCP endpoint (the path, then a browser's `Origin`, then the bearer token), and the
+/// endpoint itself ([`serve_mcp`]).
+#[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
+fn endpoint(shared: Arc<Shared>, connection: Arc<Connection>) -> BoxCloneService<Request<Incoming>, Reply, Infallible> {
+    use tower_http::validate_request::ValidateRequestHeaderLayer as Check;
+    let (origins, tokens) = (shared.clone(), shared.clone());
+    tower::ServiceBuilder::new()
+        .layer(Check::custom(|req: &mut Request<Incoming>| on_the_endpoint(req)))
+        .layer(Check::custom(move |req: &mut Request<Incoming>| from_an_allowed_origin(&origins, req)))
+        .layer(Check::custom(move |req: &mut Request<Incoming>| with_the_token(&tokens, req)))
+        .service(tower::service_fn(move |req: Request<Incoming>| {
+            let (shared, connection) = (shared.clone(), connection.clone());
+            async move { Ok::<_, Infallible>(serve_mcp(&shared, &connection, req).await) }
+        }))
+        .boxed_clone()
+}
+
+/// Only [`PATH`] is served.
+#[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
+fn on_the_endpoint(req: &Request<Incoming>) -> Result<(), Refusal> {
+    if req.uri().path() != PATH {
+        return Err(plain(StatusCode::NOT_FOUND, &format!("not found; the MCP endpoint is {PATH}")));
+    }
+    Ok(())
+}
+
+/// A request from a browser page (it carries `Origin`) only from an allowed origin or the
+/// server's own.
+#[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
+fn from_an_allowed_origin(shared: &Shared, req: &Request<Incoming>) -> Result<(), Refusal> {
+    let Some(origin) = req.headers().get(hyper::header::ORIGIN) else { return Ok(()) };
+    let allowed = origin.to_str().is_ok_and(|o| {
+        shared.limits.allowed_origins.iter().chain(&shared.own_origins).any(|a| a.eq_ignore_ascii_case(o))
+    });
+    if !allowed {
+        let shown = crate::support::text::quoted_prefix(&String::from_utf8_lossy(origin.as_bytes()), 100);
+        return Err(plain(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "origin {shown} is not allowed; add it to [serve] allowed_origins (or --allowed-origin) to let that page call this server"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// With a token configured, every request carries it (`Authorization: Bearer`), compared in
+/// constant time.
+#[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
+fn with_the_token(shared: &Shared, req: &Request<Incoming>) -> Result<(), Refusal> {
+    let Some(expected) = shared.token.as_deref() else { return Ok(()) };
+    let sent =
+        req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_credentials);
+    if !sent.is_some_and(|s| same(s.as_bytes(), expected.as_bytes())) {
+        let mut r = plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
+        r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
+        return Err(r);
+    }
+    Ok(())
+}
+
+/// The MCP endpoint, for a request that passed the checks: the connection counts as accepted,
+/// a POST's message is read and bounded ([`read_message`]), and rmcp serves it.
+async fn serve_mcp(
     shared: &Shared,
     connection: &Connection,
     req: Request<Incoming>,
 ) -> Response<BoxBody<Bytes, Infallible>> {
     let service = &shared.service;
-    if req.uri().path() != PATH {
-        return plain(StatusCode::NOT_FOUND, &format!("not found; the MCP endpoint is {PATH}"));
-    }
-    if let Some(origin) = req.headers().get(hyper::header::ORIGIN) {
-        let allowed = origin.to_str().is_ok_and(|o| {
-            shared.limits.allowed_origins.iter().chain(&shared.own_origins).any(|a| a.eq_ignore_ascii_case(o))
-        });
-        if !allowed {
-            let shown = crate::support::text::quoted_prefix(&String::from_utf8_lossy(origin.as_bytes()), 100);
-            return plain(
-                StatusCode::FORBIDDEN,
-                &format!(
-                    "origin {shown} is not allowed; add it to [serve] allowed_origins (or --allowed-origin) to let that page call this server"
-                ),
-            );
-        }
-    }
-    if let Some(expected) = shared.token.as_deref() {
-        let sent =
-            req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_credentials);
-        if !sent.is_some_and(|s| same(s.as_bytes(), expected.as_bytes())) {
-            let mut r =
-                plain(StatusCode::UNAUTHORIZED, "missing or wrong bearer token (Authorization: Bearer <token>)");
-            r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, hyper::header::HeaderValue::from_static("Bearer"));
-            return r;
-        }
-    }
     connection.accept();
     let ends_session = req.method() == hyper::Method::DELETE;
     // Cancelled when the client is gone: when this future is dropped (the connection closed
@@ -452,7 +491,10 @@ impl http_body::Body for Guarded {
     }
 }
 
-type Refusal = Response<BoxBody<Bytes, Infallible>>;
+/// What the server answers a request with.
+type Reply = Response<BoxBody<Bytes, Infallible>>;
+/// An answer that refuses a request.
+type Refusal = Reply;
 
 /// A POST body [`read_message`] let through.
 struct Message {
