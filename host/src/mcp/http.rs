@@ -441,12 +441,7 @@ async fn serve_mcp(
         if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
             && let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes)
         {
-            let (code, what) = if e.is_syntax() || e.is_eof() {
-                (-32700, "parse error: the body is not JSON")
-            } else {
-                (-32600, "invalid request: the body is not a JSON-RPC 2.0 request, notification or response")
-            };
-            return rpc_error(StatusCode::BAD_REQUEST, code, &format!("{what} ({e})"), id);
+            return malformed(e.into(), id);
         }
         response
     } else {
@@ -511,7 +506,8 @@ struct Message {
 }
 
 /// Reads a POST body (at most [`MAX_BODY_BYTES`], charged to the server's budget as it
-/// arrives) and checks it is one JSON-RPC message, building no tree for one that is refused.
+/// arrives) and its envelope (JSON, one message object), building no tree; rmcp's parse, the
+/// only one, completes the check (see [`serve_mcp`]).
 /// Returns the body, what it holds of the budget (its bytes and the tree rmcp will build), for
 /// an `initialize` request its `id`, and arguments it took out for their size.
 ///
@@ -584,18 +580,7 @@ async fn read_message(mut body: Incoming, headers: &hyper::HeaderMap, shared: &S
             return Err(rpc_error(StatusCode::REQUEST_TIMEOUT, -32600, &msg, serde_json::Value::Null));
         }
     };
-    let envelope = match crate::mcp::scan::envelope(&bytes) {
-        Ok(e) => e,
-        Err(crate::mcp::scan::ScanError::Syntax(e)) => {
-            let msg = format!("parse error: the body is not JSON ({e})");
-            return Err(rpc_error(StatusCode::BAD_REQUEST, -32700, &msg, serde_json::Value::Null));
-        }
-        Err(crate::mcp::scan::ScanError::Shape(e)) => {
-            let msg =
-                format!("invalid request: the body is not a JSON-RPC 2.0 request, notification or response ({e})");
-            return Err(rpc_error(StatusCode::BAD_REQUEST, -32600, &msg, crate::mcp::scan::id_of(&bytes)));
-        }
-    };
+    let envelope = crate::mcp::scan::envelope(&bytes).map_err(|e| malformed(e, crate::mcp::scan::id_of(&bytes)))?;
     let id = envelope.id_value();
     // An `initialize` as rmcp decodes it, whatever escapes spell its method.
     let initialize = envelope.is_initialize().then(|| id.clone());
@@ -612,6 +597,18 @@ async fn read_message(mut body: Incoming, headers: &hyper::HeaderMap, shared: &S
         return Err(refuse(id, held.bytes().saturating_add(tree)));
     }
     Ok(Message { bytes, held, id, initialize, refused })
+}
+
+/// The answer to a body that is not one JSON-RPC message: 400 with a parse error (-32700) or
+/// an invalid request (-32600), echoing `id` (null when none could be read).
+fn malformed(e: crate::mcp::scan::ScanError, id: serde_json::Value) -> Refusal {
+    let msg = match &e {
+        crate::mcp::scan::ScanError::Syntax(e) => format!("parse error: the body is not JSON ({e})"),
+        crate::mcp::scan::ScanError::Shape(e) => {
+            format!("invalid request: the body is not a JSON-RPC 2.0 request, notification or response ({e})")
+        }
+    };
+    rpc_error(StatusCode::BAD_REQUEST, e.code(), &msg, id)
 }
 
 fn rpc_error(

@@ -69,6 +69,23 @@ pub enum ScanError {
     Shape(String),
 }
 
+impl ScanError {
+    /// The JSON-RPC error code it is answered with.
+    pub fn code(&self) -> i64 {
+        match self {
+            ScanError::Syntax(_) => -32700,
+            ScanError::Shape(_) => -32600,
+        }
+    }
+}
+
+/// What a parse error is: not JSON at all (or cut short), or JSON of another shape.
+impl From<serde_json::Error> for ScanError {
+    fn from(e: serde_json::Error) -> Self {
+        if e.is_syntax() || e.is_eof() { ScanError::Syntax(e.to_string()) } else { ScanError::Shape(e.to_string()) }
+    }
+}
+
 #[derive(Deserialize)]
 struct RawEnvelope<'a> {
     /// Decoded as rmcp decodes it (`"tools/c\u0061ll"` is `tools/call`).
@@ -101,9 +118,7 @@ pub fn id_of(bytes: &[u8]) -> serde_json::Value {
 /// Reads the envelope of `bytes`. Validates the JSON's syntax in full (without a tree) and
 /// counts its nodes.
 pub fn envelope(bytes: &[u8]) -> Result<Envelope<'_>, ScanError> {
-    let raw: RawEnvelope<'_> = serde_json::from_slice(bytes).map_err(|e| {
-        if e.is_syntax() || e.is_eof() { ScanError::Syntax(e.to_string()) } else { ScanError::Shape(e.to_string()) }
-    })?;
+    let raw: RawEnvelope<'_> = serde_json::from_slice(bytes)?;
     let arguments = match (&raw.method, raw.params) {
         (Some(m), Some(params)) if m == "tools/call" => {
             serde_json::from_str::<RawCallParams<'_>>(params.get())

@@ -164,18 +164,7 @@ impl<R: AsyncRead + Unpin> LineTransport<R> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
         }
-        let envelope = scan::envelope(body).map_err(|e| match e {
-            ScanError::Syntax(e) => refuse(
-                -32700,
-                format!("parse error: the message is not JSON ({e}); send one JSON-RPC message per line"),
-                serde_json::Value::Null,
-            ),
-            ScanError::Shape(e) => refuse(
-                -32600,
-                format!("invalid request: the message is not a JSON-RPC 2.0 request, notification or response ({e})"),
-                scan::id_of(body),
-            ),
-        })?;
+        let envelope = scan::envelope(body).map_err(|e| malformed(e, scan::id_of(body)))?;
         let id = envelope.id_value();
         // Arguments over the limit are taken out, so no tree of them is built (the handler
         // answers the call as a tool error from what was refused).
@@ -202,16 +191,23 @@ impl<R: AsyncRead + Unpin> LineTransport<R> {
                 Ok(Some(message))
             }
             Err(_) if ignored_notification(body) => Ok(None),
-            Err(e) => {
-                let (code, what) = if e.is_syntax() || e.is_eof() {
-                    (-32700, "parse error: the message is not JSON")
-                } else {
-                    (-32600, "invalid request: the message is not a JSON-RPC 2.0 request, notification or response")
-                };
-                Err(refuse(code, format!("{what} ({e})"), id))
-            }
+            Err(e) => Err(malformed(e.into(), id)),
         }
     }
+}
+
+/// The answer to a line that is not one JSON-RPC message: a parse error (-32700) or an invalid
+/// request (-32600), echoing `id` (null when none could be read).
+fn malformed(e: ScanError, id: serde_json::Value) -> Refusal {
+    let message = match &e {
+        ScanError::Syntax(e) => {
+            format!("parse error: the message is not JSON ({e}); send one JSON-RPC message per line")
+        }
+        ScanError::Shape(e) => {
+            format!("invalid request: the message is not a JSON-RPC 2.0 request, notification or response ({e})")
+        }
+    };
+    Refusal { code: e.code(), message, id }
 }
 
 /// A notification (no `id`) of a method MCP does not define, which rmcp ignores rather than
@@ -365,7 +361,7 @@ mod tests {
                 "-32700 null",
                 "-32600 3",
                 "-32700 2",
-                "-32700 null",
+                "-32700 4",
                 "-32700 5",
                 "-32700 null",
                 "message \"textDocument/didOpen\"",
