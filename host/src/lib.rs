@@ -19,8 +19,8 @@
 //!   [`eval`]: `quarry eval`; [`output`]: a call's output as JSON, for the MCP server and the
 //!   CLI both.
 //!
-//! Where a change goes: a new capability is a folder under `capability/` and a line in each
-//! list of `capability/mod.rs` (see host/README.md); a tool is a component under `components/`,
+//! Where a change goes: a new capability is a type implementing `capability::Capability` and
+//! its line in `capability/list.rs` (see host/README.md); a tool is a component under `components/`,
 //! never host code; a limit is a constant in `crates/support/src/limits.rs` (or a grant key in its
 //! capability); an MCP feature is a module under `mcp/`.
 //!

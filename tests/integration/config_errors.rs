@@ -252,7 +252,7 @@ fn quotas_and_serve_limits_are_checked() {
     .unwrap();
     assert_eq!(ok.serve.max_sessions, 3);
     assert_eq!(
-        ok.tools["echo"].grants.dirs[0].quota,
+        ok.tools["echo"].grants.files[0].quota,
         Some(quarry::capability::files::Quota { bytes: 2 << 20, files: 7 })
     );
 }

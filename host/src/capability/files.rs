@@ -149,6 +149,63 @@ pub fn grant(raw: Vec<RawDir>, base: &Path) -> Result<Vec<DirGrant>, KeyError> {
     Ok(dirs)
 }
 
+/// The directory capability: `dirs` grants as WASI preopens, with quotas on read-write ones.
+pub struct Files;
+
+impl super::Capability for Files {
+    const GRANT_KEYS: &'static [&'static str] = &["dirs"];
+
+    type RawGrant = Vec<RawDir>;
+    type Grant = Vec<DirGrant>;
+    type RawSection = ();
+    type RawHost = ();
+    type Section = ();
+    type AppState = AppState;
+    type State = FileGuard;
+
+    fn read_grant<'de, A: serde::de::MapAccess<'de>>(
+        raw: &mut Vec<RawDir>,
+        _key: &str,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        *raw = map.next_value()?;
+        Ok(())
+    }
+
+    fn grant(raw: Vec<RawDir>, _: &(), cx: &super::GrantContext<'_>) -> Result<Vec<DirGrant>, KeyError> {
+        grant(raw, cx.base)
+    }
+
+    fn writable_dirs(grant: &Vec<DirGrant>) -> Vec<(String, PathBuf)> {
+        grant
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.writable)
+            .map(|(i, d)| (format!("dirs[{i}].host"), d.host.clone()))
+            .collect()
+    }
+
+    fn state(
+        grant: &Vec<DirGrant>,
+        app: &AppState,
+        cx: &mut super::StoreContext<'_>,
+    ) -> Result<FileGuard, SandboxError> {
+        preopen(grant, app, cx.wasi)
+    }
+
+    fn link<T: super::CapabilityStore>(l: &mut wasmtime::component::Linker<T>) -> wasmtime::Result<()> {
+        link(l, |t| view(t.parts()))
+    }
+}
+
+impl Files {
+    /// Preopens host directory `host` read-only as `guest` in the store being built: another
+    /// capability's own files (a granted model's directory).
+    pub fn grant_read_only(cx: &mut super::StoreContext<'_>, host: &Path, guest: &str) -> Result<(), SandboxError> {
+        preopen_read_only(host, guest, cx.wasi)
+    }
+}
+
 /// Why a directory grant could not be applied to a new store.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot grant directory {host} as {guest}: {message}")]
@@ -357,7 +414,7 @@ pub struct View<'a> {
 pub fn view(parts: super::StoreView<'_>) -> View<'_> {
     View {
         fs: WasiFilesystemCtxView { ctx: parts.wasi.filesystem(), table: parts.table },
-        guard: &mut parts.states.files,
+        guard: parts.states.get_mut::<Files>(),
         instance: parts.instance,
     }
 }

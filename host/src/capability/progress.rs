@@ -126,6 +126,31 @@ impl State {
     }
 }
 
+/// The progress capability: every store may report; nothing to grant.
+pub struct Reporting;
+
+impl super::Capability for Reporting {
+    type RawGrant = ();
+    type Grant = ();
+    type RawSection = ();
+    type RawHost = ();
+    type Section = ();
+    type AppState = AppState;
+    type State = State;
+
+    fn grant(_: (), _: &(), _: &super::GrantContext<'_>) -> Result<(), crate::support::values::KeyError> {
+        Ok(())
+    }
+
+    fn state(_: &(), app: &AppState, cx: &mut super::StoreContext<'_>) -> Result<State, super::SandboxError> {
+        Ok(State::new(cx.instance, app))
+    }
+
+    fn link<T: super::CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
+        link(l, super::state_of::<Reporting, T>)
+    }
+}
+
 /// Adds the `progress` interface, served by the [`State`] that `get` finds in the store.
 pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State) -> wasmtime::Result<()> {
     wit::add_to_linker::<T, HasSelf<State>>(l, get)

@@ -57,10 +57,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::capability::{self, CapabilitySections};
+use crate::capability::{self, CapabilitySections, Keyed};
 use crate::support::builtin;
 use crate::support::limits::{DEFAULT_DEADLINE, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY, MAX_MEMORY, MIN_PREPARE_DEADLINE};
-use crate::support::values::{KeyError, expand_path, valid_name};
+use crate::support::values::{ByteSize, HumanDuration, KeyError, expand_path, valid_name};
 
 pub use serve::ServeConfig;
 
@@ -168,19 +168,19 @@ impl std::ops::DerefMut for Grants {
     }
 }
 
+/// The config file: the host's own tables, and the capabilities' (`[couchbase.NAME]`,
+/// `[models.NAME]`), read in one pass ([`Keyed`]).
+type RawFile = Keyed<RawConfig, capability::RawCapabilitySections>;
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     #[serde(default)]
-    host: RawHost,
+    host: Keyed<RawHost, capability::RawCapabilityHost>,
     #[serde(default)]
     tools: BTreeMap<String, RawInstance>,
     #[serde(default)]
     embedders: BTreeMap<String, RawInstance>,
-    #[serde(default)]
-    couchbase: BTreeMap<String, capability::couchbase::RawConnection>,
-    #[serde(default)]
-    models: BTreeMap<String, capability::nn::RawModel>,
     serve: Option<serve::RawServe>,
 }
 
@@ -191,8 +191,6 @@ struct RawHost {
     max_component_size: Option<crate::support::values::ByteSize>,
     #[serde(default)]
     signed_by: BTreeMap<String, PathBuf>,
-    /// Where onnxruntime's library is, for models with `backend = "onnxruntime"`.
-    onnxruntime: Option<capability::nn::RawOnnxruntime>,
 }
 
 #[derive(Deserialize)]
@@ -205,7 +203,17 @@ struct RawInstance {
     pool: Option<usize>,
     signed_by: Option<PathBuf>,
     #[serde(default)]
-    grants: capability::RawGrants,
+    grants: Keyed<RawLimits, capability::RawCapabilityGrants>,
+}
+
+/// The keys of `[tools.NAME.grants]` that every instance has; the rest are the capabilities'.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory: Option<ByteSize>,
+    deadline: Option<HumanDuration>,
+    prepare_deadline: Option<HumanDuration>,
+    max_output: Option<ByteSize>,
 }
 
 impl Config {
@@ -218,10 +226,10 @@ impl Config {
 
     /// Validates `text` as if read from `path` (relative paths resolve against its directory).
     pub fn parse(path: &Path, text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.to_string().trim_end().to_string(),
+        let Keyed { core: raw, caps: raw_sections } = toml::from_str::<RawFile>(text).map_err(|e| {
+            ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() }
         })?;
+        let Keyed { core: raw_host, caps: raw_host_caps } = raw.host;
         let base = path
             .parent()
             .map(Path::to_path_buf)
@@ -230,11 +238,11 @@ impl Config {
         let base = std::path::absolute(&base).unwrap_or(base);
         let invalid = |e: KeyError| ConfigError::Invalid { path: path.to_path_buf(), key: e.key, message: e.message };
 
-        let cache_dir = match raw.host.cache_dir {
+        let cache_dir = match raw_host.cache_dir {
             Some(dir) => Some(base.join(expand_path(&dir).map_err(|m| invalid(KeyError::new("host.cache_dir", m)))?)),
             None => default_cache_dir(),
         };
-        let max_component_bytes = match raw.host.max_component_size {
+        let max_component_bytes = match raw_host.max_component_size {
             None => crate::support::limits::DEFAULT_MAX_COMPONENT_BYTES,
             Some(b) if (1 << 20..=1 << 30).contains(&b.0) => b.0,
             Some(b) => {
@@ -245,7 +253,7 @@ impl Config {
             }
         };
         let mut keys = BTreeMap::new();
-        for (prefix, file) in raw.host.signed_by {
+        for (prefix, file) in raw_host.signed_by {
             let key = format!("host.signed_by.{prefix:?}");
             if prefix.contains("://") || prefix.contains('@') || prefix.is_empty() {
                 return Err(invalid(KeyError::new(
@@ -256,15 +264,7 @@ impl Config {
             let file = public_key(&base, &file).map_err(|m| invalid(KeyError::new(key, m)))?;
             keys.insert(prefix.trim_end_matches('/').to_string(), file);
         }
-        let sections = CapabilitySections::parse(
-            capability::RawCapabilitySections {
-                couchbase: raw.couchbase,
-                models: raw.models,
-                onnxruntime: raw.host.onnxruntime,
-            },
-            &base,
-        )
-        .map_err(invalid)?;
+        let sections = CapabilitySections::parse(raw_sections, raw_host_caps, &base).map_err(invalid)?;
         let cx = InstanceContext { base: &base, sections: &sections, cache_dir: cache_dir.as_deref(), keys: &keys };
         let mut embedders = BTreeMap::new();
         for (name, inst) in raw.embedders {
@@ -330,7 +330,7 @@ impl Config {
     fn check_overlaps(&self, config_dir: &Path) -> Result<(), KeyError> {
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let mut protected: Vec<(String, PathBuf)> = vec![("the config file's directory".into(), canon(config_dir))];
-        let models: Vec<(String, PathBuf)> = self
+        let host_read: Vec<(String, PathBuf)> = self
             .sections
             .host_read_dirs()
             .into_iter()
@@ -348,18 +348,18 @@ impl Config {
         }
         for (section, instances) in [("tools", &self.tools), ("embedders", &self.embedders)] {
             for (name, inst) in instances {
-                for (i, d) in inst.grants.dirs.iter().enumerate().filter(|(_, d)| d.writable) {
-                    let granted = canon(&d.host);
+                for (key, dir) in inst.grants.caps.writable_dirs() {
+                    let granted = canon(&dir);
                     let held = protected
                         .iter()
                         .find(|(_, p)| p.starts_with(&granted))
-                        .or_else(|| models.iter().find(|(_, p)| p.starts_with(&granted) || granted.starts_with(p)));
+                        .or_else(|| host_read.iter().find(|(_, p)| p.starts_with(&granted) || granted.starts_with(p)));
                     if let Some((what, path)) = held {
                         return Err(KeyError::new(
-                            format!("{section}.{name}.grants.dirs[{i}].host"),
+                            format!("{section}.{name}.grants.{key}"),
                             format!(
                                 "the read-write grant of {} reaches {what} ({}): a component could rewrite what the host loads and runs; grant a directory that holds none of these and is in none of the model directories, or make this grant read-only",
-                                d.host.display(),
+                                dir.display(),
                                 path.display()
                             ),
                         ));
@@ -455,18 +455,19 @@ fn validate_instance(
     };
     let config_json = serde_json::to_string(&raw.config)
         .map_err(|e| KeyError::new(key(".config"), format!("cannot be expressed as JSON: {e}")))?;
-    let memory = raw.grants.memory.map_or(DEFAULT_MEMORY, |b| b.0);
+    let Keyed { core: limits, caps: raw_caps } = raw.grants;
+    let memory = limits.memory.map_or(DEFAULT_MEMORY, |b| b.0);
     if !(1 << 20..=MAX_MEMORY).contains(&memory) {
         return Err(KeyError::new(
             key(".grants.memory"),
             format!("{memory} bytes is out of range: grant between 1MiB and 4GiB"),
         ));
     }
-    let deadline = raw.grants.deadline.map_or(DEFAULT_DEADLINE, |d| d.0);
-    let prepare_deadline = raw.grants.prepare_deadline.map_or(deadline.max(MIN_PREPARE_DEADLINE), |d| d.0);
-    let max_output = raw.grants.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0);
-    let cx = capability::GrantContext { instance: name, base, deadline, sections };
-    let caps = capability::Grants::parse(raw.grants, &cx).map_err(|e| e.under(&key(".grants")))?;
+    let deadline = limits.deadline.map_or(DEFAULT_DEADLINE, |d| d.0);
+    let prepare_deadline = limits.prepare_deadline.map_or(deadline.max(MIN_PREPARE_DEADLINE), |d| d.0);
+    let max_output = limits.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0);
+    let cx = capability::GrantContext { instance: name, base, deadline };
+    let caps = capability::Grants::parse(raw_caps, sections, &cx).map_err(|e| e.under(&key(".grants")))?;
     let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     Ok(InstanceConfig {
         name: name.to_string(),

@@ -105,7 +105,7 @@ pub enum OpenError {
         /// The instance.
         instance: String,
         /// Why.
-        source: crate::capability::files::SandboxError,
+        source: crate::capability::SandboxError,
     },
     /// `open` returned an error.
     #[error("tool instance {instance:?} rejected its config: {}", error.describe())]
@@ -676,7 +676,7 @@ async fn start(
     let name = config.name.clone();
     let mut store = new_store(engine, config, embedder)
         .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
-    store.data_mut().caps.progress.set_sink(sink.clone());
+    store.data_mut().caps.get_mut::<progress::Reporting>().set_sink(sink.clone());
     let deadline = config.grants.deadline;
     let pre = version.pre.clone();
     let bindings =

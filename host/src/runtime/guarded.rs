@@ -16,8 +16,8 @@ use super::engine::QuarryEngine;
 use super::limiter::{FREE_HANDLES, HOST_BYTES_PER_HANDLE};
 use super::store::StoreState;
 use crate::capability::CallCx;
+use crate::capability::SandboxError;
 use crate::capability::embedder::EmbedderBackend;
-use crate::capability::files::SandboxError;
 use crate::config::InstanceConfig;
 
 /// Extra wall-clock time beyond the deadline before a call blocked in the host is abandoned.

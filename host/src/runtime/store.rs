@@ -28,8 +28,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use super::guest_log::GuestLog;
 use super::limiter::MemoryLimiter;
 pub use super::limiter::{FREE_HANDLES, HOST_BYTES_PER_HANDLE};
+use crate::capability::SandboxError;
 use crate::capability::embedder::EmbedderBackend;
-use crate::capability::files::SandboxError;
 use crate::capability::{AppStates, CallCx, CapabilityStates, CapabilityStore, StoreContext, StoreView};
 use crate::config::InstanceConfig;
 
@@ -67,8 +67,9 @@ impl StoreState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let cx = StoreContext { instance: &cfg.name, max_output: cfg.grants.max_output, embedder, app };
-        let caps = CapabilityStates::new(&cfg.grants.caps, cx, &mut b)?;
+        let mut cx =
+            StoreContext { instance: &cfg.name, max_output: cfg.grants.max_output, embedder, app, wasi: &mut b };
+        let caps = CapabilityStates::new(&cfg.grants.caps, &mut cx)?;
         let limiter = MemoryLimiter::new(cfg.grants.memory as usize);
         let mut table = ResourceTable::new();
         table.set_max_capacity(limiter.handle_capacity(0));
@@ -209,13 +210,17 @@ mod tests {
                 deadline: Duration::from_secs(10),
                 prepare_deadline: Duration::from_secs(10),
                 max_output: 1 << 20,
-                caps: crate::capability::Grants {
-                    dirs: Vec::new(),
-                    http: crate::capability::http::HttpPolicy::deny_all("t"),
-                    bedrock: None,
-                    couchbase: None,
-                    models: Default::default(),
-                },
+                // Nothing granted: the grants of an empty grants table.
+                caps: crate::capability::Grants::parse(
+                    Default::default(),
+                    &Default::default(),
+                    &crate::capability::GrantContext {
+                        instance: "t",
+                        base: std::path::Path::new("."),
+                        deadline: Duration::from_secs(10),
+                    },
+                )
+                .unwrap(),
             },
         }
     }

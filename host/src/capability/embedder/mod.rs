@@ -40,6 +40,32 @@ impl State {
     }
 }
 
+/// The embedder capability. Its grant is the instance's `embedder = "NAME"`, which the config
+/// checks (the backend comes with the store's context).
+pub struct Embedder;
+
+impl super::Capability for Embedder {
+    type RawGrant = ();
+    type Grant = ();
+    type RawSection = ();
+    type RawHost = ();
+    type Section = ();
+    type AppState = ();
+    type State = State;
+
+    fn grant(_: (), _: &(), _: &super::GrantContext<'_>) -> Result<(), crate::support::values::KeyError> {
+        Ok(())
+    }
+
+    fn state(_: &(), _: &(), cx: &mut super::StoreContext<'_>) -> Result<State, super::SandboxError> {
+        Ok(State::new(cx.embedder.clone(), cx.instance))
+    }
+
+    fn link<T: super::CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
+        link(l, |t| view(t.parts()))
+    }
+}
+
 /// What the `embedder` functions need of a store: its state, and the running call's deadline
 /// (the embedder spends no time for the call past it).
 pub struct View<'a> {
@@ -51,7 +77,7 @@ pub struct View<'a> {
 
 /// The [`View`] of a store.
 pub fn view(parts: super::StoreView<'_>) -> View<'_> {
-    View { state: &mut parts.states.embedder, deadline: parts.deadline, memory: parts.memory }
+    View { state: parts.states.get_mut::<Embedder>(), deadline: parts.deadline, memory: parts.memory }
 }
 
 /// What the answer of an embed of `texts` texts of a `dimension`-wide model holds, in bytes

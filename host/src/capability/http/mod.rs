@@ -38,6 +38,7 @@ use wasmtime::component::Linker;
 use wasmtime_wasi_http::{WasiHttp, WasiHttpCtx, WasiHttpCtxView};
 
 use super::StoreView;
+use crate::support::values::{HumanDuration, KeyError};
 
 pub use allowlist::{AllowEntry, Cidr, HostPattern};
 pub use bounds::{MAX_METHOD, MAX_PATH_WITH_QUERY, MAX_REQUEST_STRINGS, MAX_SCHEME};
@@ -92,9 +93,69 @@ impl State {
     }
 }
 
+/// The outgoing-HTTP capability.
+pub struct Http;
+
+impl super::Capability for Http {
+    const GRANT_KEYS: &'static [&'static str] = &["http", "private_networks", "http_timeout"];
+
+    type RawGrant = RawGrant;
+    type Grant = HttpPolicy;
+    type RawSection = ();
+    type RawHost = ();
+    type Section = ();
+    type AppState = AppState;
+    type State = State;
+
+    fn read_grant<'de, A: serde::de::MapAccess<'de>>(
+        raw: &mut RawGrant,
+        key: &str,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        match key {
+            "http" => raw.http = map.next_value()?,
+            "private_networks" => raw.private_networks = map.next_value()?,
+            _ => raw.http_timeout = Some(map.next_value()?),
+        }
+        Ok(())
+    }
+
+    fn grant(raw: RawGrant, _: &(), cx: &super::GrantContext<'_>) -> Result<HttpPolicy, KeyError> {
+        grant(cx.instance, &raw.http, &raw.private_networks, raw.http_timeout)
+    }
+
+    fn state(
+        policy: &HttpPolicy,
+        app: &AppState,
+        _: &mut super::StoreContext<'_>,
+    ) -> Result<State, super::SandboxError> {
+        Ok(State::new(policy, app))
+    }
+
+    fn end_call(state: &mut State) -> impl std::future::Future<Output = ()> + Send {
+        state.end_call()
+    }
+
+    fn take_refusals(state: &State) -> Vec<String> {
+        state.take_refusals()
+    }
+
+    fn link<T: super::CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
+        link(l, |t| view(t.parts()))
+    }
+}
+
+/// The outgoing-HTTP keys as written.
+#[derive(Default)]
+pub struct RawGrant {
+    http: Vec<String>,
+    private_networks: Vec<String>,
+    http_timeout: Option<HumanDuration>,
+}
+
 /// wasi-http's view of a store: this capability's [`State`] and the store's resource table.
 pub fn view(parts: StoreView<'_>) -> WasiHttpCtxView<'_> {
-    let State { ctx, hooks } = &mut parts.states.http;
+    let State { ctx, hooks } = parts.states.get_mut::<Http>();
     WasiHttpCtxView { ctx, table: parts.table, hooks }
 }
 
