@@ -118,9 +118,13 @@ fn a_registry_that_serves_other_bytes_for_a_digest_is_refused_and_nothing_is_kep
     let registry = LocalRegistry::start();
     let env = TestEnv::new();
     let digest = push(&env, ECHO_V1, &format!("oci://{}/tools/echo:v1", registry.addr));
-    // The component's layer, swapped on the registry's disk for another component's bytes.
-    let layer = format!("sha256:{}", quarry_tests::sha256_hex(&std::fs::read(ECHO_V1).unwrap()));
-    std::fs::write(registry.blob_file(&layer), std::fs::read(ECHO_V2).unwrap()).unwrap();
+    // The component's layer, changed on the registry's disk: as many bytes (so that the size
+    // check passes whatever the two components' sizes), one of them other.
+    let mut bytes = std::fs::read(ECHO_V1).unwrap();
+    let layer = format!("sha256:{}", quarry_tests::sha256_hex(&bytes));
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(registry.blob_file(&layer), bytes).unwrap();
     config(&env, &format!("oci://{}/tools/echo@{digest}", registry.addr), "");
     let (code, _, err) = call(&env);
     assert_eq!(code, 1, "{err}");
