@@ -1,12 +1,31 @@
 //! The tool: one instance per configured knowledge base, one tool, `retrieve`.
 
 use serde_json::{Map, Value, json};
+use tool_guest::args::{JsonSchema, Spec, names, unknown_key};
 
 use crate::config::{self, Config};
 use crate::output;
 
 /// Why a call or an open failed: rag-core's, which tool-guest maps to WIT's `tool-error`.
 pub use tool_guest::tool::ToolError;
+
+/// A call's arguments, as the schema gives them (the call checks them by hand, in boto3's
+/// and CrewAI's words: see [`Tool::request`]).
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "the type is the schema; the call reads the JSON object")]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// The query to retrieve information from the knowledge base
+    query: String,
+    /// How many results to return (default: the instance's)
+    #[schemars(range(min = 1, max = 100))]
+    number_of_results: Option<i64>,
+    /// The nextToken of a previous answer, for the next page
+    #[schemars(length(min = 1, max = 2048))]
+    next_token: Option<String>,
+    /// A Bedrock metadata filter, e.g. {"equals": {"key": "year", "value": 2024}} or {"andAll": [...]}
+    filter: Option<Map<String, Value>>,
+}
 
 /// How the host's `bedrock` capability failed (see the WIT `bedrock-error`).
 #[derive(Debug, Clone, PartialEq)]
@@ -55,34 +74,22 @@ impl Tool {
         Ok(Tool { config })
     }
 
-    /// `(name, description, args schema)`.
-    pub fn spec(&self) -> (String, String, String) {
+    /// The tool's spec.
+    pub fn spec(&self) -> Spec {
         let description = format!(
             "Retrieves information from Amazon Bedrock Knowledge Base '{}' given a query",
             self.config.knowledge_base_id
         );
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "query": {"type": "string", "description": "The query to retrieve information from the knowledge base"},
-                "number_of_results": {"type": "integer", "minimum": 1, "maximum": 100, "description": "How many results to return (default: the instance's)"},
-                "next_token": {"type": "string", "minLength": 1, "maxLength": 2048, "description": "The nextToken of a previous answer, for the next page"},
-                "filter": {"type": "object", "description": "A Bedrock metadata filter, e.g. {\"equals\": {\"key\": \"year\", \"value\": 2024}} or {\"andAll\": [...]}"}
-            },
-            "required": ["query"],
-            "additionalProperties": false
-        });
-        (NAME.to_string(), description, schema.to_string())
+        Spec::of::<Args>(NAME, description)
     }
 
     /// The RetrieveRequest body for a call.
     pub fn request(&self, args: &Value) -> Result<Value, ToolError> {
         let a = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be an object".into()))?;
-        if let Some(k) =
-            a.keys().find(|k| !["query", "number_of_results", "next_token", "filter"].contains(&k.as_str()))
-        {
+        if let Some(k) = unknown_key::<Args>(a, &[]) {
             return Err(ToolError::InvalidArgs(format!(
-                "unknown argument `{k}`; this tool takes query, number_of_results, next_token and filter"
+                "unknown argument `{k}`; this tool takes {}",
+                names::<Args>().join(", ")
             )));
         }
         let query = match a.get("query") {
@@ -247,7 +254,10 @@ mod tests {
                 "nextToken": "p2"
             })
         );
-        assert_eq!(t.spec().1, "Retrieves information from Amazon Bedrock Knowledge Base 'KB00000001' given a query");
+        assert_eq!(
+            t.spec().description,
+            "Retrieves information from Amazon Bedrock Knowledge Base 'KB00000001' given a query"
+        );
     }
 
     #[test]
@@ -266,6 +276,30 @@ mod tests {
         );
         assert!(
             matches!(t.call(r#"{"query": "q", "k": 1}"#, &env), Err(ToolError::InvalidArgs(m)) if m.contains("unknown argument `k`"))
+        );
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    /// The derived schema is the one written by hand before (as of c8d5fbc).
+    #[test]
+    fn the_derived_schema_is_the_hand_written_one() {
+        assert_eq!(
+            tool_guest::args::schema_for::<Args>(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "The query to retrieve information from the knowledge base"},
+                    "number_of_results": {"type": "integer", "minimum": 1, "maximum": 100, "description": "How many results to return (default: the instance's)"},
+                    "next_token": {"type": "string", "minLength": 1, "maxLength": 2048, "description": "The nextToken of a previous answer, for the next page"},
+                    "filter": {"type": "object", "description": "A Bedrock metadata filter, e.g. {\"equals\": {\"key\": \"year\", \"value\": 2024}} or {\"andAll\": [...]}"}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            })
         );
     }
 }

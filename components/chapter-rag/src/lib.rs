@@ -12,6 +12,7 @@
 //!
 //! All but the glue is plain Rust, tested natively.
 
+pub mod args;
 pub mod env;
 pub mod index;
 pub mod manual;

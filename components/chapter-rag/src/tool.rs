@@ -14,8 +14,10 @@ use rag_core::store::Index;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+pub use tool_guest::args::Spec;
 pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError};
 
+use crate::args::{GetArgs, ListArgs, RouteArgs, SearchArgs, SearchInArgs, ValidateArgs};
 use crate::index::{self, Built, Report};
 use crate::manual::Manual;
 use crate::search::{self, Query, Route, Scored};
@@ -32,6 +34,10 @@ pub const DEFAULT_MAX_HEADINGS: usize = 5000;
 /// Fragments `search` returns by default, and its bounds.
 pub const DEFAULT_FRAGMENTS: usize = 10;
 const FRAGMENTS: std::ops::RangeInclusive<usize> = 8..=12;
+/// Levels `list_chapter_tree` shows by default.
+const DEFAULT_LEVEL: usize = 2;
+/// Results `search_chapter_content` returns by default.
+const DEFAULT_TOP_K: usize = 5;
 /// Characters `get_chapter` returns by default.
 pub const DEFAULT_MAX_CHARS: usize = 20_000;
 /// Lines `list_chapter_tree` prints at most.
@@ -178,7 +184,7 @@ impl Configured {
     }
 
     /// The tools' specs: (name, description, JSON schema) of each.
-    pub fn specs(&self) -> Vec<(String, String, String)> {
+    pub fn specs(&self) -> Vec<Spec> {
         tool_specs(&self.settings.manual, self.settings.threshold, self.settings.fragments)
     }
 
@@ -236,7 +242,7 @@ impl ChapterTool {
     }
 
     /// (name, description, JSON schema) of each tool.
-    pub fn specs(&self) -> Vec<(String, String, String)> {
+    pub fn specs(&self) -> Vec<Spec> {
         tool_specs(&self.settings.manual, self.settings.threshold, self.settings.fragments)
     }
 
@@ -324,14 +330,8 @@ impl ChapterTool {
     }
 
     fn list(&self, args: &Value) -> Result<Output, ToolError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            level: Option<usize>,
-            under: Option<String>,
-        }
-        let a: A = parse_args("list_chapter_tree", args)?;
-        let depth = a.level.unwrap_or(2);
+        let a: ListArgs = parse_args("list_chapter_tree", args)?;
+        let depth = a.level.unwrap_or(DEFAULT_LEVEL);
         if !(1..=6).contains(&depth) {
             return Err(bad_args("list_chapter_tree", format!("level must be within 1 and 6, got {depth}")));
         }
@@ -380,13 +380,7 @@ impl ChapterTool {
     }
 
     fn get(&self, args: &Value) -> Result<Output, ToolError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            chapter_id: String,
-            max_chars: Option<usize>,
-        }
-        let a: A = parse_args("get_chapter", args)?;
+        let a: GetArgs = parse_args("get_chapter", args)?;
         let i = self.node(&a.chapter_id)?;
         let max = a.max_chars.unwrap_or(DEFAULT_MAX_CHARS).max(100);
         let tree = &self.built.tree;
@@ -453,12 +447,7 @@ impl ChapterTool {
     }
 
     fn route_tool(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            question: String,
-        }
-        let a: A = parse_args("route", args)?;
+        let a: RouteArgs = parse_args("route", args)?;
         let route = self.route(env, &a.question)?;
         audit(env, "route", &a.question, &route, &[]);
         let body =
@@ -488,16 +477,7 @@ impl ChapterTool {
 
     fn search_in(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
         const T: &str = "search_chapter_content";
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            chapter_id: Option<String>,
-            chapter_ids: Option<Vec<String>>,
-            query: String,
-            top_k: Option<usize>,
-            similarity_threshold: Option<f32>,
-        }
-        let a: A = parse_args(T, args)?;
+        let a: SearchInArgs = parse_args(T, args)?;
         let mut ids: Vec<String> = a.chapter_ids.unwrap_or_default();
         ids.extend(a.chapter_id);
         if ids.is_empty() {
@@ -507,7 +487,7 @@ impl ChapterTool {
             ));
         }
         let nodes = ids.iter().map(|id| self.node(id)).collect::<Result<Vec<_>, _>>()?;
-        let k = a.top_k.unwrap_or(5);
+        let k = a.top_k.unwrap_or(DEFAULT_TOP_K);
         if !(1..=50).contains(&k) {
             return Err(bad_args(T, format!("top_k must be within 1 and 50, got {k}")));
         }
@@ -580,16 +560,7 @@ impl ChapterTool {
     }
 
     fn search(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            question: String,
-            limit: Option<usize>,
-            /// Eval-only (not in the schema): `quarry eval --compare` asks for global searches
-            /// beside the routed one.
-            retrieval: Option<String>,
-        }
-        let a: A = parse_args("search", args)?;
+        let a: SearchArgs = parse_args("search", args)?;
         let limit = a.limit.unwrap_or(self.settings.fragments);
         if !FRAGMENTS.contains(&limit) {
             return Err(bad_args("search", format!("limit must be within 8 and 12, got {limit}")));
@@ -685,13 +656,7 @@ impl ChapterTool {
     }
 
     fn validate(&self, args: &Value) -> Result<Output, ToolError> {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct A {
-            cited: Vec<String>,
-            candidates: Vec<String>,
-        }
-        let a: A = parse_args("validate_citations", args)?;
+        let a: ValidateArgs = parse_args("validate_citations", args)?;
         let tree = &self.built.tree;
         let candidates: Vec<Option<usize>> = a.candidates.iter().map(|c| tree.find(c.trim())).collect();
         let mut checks = Vec::new();
@@ -747,62 +712,40 @@ fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built) -> Result<(), Tool
     Ok(())
 }
 
-/// (name, description, JSON schema) of each tool, over manual `m`.
-fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<(String, String, String)> {
-    let id = json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
-    let specs = [
-            (
-                Name::ListChapterTree,
-                format!("Lists the chapter tree of the manual {m}: ids, titles and chunk counts. Start here, then get_chapter or search_chapter_content."),
-                json!({"type": "object", "properties": {
-                    "level": {"type": "integer", "minimum": 1, "maximum": 6, "default": 2, "description": "How many levels to show (below `under`, or from the top)"},
-                    "under": {"type": "string", "description": "Show only the chapters inside this chapter id"}
-                }, "additionalProperties": false}),
-            ),
-            (
-                Name::GetChapter,
-                format!("Returns one chapter of the manual {m}: its title, its parent's title and its full text (sections included)."),
-                json!({"type": "object", "properties": {
-                    "chapter_id": id,
-                    "max_chars": {"type": "integer", "minimum": 100, "default": DEFAULT_MAX_CHARS, "description": "Cut the text after this many characters"}
-                }, "required": ["chapter_id"], "additionalProperties": false}),
-            ),
-            (
-                Name::Route,
-                format!("Picks the 1-3 chapters of the manual {m} most likely to answer a question, with a confidence in [0, 1] and a one-line reason, as JSON. Below confidence 0.7 it names the parent chapter rather than a section."),
-                json!({"type": "object", "properties": {
-                    "question": {"type": "string", "description": "The question, in words"}
-                }, "required": ["question"], "additionalProperties": false}),
-            ),
-            (
-                Name::SearchChapterContent,
-                format!("Searches inside given chapters of the manual {m} (sections included), by meaning and by keywords; returns JSON results with chapter_id, chapter_title, chunk_index, score and content."),
-                json!({"type": "object", "properties": {
-                    "chapter_id": id,
-                    "chapter_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Several chapter ids, instead of chapter_id"},
-                    "query": {"type": "string", "description": "What to look for"},
-                    "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
-                    "similarity_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": json_f32(threshold), "description": "Drop results scoring below this (normalised cosine)"}
-                }, "required": ["query"], "additionalProperties": false}),
-            ),
-            (
-                Name::Search,
-                format!("Answers a question from the manual {m}: routes it to the right chapters, searches inside them and returns up to {} fragments, each with its chapter path and id, for citing.", fragments),
-                json!({"type": "object", "properties": {
-                    "question": {"type": "string", "description": "The question, in words"},
-                    "limit": {"type": "integer", "minimum": 8, "maximum": 12, "default": fragments, "description": "Fragments to return"}
-                }, "required": ["question"], "additionalProperties": false}),
-            ),
-            (
-                Name::ValidateCitations,
-                "Checks that the chapter ids an answer cites are among the candidates routing gave (a section of a candidate counts as inside it). Returns JSON.".to_string(),
-                json!({"type": "object", "properties": {
-                    "cited": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids the answer cites"},
-                    "candidates": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids from route or search"}
-                }, "required": ["cited", "candidates"], "additionalProperties": false}),
-            ),
-        ];
-    specs.into_iter().map(|(n, d, s)| (n.as_str().to_string(), d, s.to_string())).collect()
+/// Each tool's spec, over manual `m`: its arguments' schema derived from their type, with the
+/// instance's defaults.
+fn tool_specs(m: &str, threshold: f32, fragments: usize) -> Vec<Spec> {
+    vec![
+        Spec::of::<ListArgs>(
+            Name::ListChapterTree.as_str(),
+            format!("Lists the chapter tree of the manual {m}: ids, titles and chunk counts. Start here, then get_chapter or search_chapter_content."),
+        )
+        .default_of("level", DEFAULT_LEVEL),
+        Spec::of::<GetArgs>(
+            Name::GetChapter.as_str(),
+            format!("Returns one chapter of the manual {m}: its title, its parent's title and its full text (sections included)."),
+        )
+        .default_of("max_chars", DEFAULT_MAX_CHARS),
+        Spec::of::<RouteArgs>(
+            Name::Route.as_str(),
+            format!("Picks the 1-3 chapters of the manual {m} most likely to answer a question, with a confidence in [0, 1] and a one-line reason, as JSON. Below confidence 0.7 it names the parent chapter rather than a section."),
+        ),
+        Spec::of::<SearchInArgs>(
+            Name::SearchChapterContent.as_str(),
+            format!("Searches inside given chapters of the manual {m} (sections included), by meaning and by keywords; returns JSON results with chapter_id, chapter_title, chunk_index, score and content."),
+        )
+        .default_of("top_k", DEFAULT_TOP_K)
+        .default_of("similarity_threshold", json_f32(threshold)),
+        Spec::of::<SearchArgs>(
+            Name::Search.as_str(),
+            format!("Answers a question from the manual {m}: routes it to the right chapters, searches inside them and returns up to {fragments} fragments, each with its chapter path and id, for citing."),
+        )
+        .default_of("limit", fragments),
+        Spec::of::<ValidateArgs>(
+            Name::ValidateCitations.as_str(),
+            "Checks that the chapter ids an answer cites are among the candidates routing gave (a section of a candidate counts as inside it). Returns JSON.",
+        ),
+    ]
 }
 
 fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<Manual, ToolError> {
@@ -837,4 +780,50 @@ fn nearest_ids(tree: &crate::tree::Tree, id: &str, n: usize) -> Vec<String> {
         .collect();
     scored.sort();
     scored.into_iter().take(n).map(|(_, _, s)| s.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The derived schemas are the ones CrewAI's agents were given when they were written by
+    /// hand (as of c8d5fbc), defaults of the instance included.
+    #[test]
+    fn derived_schemas_are_the_hand_written_ones() {
+        let id =
+            json!({"type": "string", "description": "A chapter id from list_chapter_tree, e.g. \"3\" or \"3.4.1\""});
+        let expected = [
+            json!({"type": "object", "properties": {
+                "level": {"type": "integer", "minimum": 1, "maximum": 6, "default": 2, "description": "How many levels to show (below `under`, or from the top)"},
+                "under": {"type": "string", "description": "Show only the chapters inside this chapter id"}
+            }, "additionalProperties": false}),
+            json!({"type": "object", "properties": {
+                "chapter_id": id,
+                "max_chars": {"type": "integer", "minimum": 100, "default": DEFAULT_MAX_CHARS, "description": "Cut the text after this many characters"}
+            }, "required": ["chapter_id"], "additionalProperties": false}),
+            json!({"type": "object", "properties": {
+                "question": {"type": "string", "description": "The question, in words"}
+            }, "required": ["question"], "additionalProperties": false}),
+            json!({"type": "object", "properties": {
+                "chapter_id": id,
+                "chapter_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Several chapter ids, instead of chapter_id"},
+                "query": {"type": "string", "description": "What to look for"},
+                "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+                "similarity_threshold": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.55, "description": "Drop results scoring below this (normalised cosine)"}
+            }, "required": ["query"], "additionalProperties": false}),
+            json!({"type": "object", "properties": {
+                "question": {"type": "string", "description": "The question, in words"},
+                "limit": {"type": "integer", "minimum": 8, "maximum": 12, "default": 9, "description": "Fragments to return"}
+            }, "required": ["question"], "additionalProperties": false}),
+            json!({"type": "object", "properties": {
+                "cited": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids the answer cites"},
+                "candidates": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids from route or search"}
+            }, "required": ["cited", "candidates"], "additionalProperties": false}),
+        ];
+        let specs = tool_specs("m.md", 0.55, 9);
+        assert_eq!(specs.len(), expected.len());
+        for (spec, expected) in specs.iter().zip(expected) {
+            assert_eq!(spec.schema, expected, "{}", spec.name);
+        }
+    }
 }

@@ -114,13 +114,13 @@ fn tree_chapter_route_search_and_citations() {
     env.put("/docs/m.md", &manual());
     let mut t = open(&env);
     assert_eq!(t.specs().len(), 6);
-    for (_, _, schema) in t.specs() {
-        let s: Value = serde_json::from_str(&schema).unwrap();
+    for spec in t.specs() {
+        let s: Value = serde_json::from_str(&spec.schema_text()).unwrap();
         assert_eq!(s["type"], "object");
     }
     // Defaults print as written: an f32 0.55 is not shown as 0.550000011920929.
     let defaults = ChapterTool::open(&json!({"manual": "/docs/m.md"}).to_string(), &env).unwrap();
-    let spec = defaults.specs().into_iter().find(|(n, _, _)| n == "search_chapter_content").unwrap().2;
+    let spec = defaults.specs().into_iter().find(|s| s.name == "search_chapter_content").unwrap().schema_text();
     assert!(spec.contains(r#""default":0.55,"#), "{spec}");
     let tree = call(&mut t, &env, "list_chapter_tree", json!({})).unwrap();
     assert!(tree.text.contains("1 Installing") && tree.text.contains("  2.1 Bandwidth limits"), "{}", tree.text);

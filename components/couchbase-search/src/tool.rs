@@ -8,6 +8,7 @@
 
 use rag_core::pyjson::{self, Ordered};
 use serde_json::{Value, json};
+use tool_guest::args::{JsonSchema, Spec, names, unknown_key};
 pub use tool_guest::tool::{Model, ToolError};
 
 use crate::config::Config;
@@ -17,6 +18,18 @@ pub const NAME: &str = "search";
 
 /// CrewAI's description of the tool.
 pub const DESCRIPTION: &str = "A tool to search the Couchbase database for relevant information on internal documents.";
+
+/// A call's arguments, as the schema gives them (the call checks them by hand, in CrewAI's
+/// words: see `parse_args`).
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "the type is the schema; the call reads the JSON object")]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// The query to search retrieve relevant information from the Couchbase database. Pass only the query, not the question.
+    query: String,
+    /// Optional. Only documents matching this Couchbase Search query string are ranked, e.g. `+city:paris stars:>=4`.
+    prefilter: Option<String>,
+}
 
 /// How the host's `couchbase` capability failed (see the WIT `couchbase-error`).
 #[derive(Debug, Clone, PartialEq)]
@@ -194,23 +207,8 @@ impl Tool {
     }
 
     /// The tool's spec: name, description, JSON Schema of the arguments.
-    pub fn spec(&self) -> (String, String, String) {
-        let schema = json!({
-            "type": "object",
-            "properties": {
-                "query": {
-                    "type": "string",
-                    "description": "The query to search retrieve relevant information from the Couchbase database. Pass only the query, not the question."
-                },
-                "prefilter": {
-                    "type": "string",
-                    "description": "Optional. Only documents matching this Couchbase Search query string are ranked, e.g. `+city:paris stars:>=4`."
-                }
-            },
-            "required": ["query"],
-            "additionalProperties": false
-        });
-        (NAME.to_string(), DESCRIPTION.to_string(), schema.to_string())
+    pub fn spec(&self) -> Spec {
+        Spec::of::<Args>(NAME, DESCRIPTION)
     }
 
     /// Runs a search. Failures after the arguments are checked read as CrewAI's
@@ -290,8 +288,8 @@ fn parse_args(args: &str) -> Result<(String, Option<String>), ToolError> {
     let bad = |m: String| ToolError::InvalidArgs(m);
     let v: Value = serde_json::from_str(args).map_err(|e| bad(format!("arguments are not JSON: {e}")))?;
     let Value::Object(o) = v else { return Err(bad("arguments must be an object like {\"query\": \"...\"}".into())) };
-    if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "query" | "prefilter")) {
-        return Err(bad(format!("unknown argument `{k}`; the arguments are query and prefilter")));
+    if let Some(k) = unknown_key::<Args>(&o, &[]) {
+        return Err(bad(format!("unknown argument `{k}`; the arguments are {}", names::<Args>().join(", "))));
     }
     let query = match o.get("query") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
@@ -465,5 +463,33 @@ mod tests {
                 "{args}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    /// The derived schema is the one written by hand before (as of c8d5fbc).
+    #[test]
+    fn the_derived_schema_is_the_hand_written_one() {
+        assert_eq!(
+            tool_guest::args::schema_for::<Args>(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {
+                        "type": "string",
+                        "description": "The query to search retrieve relevant information from the Couchbase database. Pass only the query, not the question."
+                    },
+                    "prefilter": {
+                        "type": "string",
+                        "description": "Optional. Only documents matching this Couchbase Search query string are ranked, e.g. `+city:paris stars:>=4`."
+                    }
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            })
+        );
     }
 }

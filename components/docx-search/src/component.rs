@@ -142,7 +142,7 @@ impl tool_guest::Tools for Docx {
 
     fn specs(&self) -> Vec<Spec> {
         let t = self.0.borrow();
-        vec![(tool::TOOL_NAME.into(), t.description(), t.schema())]
+        vec![t.spec()]
     }
 
     fn call(&self, name: &str, args: &str) -> Result<Output, tool::ToolError> {

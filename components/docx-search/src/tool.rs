@@ -19,6 +19,7 @@ use rag_core::score::json_f32;
 use rag_core::store::{Index, StoreError, content_hash};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tool_guest::args::{JsonSchema, Spec, names, unknown_key};
 
 use crate::extract;
 use crate::sections;
@@ -33,6 +34,30 @@ pub const DEFAULT_THRESHOLD: f32 = 0.6;
 pub const DEFAULT_LIMIT: usize = 5;
 /// The most results a call may ask for.
 pub const MAX_LIMIT: usize = 100;
+
+/// The spec of an instance: in general mode (`general`) `docx` is required.
+fn spec(description: String, general: bool, threshold: f32, limit: usize) -> Spec {
+    let spec = Spec::of::<Args>(TOOL_NAME, description)
+        .describe("similarity_threshold", format!("Minimum relevance score in [0, 1] (default {threshold})"))
+        .describe("limit", format!("Most results to return (default {limit})"));
+    if general { spec.require("docx") } else { spec }
+}
+
+/// A call's arguments, as the schema gives them (the call checks them by hand, in CrewAI's
+/// words: see [`DocxTool::call`]).
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "the type is the schema; the call reads the JSON object")]
+#[serde(deny_unknown_fields)]
+struct Args {
+    /// File path or URL of a DOCX file to be searched
+    docx: Option<String>,
+    /// Mandatory search query you want to use to search the DOCX's content
+    search_query: String,
+    #[schemars(range(min = 0, max = 1))]
+    similarity_threshold: Option<f64>,
+    #[schemars(range(min = 1, max = MAX_LIMIT))]
+    limit: Option<u64>,
+}
 /// CrewAI's download timeout.
 pub const DEFAULT_DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest document accepted, by default.
@@ -304,33 +329,9 @@ impl<E: Env> DocxTool<E> {
         }
     }
 
-    /// The args schema: CrewAI's fields, `docx` required only in general mode.
-    pub fn schema(&self) -> String {
-        let mut required = vec!["search_query"];
-        if self.fixed.is_none() {
-            required.insert(0, "docx");
-        }
-        json!({
-            "type": "object",
-            "properties": {
-                "docx": {"type": "string", "description": "File path or URL of a DOCX file to be searched"},
-                "search_query": {
-                    "type": "string",
-                    "description": "Mandatory search query you want to use to search the DOCX's content"
-                },
-                "similarity_threshold": {
-                    "type": "number", "minimum": 0, "maximum": 1,
-                    "description": format!("Minimum relevance score in [0, 1] (default {})", self.threshold)
-                },
-                "limit": {
-                    "type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
-                    "description": format!("Most results to return (default {})", self.limit)
-                }
-            },
-            "required": required,
-            "additionalProperties": false
-        })
-        .to_string()
+    /// The tool's spec: CrewAI's fields, `docx` required only in general mode.
+    pub fn spec(&self) -> Spec {
+        spec(self.description(), self.fixed.is_none(), self.threshold, self.limit)
     }
 
     /// The index (for tests and stats).
@@ -345,12 +346,10 @@ impl<E: Env> DocxTool<E> {
             .map_err(|e| ToolError::InvalidArgs(format!("arguments are not a JSON object: {e}")))?;
         let obj = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be a JSON object".into()))?;
         // `retrieval` is eval-only (not in the schema): `quarry eval --compare` asks for each mode.
-        if let Some(k) = obj
-            .keys()
-            .find(|k| !["docx", "search_query", "similarity_threshold", "limit", "retrieval"].contains(&k.as_str()))
-        {
+        if let Some(k) = unknown_key::<Args>(obj, &["retrieval"]) {
             return Err(ToolError::InvalidArgs(format!(
-                "unknown argument `{k}`; accepted: docx, search_query, similarity_threshold, limit"
+                "unknown argument `{k}`; accepted: {}",
+                names::<Args>().join(", ")
             )));
         }
         let text_arg = |k: &str| -> Result<Option<String>, ToolError> {
@@ -660,4 +659,39 @@ pub fn normalise(path: &str) -> String {
 fn within(path: &str, dir: &str) -> bool {
     let dir = normalise(dir);
     dir == "/" || path == dir || path.starts_with(&format!("{dir}/"))
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    /// The derived schema is the one written by hand before (as of c8d5fbc), in both modes.
+    #[test]
+    fn the_derived_schema_is_the_hand_written_one() {
+        let expected = |required: Value| {
+            json!({
+                "type": "object",
+                "properties": {
+                    "docx": {"type": "string", "description": "File path or URL of a DOCX file to be searched"},
+                    "search_query": {
+                        "type": "string",
+                        "description": "Mandatory search query you want to use to search the DOCX's content"
+                    },
+                    "similarity_threshold": {
+                        "type": "number", "minimum": 0, "maximum": 1,
+                        "description": "Minimum relevance score in [0, 1] (default 0.4)"
+                    },
+                    "limit": {
+                        "type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
+                        "description": "Most results to return (default 5)"
+                    }
+                },
+                "required": required,
+                "additionalProperties": false
+            })
+        };
+        let general = spec(String::new(), true, 0.4, 5);
+        assert_eq!(general.schema, expected(json!(["docx", "search_query"])));
+        assert_eq!(spec(String::new(), false, 0.4, 5).schema, expected(json!(["search_query"])));
+    }
 }

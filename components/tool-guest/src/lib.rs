@@ -14,6 +14,7 @@
 //! A component that does not call the embedder or progress (bedrock-kb) does not import them:
 //! the component linker keeps only the imports the module uses.
 
+pub mod args;
 pub mod tool;
 
 /// A component's tools, as the `tool` export serves them: an instance opened from its config,

@@ -35,10 +35,10 @@ pub fn output(out: Output) -> types::ToolOutput {
     }
 }
 
-/// `(name, description, args schema)` triples as WIT's `tool-spec`s.
-pub fn specs(list: impl IntoIterator<Item = (String, String, String)>) -> Vec<types::ToolSpec> {
+/// Specs as WIT's `tool-spec`s.
+pub fn specs(list: impl IntoIterator<Item = crate::tool::Spec>) -> Vec<types::ToolSpec> {
     list.into_iter()
-        .map(|(name, description, args_schema)| types::ToolSpec { name, description, args_schema })
+        .map(|s| types::ToolSpec { args_schema: s.schema_text(), name: s.name, description: s.description })
         .collect()
 }
 

@@ -117,8 +117,7 @@ pub fn read_file(path: &str, max_bytes: u64, what: &str) -> Result<Vec<u8>, Tool
     Ok(bytes)
 }
 
-/// A tool as a component offers it: its name, description and arguments' JSON Schema.
-pub type Spec = (String, String, String);
+pub use crate::args::Spec;
 
 /// Refuses a call to a tool other than `offered`, the one tool of a single-tool component.
 pub fn check_tool(tool: &str, offered: &str) -> Result<(), ToolError> {
