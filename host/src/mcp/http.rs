@@ -28,10 +28,10 @@
 //! - A bearer token over plain HTTP beyond loopback travels in clear: that needs
 //!   `--insecure-http`, and TLS belongs in a proxy in front.
 //!
-//! The per-request checks (the path, a browser's `Origin`, the bearer token) are `tower-http`
-//! layers in front of the endpoint ([`endpoint`]); what bounds connections (their cap, shedding
-//! the oldest unaccepted one, the header and accept timeouts) is the accept loop's, which no
-//! per-request layer sees.
+//! What bounds a request (the path, a browser's `Origin`, the bearer token, then the body
+//! limit, body timeout and request budget) is `tower`/`tower-http` layers in front of the
+//! endpoint ([`endpoint`]); what bounds connections (their cap, shedding the oldest unaccepted
+//! one, the header and accept timeouts) is the accept loop's, which no per-request layer sees.
 
 use parking_lot::Mutex;
 use std::collections::VecDeque;
@@ -335,22 +335,90 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
 }
 
-/// One connection's service: the checks every request passes, each a `tower-http` layer in front
-/// of the MCP endpoint (the path, then a browser's `Origin`, then the bearer token), and the
-/// endpoint itself ([`serve_mcp`]).
+/// One connection's service, as `tower`/`tower-http` layers in front of the MCP endpoint: the
+/// checks every request passes (the path, then a browser's `Origin`, then the bearer token);
+/// then the connection counts as accepted; then a POST's message is read, bounded in size and
+/// time and charged to the request budget ([`ReadMessage`]); then the endpoint ([`serve_mcp`]).
 #[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
 fn endpoint(shared: Arc<Shared>, connection: Arc<Connection>) -> BoxCloneService<Request<Incoming>, Reply, Infallible> {
     use tower_http::validate_request::ValidateRequestHeaderLayer as Check;
-    let (origins, tokens) = (shared.clone(), shared.clone());
+    let (origins, tokens, reader) = (shared.clone(), shared.clone(), shared.clone());
     tower::ServiceBuilder::new()
         .layer(Check::custom(|req: &mut Request<Incoming>| on_the_endpoint(req)))
         .layer(Check::custom(move |req: &mut Request<Incoming>| from_an_allowed_origin(&origins, req)))
         .layer(Check::custom(move |req: &mut Request<Incoming>| with_the_token(&tokens, req)))
-        .service(tower::service_fn(move |req: Request<Incoming>| {
-            let (shared, connection) = (shared.clone(), connection.clone());
-            async move { Ok::<_, Infallible>(serve_mcp(&shared, &connection, req).await) }
+        .map_request(move |req: Request<Incoming>| {
+            connection.accept();
+            req
+        })
+        .layer(tower::layer::layer_fn(move |inner| ReadMessage { inner, shared: reader.clone() }))
+        .service(tower::service_fn(move |req: Request<Full<Bytes>>| {
+            let shared = shared.clone();
+            async move { Ok::<_, Infallible>(serve_mcp(&shared, req).await) }
         }))
         .boxed_clone()
+}
+
+/// The layer that reads a POST's message: its body bounded by [`MAX_BODY_BYTES`] and
+/// `[serve] body_timeout`, charged to `[serve] max_request_bytes` as it arrives, its envelope
+/// scanned once ([`read_message`]). The endpoint gets the whole body, and in the request's
+/// extensions what the scan found ([`Scanned`]) and the arguments it took out; the budget is
+/// held until the endpoint has answered (rmcp has parsed the message and handed it on). Other
+/// methods (a GET stream, a DELETE) have no body to read.
+#[derive(Clone)]
+struct ReadMessage<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> tower::Service<Request<Incoming>> for ReadMessage<S>
+where
+    S: tower::Service<Request<Full<Bytes>>, Response = Reply, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send,
+{
+    type Response = Reply;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Reply, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        // The clone that was made ready serves this request; the one left is made ready next.
+        let inner = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, inner);
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let (mut parts, body) = req.into_parts();
+            if parts.method != hyper::Method::POST {
+                return inner.call(Request::from_parts(parts, Full::new(Bytes::new()))).await;
+            }
+            let Message { bytes, held, id, initialize, refused } =
+                match read_message(body, &parts.headers, &shared).await {
+                    Ok(read) => read,
+                    Err(refusal) => return Ok(refusal),
+                };
+            parts.extensions.insert(Scanned { bytes: bytes.clone(), id, initialize });
+            if let Some(refused) = refused {
+                parts.extensions.insert(refused);
+            }
+            let answer = inner.call(Request::from_parts(parts, Full::new(bytes))).await;
+            drop(held);
+            answer
+        })
+    }
+}
+
+/// What [`ReadMessage`] found in a POST's message, for the endpoint.
+#[derive(Clone)]
+struct Scanned {
+    /// The body as rmcp gets it (arguments over the limit taken out).
+    bytes: Bytes,
+    /// Its `id` (null when it has none a JSON-RPC error can echo).
+    id: serde_json::Value,
+    /// For an `initialize` request, its `id`.
+    initialize: Option<serde_json::Value>,
 }
 
 /// Only [`PATH`] is served.
@@ -397,56 +465,39 @@ fn with_the_token(shared: &Shared, req: &Request<Incoming>) -> Result<(), Refusa
     Ok(())
 }
 
-/// The MCP endpoint, for a request that passed the checks: the connection counts as accepted,
-/// a POST's message is read and bounded ([`read_message`]), and rmcp serves it.
-async fn serve_mcp(
-    shared: &Shared,
-    connection: &Connection,
-    req: Request<Incoming>,
-) -> Response<BoxBody<Bytes, Infallible>> {
+/// The MCP endpoint, for a request that passed the layers ([`endpoint`]): the session cap on
+/// a new `initialize`, then rmcp serves it.
+async fn serve_mcp(shared: &Shared, req: Request<Full<Bytes>>) -> Response<BoxBody<Bytes, Infallible>> {
     let service = &shared.service;
-    connection.accept();
     let ends_session = req.method() == hyper::Method::DELETE;
     // Cancelled when the client is gone: when this future is dropped (the connection closed
     // before the answer), or when the answer's body is (sent, or the connection closed then).
     let gone = CancellationToken::new();
     let guard = gone.clone().drop_guard();
-    let response = if req.method() == hyper::Method::POST {
-        let (mut parts, body) = req.into_parts();
-        // Held until rmcp has parsed the message and handed it on.
-        let Message { bytes, held: _held, id, initialize, refused } =
-            match read_message(body, &parts.headers, shared).await {
-                Ok(read) => read,
-                Err(refusal) => return refusal,
-            };
-        if !parts.headers.contains_key("mcp-session-id")
-            && initialize.is_some()
-            && shared.sessions.sessions.read().await.len() >= shared.limits.max_sessions
-        {
-            let msg = format!(
-                "the server holds its maximum of {} sessions; end idle ones (HTTP DELETE with their Mcp-Session-Id) or raise [serve] max_sessions",
-                shared.limits.max_sessions
-            );
-            return rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &msg, initialize.unwrap_or_default());
-        }
-        parts.extensions.insert(ClientGone(gone.clone()));
-        if let Some(refused) = refused {
-            parts.extensions.insert(refused);
-        }
-        let response = service.handle(Request::from_parts(parts, Full::new(bytes.clone()))).await;
-        // rmcp answers a message it cannot parse (invalid UTF-8 in a string, a lone surrogate,
-        // nesting past serde's limit, a number out of range, a shape it does not know) with a
-        // bare 415; a JSON-RPC client gets a JSON-RPC error it can read instead. Parsed again
-        // only then, to say why.
-        if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
-            && let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes)
-        {
-            return malformed(e.into(), id);
-        }
-        response
-    } else {
-        service.handle(req).await
-    };
+    let (mut parts, body) = req.into_parts();
+    let scanned = parts.extensions.remove::<Scanned>();
+    if let Some(Scanned { initialize: Some(id), .. }) = &scanned
+        && !parts.headers.contains_key("mcp-session-id")
+        && shared.sessions.sessions.read().await.len() >= shared.limits.max_sessions
+    {
+        let msg = format!(
+            "the server holds its maximum of {} sessions; end idle ones (HTTP DELETE with their Mcp-Session-Id) or raise [serve] max_sessions",
+            shared.limits.max_sessions
+        );
+        return rpc_error(StatusCode::SERVICE_UNAVAILABLE, -32000, &msg, id.clone());
+    }
+    parts.extensions.insert(ClientGone(gone.clone()));
+    let response = service.handle(Request::from_parts(parts, body)).await;
+    // rmcp answers a message it cannot parse (invalid UTF-8 in a string, a lone surrogate,
+    // nesting past serde's limit, a number out of range, a shape it does not know) with a
+    // bare 415; a JSON-RPC client gets a JSON-RPC error it can read instead. Parsed again
+    // only then, to say why.
+    if let Some(Scanned { bytes, id, .. }) = scanned
+        && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
+        && let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes)
+    {
+        return malformed(e.into(), id);
+    }
     // The answer's body lives as long as the client waits for it: when it is dropped (sent, or
     // the connection closed), a call still waiting for its instance is dropped too.
     let response = response.map(|body| Guarded { body, _gone: guard }.boxed());
