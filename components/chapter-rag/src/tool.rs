@@ -757,8 +757,10 @@ fn read_manual(env: &dyn Env, path: &str, max_bytes: u64) -> Result<Manual, Tool
     Manual::from_bytes(path, env.read_file(path, max_bytes)?)
 }
 
-fn parse_args<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T, ToolError> {
-    serde_json::from_value(args.clone()).map_err(|e| bad_args(tool, e))
+/// A tool's typed arguments, read from the call's parsed object where it stands (no copy of
+/// the tree).
+fn parse_args<'a, T: Deserialize<'a>>(tool: &str, args: &'a Value) -> Result<T, ToolError> {
+    T::deserialize(args).map_err(|e| bad_args(tool, e))
 }
 
 fn pretty(v: &Value) -> String {
