@@ -65,9 +65,23 @@ impl Spec {
         self
     }
 
-    /// The schema as JSON text, as WIT's `tool-spec` carries it.
+    /// The schema as JSON text, as WIT's `tool-spec` carries it: keys sorted at every level,
+    /// so that the text is the same whether or not serde_json keeps insertion order (a feature
+    /// another crate of the build may turn on).
     pub fn schema_text(&self) -> String {
-        self.schema.to_string()
+        fn sorted(v: &mut Value) {
+            match v {
+                Value::Object(o) => {
+                    o.sort_keys();
+                    o.values_mut().for_each(sorted);
+                }
+                Value::Array(a) => a.iter_mut().for_each(sorted),
+                _ => {}
+            }
+        }
+        let mut schema = self.schema.clone();
+        sorted(&mut schema);
+        schema.to_string()
     }
 
     fn property(&mut self, arg: &str) -> &mut Map<String, Value> {
@@ -187,6 +201,8 @@ mod tests {
             })
         );
         assert_eq!(names::<Args>(), ["ids", "limit", "question", "threshold"]);
+        let text = spec.schema_text();
+        assert!(text.starts_with(r#"{"additionalProperties":false,"properties":{"ids":"#), "{text}");
         assert_eq!(spec.optional("question").schema["required"], json!([]));
     }
 }
