@@ -110,11 +110,14 @@ pub fn schema_for<A: JsonSchema>() -> Value {
     schema
 }
 
-/// The names of `A`'s arguments, in its schema's order: for a message that lists what a tool
-/// takes.
+/// The names of `A`'s arguments, sorted (one order whether or not serde_json keeps insertion
+/// order): for a message that lists what a tool takes.
 pub fn names<A: JsonSchema>() -> Vec<String> {
     let schema = schema_for::<A>();
-    schema.get("properties").and_then(Value::as_object).map(|p| p.keys().cloned().collect()).unwrap_or_default()
+    let mut names: Vec<String> =
+        schema.get("properties").and_then(Value::as_object).map(|p| p.keys().cloned().collect()).unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// The first key of `args` that is neither an argument of `A` nor one of `also` (arguments a
