@@ -335,3 +335,97 @@ fn keys_are_checked_when_the_config_loads() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--sign") && err.contains("openssl genpkey"), "{err}");
 }
+
+/// A registry that answers every request with 401 and `challenge`, on a loopback port of its
+/// own; it keeps the `Authorization` header of each request it got.
+struct Challenger {
+    addr: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Challenger {
+    fn start(challenge: impl Fn(&str) -> String + Send + 'static) -> Challenger {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (kept, own) = (seen.clone(), addr.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+                let mut reader = std::io::BufReader::new(&stream);
+                let mut auth = String::from("none");
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    if let Some((name, value)) = line.split_once(':')
+                        && name.eq_ignore_ascii_case("authorization")
+                    {
+                        auth = value.trim().to_string();
+                    }
+                    line.clear();
+                }
+                kept.lock().unwrap().push(auth);
+                let reply = format!(
+                    "HTTP/1.1 401 Unauthorized\r\nwww-authenticate: {}\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}",
+                    challenge(&own)
+                );
+                let _ = (&stream).write_all(reply.as_bytes());
+            }
+        });
+        Challenger { addr, seen }
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// `quarry pull` of `oci://REGISTRY/tools/echo:v1` with the environment's credential scoped to
+/// `scope`.
+fn pull_with_credential(registry: &str, scope: &str) -> String {
+    let env = TestEnv::new();
+    config(&env, &format!("oci://{registry}/tools/echo:v1"), "");
+    let out = std::process::Command::new(quarry_tests::quarry_bin())
+        .current_dir(env.dir.path())
+        .arg("pull")
+        .env_remove("QUARRY_CONFIG")
+        .env("DOCKER_CONFIG", env.path("no-docker-config"))
+        .env("QUARRY_OCI_USERNAME", "me")
+        .env("QUARRY_OCI_PASSWORD", "secret")
+        .env("QUARRY_OCI_REGISTRY", scope)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "the challenger serves nothing");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Hardening III, class 1: a credential goes to the registry it is for, to no other registry
+/// a config names, to no token service on another host, and over plain HTTP only to a
+/// loopback registry whose key says so. (On c8d5fbc every one of these received it.)
+#[test]
+fn a_credential_goes_only_to_the_host_it_is_for() {
+    let basic = Challenger::start(|_| r#"Basic realm="registry""#.to_string());
+    let sent = "Basic bWU6c2VjcmV0"; // me:secret
+
+    // Scoped to another registry: the registry the config names gets nothing.
+    pull_with_credential(&basic.addr, "registry.example.com");
+    assert!(!basic.seen().is_empty() && basic.seen().iter().all(|a| a == "none"), "{:?}", basic.seen());
+    // Scoped to it, but as HTTPS while this loopback registry speaks plain HTTP: nothing.
+    let err = pull_with_credential(&basic.addr, &basic.addr);
+    assert!(basic.seen().iter().all(|a| a == "none"), "{:?}", basic.seen());
+    assert!(err.contains("not sent over plain HTTP") && err.contains(&format!("http://{}", basic.addr)), "{err}");
+    // Scoped to it and marked plain HTTP on purpose: it gets it.
+    pull_with_credential(&basic.addr, &format!("http://{}", basic.addr));
+    assert!(basic.seen().iter().any(|a| a == sent), "{:?}", basic.seen());
+
+    // A token service on another host ("localhost" is not 127.0.0.1), over plain HTTP: nothing,
+    // although the registry is the one the credential is for.
+    let token = Challenger::start(|_| r#"Basic realm="token""#.to_string());
+    let realm = format!("http://localhost:{}/token", token.addr.rsplit(':').next().unwrap());
+    let bearer = Challenger::start(move |_| format!(r#"Bearer realm="{realm}",service="fake""#));
+    let err = pull_with_credential(&bearer.addr, &format!("http://{}", bearer.addr));
+    assert!(!token.seen().is_empty(), "the client asked the token service");
+    assert!(token.seen().iter().all(|a| a == "none"), "{:?}", token.seen());
+    assert!(bearer.seen().iter().all(|a| a == "none"), "{:?}", bearer.seen());
+    assert!(err.contains("kept back") && err.contains("another host (localhost)"), "{err}");
+}

@@ -11,18 +11,21 @@
 //!   manifests and configs are at most 4 MiB. Every request is bounded in time.
 //! - **Cached by digest** in the host's private cache (`oci/sha256/HEX.wasm`), under its trust
 //!   rules: a cached digest serves with the registry down.
-//! - **Credentials** come from `QUARRY_OCI_USERNAME`/`QUARRY_OCI_PASSWORD` or the standard
-//!   docker config (`$DOCKER_CONFIG/config.json`, `~/.docker/config.json`); components never
-//!   see them.
+//! - **Credentials** come from `QUARRY_OCI_USERNAME`/`QUARRY_OCI_PASSWORD` for the registry
+//!   `QUARRY_OCI_REGISTRY` names, or the standard docker config (`$DOCKER_CONFIG/config.json`,
+//!   `~/.docker/config.json`), each scoped to its registry's host, never sent to a token service
+//!   on another host nor over plain HTTP unless its key says so (`credentials`); components
+//!   never see them.
 //!
 //! - **Signed**, when the config names a key: cosign key-based signatures (`sign`), checked
 //!   before the component is downloaded.
 //!
-//! Files: `reference` (`oci://` references), `pull` (manifests, layers, the cache), `push`
+//! Files: `reference` (`oci://` references), `credentials` (who gets a credential), `pull` (manifests, layers, the cache), `push`
 //! (`quarry push`), `sign` (cosign signatures), `lock` (`quarry.lock`).
 
 #![deny(missing_docs)]
 
+mod credentials;
 mod lock;
 mod pull;
 mod push;
@@ -35,6 +38,7 @@ use std::time::Duration;
 /// directly (the tests push what `quarry push` would not).
 pub use {oci_client, oci_wasm};
 
+pub use credentials::auth_for;
 pub use lock::Lock;
 pub use pull::{Pulled, Puller};
 pub use push::{VERSION_ANNOTATION, push};
@@ -92,52 +96,4 @@ fn client_for(registry: &str) -> oci_client::Client {
         read_timeout: Some(Duration::from_secs(60)),
         ..Default::default()
     })
-}
-
-/// The credentials for `registry`: `QUARRY_OCI_USERNAME` and `QUARRY_OCI_PASSWORD`, else the
-/// docker config's `auths` entry for it, else none.
-pub fn auth_for(registry: &str) -> oci_client::secrets::RegistryAuth {
-    use oci_client::secrets::RegistryAuth;
-    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
-    if let (Some(user), Some(password)) = (var("QUARRY_OCI_USERNAME"), var("QUARRY_OCI_PASSWORD")) {
-        return RegistryAuth::Basic(user, password);
-    }
-    let path = var("DOCKER_CONFIG")
-        .map(|d| std::path::PathBuf::from(d).join("config.json"))
-        .or_else(|| var("HOME").map(|h| std::path::PathBuf::from(h).join(".docker/config.json")));
-    let basic = path.and_then(|p| std::fs::read(p).ok()).and_then(|bytes| docker_auth(&bytes, registry));
-    match basic {
-        Some((user, password)) => RegistryAuth::Basic(user, password),
-        None => RegistryAuth::Anonymous,
-    }
-}
-
-/// `user:password` of `registry` in a docker config's `auths` (`"auth": base64("user:pass")`).
-fn docker_auth(config: &[u8], registry: &str) -> Option<(String, String)> {
-    use base64::Engine as _;
-    let v: serde_json::Value = serde_json::from_slice(config).ok()?;
-    let auths = v.get("auths")?.as_object()?;
-    let entry = auths
-        .iter()
-        .find(|(k, _)| {
-            k.trim_start_matches("https://").trim_start_matches("http://").trim_end_matches('/') == registry
-        })?
-        .1;
-    let decoded = base64::engine::general_purpose::STANDARD.decode(entry.get("auth")?.as_str()?).ok()?;
-    let (user, password) = std::str::from_utf8(&decoded).ok()?.split_once(':')?;
-    Some((user.to_string(), password.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn docker_config_auths_are_read_for_their_registry() {
-        // base64("me:secret")
-        let config = br#"{"auths": {"https://reg.example.com": {"auth": "bWU6c2VjcmV0"}, "other:5000": {}}}"#;
-        assert_eq!(docker_auth(config, "reg.example.com"), Some(("me".into(), "secret".into())));
-        assert_eq!(docker_auth(config, "other:5000"), None);
-        assert_eq!(docker_auth(b"not json", "reg.example.com"), None);
-    }
 }

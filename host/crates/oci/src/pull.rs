@@ -49,7 +49,7 @@ impl Puller {
             return Ok(d.to_string());
         }
         let client = client_for(r.registry());
-        let auth = auth_for(r.registry());
+        let auth = auth_for(r.registry()).await?;
         let digest = timed(r, client.fetch_manifest_digest(r.reference(), &auth)).await?;
         if !is_sha256_digest(&digest) {
             return Err(refused(r, format!("the registry named the digest {digest:?}, not sha256:<64 hex digits>")));
@@ -72,7 +72,7 @@ impl Puller {
             return Ok(Pulled { digest: digest.to_string(), path, fetched: false });
         }
         let client = client_for(r.registry());
-        let auth = auth_for(r.registry());
+        let auth = auth_for(r.registry()).await?;
         let at = r.at(digest);
         let accepted = [WASM_MANIFEST_MEDIA_TYPE, "application/vnd.docker.distribution.manifest.v2+json"];
         let (bytes, _) = timed(r, client.pull_manifest_raw(&at, &auth, &accepted)).await?;

@@ -27,7 +27,7 @@ pub async fn push(file: &Path, r: &OciRef) -> Result<String, OciError> {
         message: format!("{} is not a WebAssembly component: {e:#}", file.display()),
     })?;
     let client = WasmClient::new(client_for(r.registry()));
-    let auth = auth_for(r.registry());
+    let auth = auth_for(r.registry()).await?;
     match tokio::time::timeout(crate::REQUEST_TIMEOUT, client.push(r.reference(), &auth, layer, config, annotations))
         .await
     {

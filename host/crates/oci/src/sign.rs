@@ -195,7 +195,7 @@ pub async fn verify(r: &OciRef, digest: &str, key: &PublicKey) -> Result<(), Oci
         )));
     }
     let client = client_for(r.registry());
-    let auth = auth_for(r.registry());
+    let auth = auth_for(r.registry()).await?;
     let tag = signature_tag(digest);
     let at = r.at_tag(&tag);
     let accepted = [oci_client::manifest::OCI_IMAGE_MEDIA_TYPE, oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE];
@@ -318,7 +318,7 @@ pub async fn sign(r: &OciRef, digest: &str, key: &SigningKey) -> Result<String, 
         return Err(OciError::Reference(format!("{digest:?} is not a digest (sha256:<64 hex digits>)")));
     }
     let client = client_for(r.registry());
-    let auth = auth_for(r.registry());
+    let auth = auth_for(r.registry()).await?;
     let tag = signature_tag(digest);
     let at = r.at_tag(&tag);
     let payload = payload(r, digest);
