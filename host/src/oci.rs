@@ -46,6 +46,12 @@ pub enum FetchError {
     /// The lock file.
     #[error("{0}")]
     Lock(quarry_oci::OciError),
+    /// A component or the lock failed before anything was put in place.
+    #[error("{failed}; nothing was changed: every instance keeps the version it runs, and quarry.lock is as it was")]
+    Unchanged {
+        /// What failed.
+        failed: Box<FetchError>,
+    },
     /// The cache is not this user's alone.
     #[error("{path}: {why}; components from registries are kept only in a cache this user alone can write")]
     Untrusted {
@@ -68,6 +74,10 @@ pub enum FetchError {
 /// pins, else the one `quarry.lock` has for its tag (a tag the lock lacks is resolved, and with
 /// `refresh` every tag is, and the lock written), downloaded unless cached. With the registry
 /// down, what is pinned and cached still serves.
+///
+/// All or nothing: every component is resolved, checked and pulled into the cache first, then
+/// the lock is written, then the instances' files are put in place (which a running host swaps
+/// to). A failure before that changes nothing ([`FetchError::Unchanged`]).
 pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<Fetched>, FetchError> {
     use quarry_oci::{Lock, OciRef, Puller};
     let instances: Vec<(&'static str, &crate::config::InstanceConfig)> = config
@@ -77,9 +87,8 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
         .chain(config.embedders.values().map(|i| ("embedders", i)))
         .filter(|(_, i)| i.oci.is_some())
         .collect();
-    let mut out = Vec::new();
     let Some(cache) = config.cache_dir.as_deref().filter(|_| !instances.is_empty()) else {
-        return Ok(out);
+        return Ok(Vec::new());
     };
     for dir in [cache.to_path_buf(), cache.join("oci"), cache.join("oci/sha256"), cache.join("oci/refs")] {
         if let Some(why) = crate::runtime::cache::untrusted_dir(&dir) {
@@ -90,10 +99,15 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
     let mut lock = Lock::load(&lock_path).map_err(FetchError::Lock)?;
     let mut locked = false;
     let puller = Puller::new(cache, config.max_component_bytes);
+    // First every component is resolved, its signature checked and its bytes pulled into the
+    // cache by digest, which nothing runs from: a failure here changes nothing.
+    let mut ready = Vec::new();
     for (section, inst) in instances {
         let mut signed_by = None;
         let text = inst.oci.as_deref().unwrap_or_default();
-        let failed = |source| FetchError::Component { section, instance: inst.name.clone(), source };
+        let failed = |source| FetchError::Unchanged {
+            failed: Box::new(FetchError::Component { section, instance: inst.name.clone(), source }),
+        };
         let r = OciRef::parse(text).map_err(failed)?;
         let digest = match (r.digest(), lock.components.get(text)) {
             (Some(d), _) => d.to_string(),
@@ -124,6 +138,15 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
         if let Some(stamp) = signed {
             std::fs::write(&stamp, b"").map_err(|source| FetchError::Install { path: stamp, source })?;
         }
+        ready.push((inst, text, digest, pulled, signed_by));
+    }
+    // Then the lock, then the instances' files: a running host swaps them only now, all of
+    // them verified, and a restart runs what the lock says.
+    if locked {
+        lock.save(&lock_path).map_err(|e| FetchError::Unchanged { failed: Box::new(FetchError::Lock(e)) })?;
+    }
+    let mut out = Vec::new();
+    for (inst, text, digest, pulled, signed_by) in ready {
         let moved = install(&pulled.path, &inst.component, &digest)?;
         out.push(Fetched {
             instance: inst.name.clone(),
@@ -133,9 +156,6 @@ pub async fn fetch(config: &crate::config::Config, refresh: bool) -> Result<Vec<
             moved,
             signed_by,
         });
-    }
-    if locked {
-        lock.save(&lock_path).map_err(FetchError::Lock)?;
     }
     Ok(out)
 }

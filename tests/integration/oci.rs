@@ -429,3 +429,61 @@ fn a_credential_goes_only_to_the_host_it_is_for() {
     assert!(bearer.seen().iter().all(|a| a == "none"), "{:?}", bearer.seen());
     assert!(err.contains("kept back") && err.contains("another host (localhost)"), "{err}");
 }
+
+/// Hardening III, class 2: `quarry pull` of two components where the second fails its digest
+/// check changes nothing: not the lock, and not the first instance's file that a running host
+/// would swap to. (On c8d5fbc the first was put in place, and a restart rolled it back.)
+#[test]
+fn a_pull_is_all_or_nothing() {
+    if skip_unless(Need::Registry) {
+        return;
+    }
+    let registry = LocalRegistry::start();
+    let env = TestEnv::new();
+    let (first, second) =
+        (format!("oci://{}/tools/echo:v1", registry.addr), format!("oci://{}/tools/other:v1", registry.addr));
+    push(&env, ECHO_V1, &first);
+    push(&env, ECHO_V1, &second);
+    let cache = env.path("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    std::fs::write(
+        env.path("quarry.toml"),
+        format!(
+            "[host]\ncache_dir = {:?}\n[tools.a]\ncomponent = {first:?}\n[tools.b]\ncomponent = {second:?}\n",
+            cache.display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = run_quarry(&env, &["pull"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let lock = std::fs::read_to_string(env.path("quarry.lock")).unwrap();
+    let stamps = || {
+        let mut s: Vec<String> = std::fs::read_dir(cache.join("oci/refs"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "digest"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect();
+        s.sort();
+        s
+    };
+    let before = stamps();
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // Both tags move: the first to a good component, the second to one whose layer the
+    // registry then serves changed.
+    push(&env, ECHO_V2, &first);
+    push(&env, CHAPTER_RAG, &second);
+    let mut bytes = std::fs::read(CHAPTER_RAG).unwrap();
+    let layer = format!("sha256:{}", quarry_tests::sha256_hex(&bytes));
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(registry.blob_file(&layer), bytes).unwrap();
+
+    let (code, out, err) = run_quarry(&env, &["pull"]);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(err.contains("tools.b.component") && err.contains("did not arrive as its digest says"), "{err}");
+    assert_eq!(std::fs::read_to_string(env.path("quarry.lock")).unwrap(), lock, "the lock moved");
+    assert_eq!(stamps(), before, "an instance's file moved");
+    assert!(err.contains("nothing was changed") && err.contains("quarry.lock is as it was"), "{err}");
+}
