@@ -261,3 +261,69 @@ async fn a_docx_manual_gets_its_tree_from_heading_styles() {
     let s = call(&host, "search", json!({"question": "cargo build 构建项目"})).await.unwrap();
     assert!(!s.hits.is_empty(), "{}", s.text);
 }
+
+/// A DOCX whose body is `text` in one paragraph: a small fixture's parts, its document replaced.
+fn one_paragraph_docx(text: &str) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let fixture = quarry_tests::shared_data().join("docx/mammoth-npm-1.13.0/simple-list.docx");
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&fixture).unwrap()).unwrap();
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut w = zip::ZipWriter::new(&mut out);
+    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    for i in 0..archive.len() {
+        let mut part = archive.by_index(i).unwrap();
+        let name = part.name().to_string();
+        let mut data = Vec::new();
+        part.read_to_end(&mut data).unwrap();
+        if name == "word/document.xml" {
+            data = format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?><w:document xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"><w:body><w:p><w:r><w:t>{text}</w:t></w:r></w:p></w:body></w:document>"
+            )
+            .into_bytes();
+        }
+        w.start_file(name, opts).unwrap();
+        w.write_all(&data).unwrap();
+    }
+    w.finish().unwrap();
+    out.into_inner()
+}
+
+/// Manuals shaped to cost their size squared where a step is superlinear open and index within
+/// deadlines a linear pass meets with room to spare: one 4 MiB line, 4 MiB of backtick runs of
+/// growing length (cmark's pathological case) and a DOCX whose one paragraph is 4 MiB. On
+/// c8d5fbc chunking the line took 25 s natively and the DOCX's block tree 10 s; now each is
+/// about a second (`cargo bench -p chapter-rag --bench documents`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_manuals_open_in_linear_time() {
+    let env = env();
+    let size = 4 << 20;
+    let sentence = "word another thing here and more. ";
+    std::fs::write(env.path("docs/line.md"), format!("# Title\n\n{}\n", sentence.repeat(size / sentence.len())))
+        .unwrap();
+    let mut ticks = String::from("# Title\n\n");
+    for i in 1.. {
+        if ticks.len() > size {
+            break;
+        }
+        ticks.push('e');
+        ticks.push_str(&"`".repeat(i));
+    }
+    std::fs::write(env.path("docs/ticks.md"), ticks).unwrap();
+    std::fs::write(env.path("docs/one.docx"), one_paragraph_docx(&sentence.repeat(size / sentence.len()))).unwrap();
+    let mut body = TOY_SECTION.to_string();
+    for (name, file) in [("line", "line.md"), ("ticks", "ticks.md"), ("docx", "one.docx")] {
+        body.push_str(&format!(
+            "[tools.{name}]\ncomponent = \"plugins/chapters.wasm\"\nembedder = \"toy\"\n\
+             config = {{ manual = \"/docs/{file}\", similarity_threshold = 0.0 }}\n\
+             [tools.{name}.grants]\ndirs = [{{ host = \"docs\", guest = \"/docs\" }}]\nmemory = \"1GiB\"\n\
+             deadline = \"20s\"\nprepare_deadline = \"40s\"\n"
+        ));
+    }
+    let start = std::time::Instant::now();
+    let host = within(180, env.host(&body)).await;
+    eprintln!("three 4 MiB manuals opened and indexed in {:?}", start.elapsed());
+    for name in ["line", "ticks", "docx"] {
+        let out = within(60, host.call(&format!("{name}.search"), r#"{"question":"another thing"}"#)).await.unwrap();
+        assert!(!out.hits.is_empty(), "{name}: {}", out.text);
+    }
+}

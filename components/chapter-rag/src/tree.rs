@@ -12,6 +12,7 @@
 use std::ops::Range;
 
 use pulldown_cmark::{Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use rag_core::chunk::Chunking;
 
 /// The largest block of a pseudo-tree, in characters.
 pub const BLOCK_CHARS: usize = 4000;
@@ -269,8 +270,10 @@ fn node(id: String, level: u8, title: String, parent: Option<usize>, own: Range<
 /// Blocks of at most [`BLOCK_CHARS`] characters, cut at paragraph boundaries where possible,
 /// titled by their first words.
 fn pseudo_tree(text: &str, lines: &Lines) -> Tree {
-    let splitter = text_splitter::TextSplitter::new(BLOCK_CHARS);
-    let mut starts: Vec<usize> = splitter.chunk_indices(text).map(|(i, _)| i).collect();
+    // rag-core's chunking: text-splitter's cuts, in linear time however long a line is.
+    let blocks = Chunking::Characters { size: BLOCK_CHARS, overlap: 0 };
+    // (It fails only on sizes that do not work; these do.)
+    let mut starts: Vec<usize> = blocks.split(text, None).unwrap_or_default().iter().map(|c| c.offset).collect();
     // The first block starts at the top, leading white space included.
     match starts.first_mut() {
         Some(first) => *first = 0,
