@@ -583,3 +583,40 @@ async fn a_component_over_the_size_limit_is_refused_before_compiling() {
     let e = quarry::Config::load(&path).unwrap_err().to_string();
     assert!(e.contains("host.max_component_size") && e.contains("between 1MiB and 1GiB"), "{e}");
 }
+
+/// An instance slow to open does not hold up the others: the listing waits for it at most
+/// `LIST_WAIT`, lists the others, and the slow one follows with a change notice (what MCP
+/// sessions hear as `tools/list_changed`); a call to it meanwhile says it is still opening.
+/// (On c8d5fbc instances opened one after another and the listing waited for all of them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_open_does_not_hold_up_the_listing() {
+    let env = TestEnv::new();
+    let slow_ms = quarry::registry::LIST_WAIT.as_millis() as u64 + 8_000;
+    let body = format!(
+        "{}\n[tools.slow]\ncomponent = \"plugins/hostile.wasm\"\nconfig = {{ open_ms = {slow_ms}, label = \"slow\" }}\n\
+         [tools.slow.grants]\ndeadline = \"60s\"\n",
+        config(&env, "")
+    );
+    let host = quarry::Registry::new(quarry::Config::load(&env.config(&body)).unwrap()).unwrap();
+    let mut changes = host.subscribe();
+    let start = std::time::Instant::now();
+    let loading = host.clone();
+    let load = tokio::spawn(async move { loading.load_all().await });
+    within(60, host.loaded()).await;
+    let listed_after = start.elapsed();
+    assert!(listed_after < Duration::from_millis(slow_ms), "listed after {listed_after:?}");
+    let names: Vec<String> = host.tools().iter().map(|t| t.qualified.clone()).collect();
+    assert!(names.iter().any(|n| n == "h.echo"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("slow.")), "{names:?}");
+    assert_eq!(call(&host, "h.echo", json!({"text": "quick"})).await.unwrap(), "quick");
+    match call(&host, "slow.echo", json!({"text": "x"})).await {
+        Err(CallError::UnknownTool { hint, .. }) => assert!(hint.contains("still opening"), "{hint}"),
+        other => panic!("expected an unknown tool, got {other:?}"),
+    }
+    let report = within(60, changes.recv()).await.unwrap();
+    assert_eq!(report.instances, vec!["slow".to_string()]);
+    assert!(host.tools().iter().any(|t| t.qualified == "slow.echo"));
+    assert!(within(60, load).await.unwrap().is_empty());
+    assert_eq!(call(&host, "slow.echo", json!({"text": "late"})).await.unwrap(), "late");
+    still_serves(&host).await;
+}

@@ -136,7 +136,7 @@ fn registry(config: Config) -> Result<Arc<Registry>, Exit> {
 
 /// Loads every instance of `registry` (see [`Registry::load_all`]), warning of each that did
 /// not load; returns those.
-async fn load_all(registry: &Registry) -> Vec<(String, OpenError)> {
+async fn load_all(registry: &Arc<Registry>) -> Vec<(String, OpenError)> {
     let failures = registry.load_all().await;
     for (name, e) in &failures {
         let what = match name.strip_prefix("embedders.") {

@@ -40,6 +40,11 @@ pub use crate::args::MAX_ARGS_BYTES;
 pub const MAX_NAME_BYTES: usize = 256;
 /// The longest reason kept for an instance that did not load.
 pub const MAX_FAILURE_BYTES: usize = 4 << 10;
+/// How long a listing waits for instances still opening before it lists the others. Opening
+/// is reading a config and a manual and compiling a component (once; then cached): seconds at
+/// most, so an instance still opening after this is slow for its own reasons, and CrewAI gives
+/// up on a listing after 30 s.
+pub const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a successful swap did.
 #[derive(Debug, Clone)]
@@ -106,6 +111,8 @@ pub struct Registry {
     changes: tokio::sync::broadcast::Sender<SwapReport>,
     /// Whether [`Registry::load_all`] has opened what it could: the tools are known.
     loaded: tokio::sync::watch::Sender<bool>,
+    /// Instances [`Registry::load_all`] is still opening.
+    opening: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Registry {
@@ -125,6 +132,7 @@ impl Registry {
             failed: Mutex::default(),
             changes,
             loaded: tokio::sync::watch::channel(false).0,
+            opening: Mutex::default(),
         }))
     }
 
@@ -144,13 +152,141 @@ impl Registry {
     }
 
     /// Loads every embedder, then opens every configured tool instance (the cheap part: the
-    /// tools are known when this returns) and starts preparing each in the background (index
-    /// builds; see [`ToolInstance::prepare`]). Instances that fail to open are logged and
-    /// returned; the others serve, their calls waiting for the preparation.
-    pub async fn load_all(&self) -> Vec<(String, OpenError)> {
-        let failures = self.open_all().await;
+    /// tools are known when it has opened) and starts preparing each in the background (index
+    /// builds; see [`ToolInstance::prepare`]). Instances open side by side, each installed as
+    /// it opens; [`Registry::loaded`] waits for them at most [`LIST_WAIT`], so an instance slow
+    /// to open does not hold up the listing of the others: it is listed when it opens (with a
+    /// [`SwapReport`], which MCP sessions hear as `tools/list_changed`), or fails on its own.
+    /// Returns, once every instance has opened or failed, those that failed (sorted by name).
+    pub async fn load_all(self: &Arc<Self>) -> Vec<(String, OpenError)> {
+        let mut failures = self.open_embedders().await;
+        let mut by_component: BTreeMap<PathBuf, Vec<InstanceConfig>> = BTreeMap::new();
+        for cfg in self.config.tools.values() {
+            by_component.entry(cfg.component.clone()).or_default().push(cfg.clone());
+        }
+        self.opening.lock().extend(self.config.tools.keys().cloned());
+        let mut tasks = tokio::task::JoinSet::new();
+        for (path, cfgs) in by_component {
+            let this = self.clone();
+            tasks.spawn(async move { this.open_component(path, cfgs).await });
+        }
+        let mut wait = std::pin::pin!(tokio::time::sleep(LIST_WAIT));
+        loop {
+            tokio::select! {
+                next = tasks.join_next() => match next {
+                    Some(Ok(f)) => failures.extend(f),
+                    Some(Err(e)) => tracing::error!(target: "quarry::load", "an instance's opening task ended: {e}"),
+                    None => break,
+                },
+                () = &mut wait, if !*self.loaded.borrow() => {
+                    let still: Vec<String> = self.opening.lock().iter().cloned().collect();
+                    tracing::warn!(target: "quarry::load", instances = ?still, "still opening after {LIST_WAIT:?}: the others' tools are listed; these follow when they open");
+                    self.loaded.send_replace(true);
+                }
+            }
+        }
         self.loaded.send_replace(true);
+        failures.sort_by(|a, b| a.0.cmp(&b.0));
         failures
+    }
+
+    /// Loads every embedder (tools need them to open); returns those that failed.
+    async fn open_embedders(&self) -> Vec<(String, OpenError)> {
+        let mut failures = Vec::new();
+        for (name, cfg) in &self.config.embedders {
+            match ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await {
+                Ok(e) => {
+                    let info = e.info();
+                    tracing::info!(target: "quarry::load", embedder = %name, model = %info.id, dimension = info.dimension, "loaded");
+                    self.embedders.write().insert(name.clone(), Arc::new(EmbedderSlot::new(e)));
+                }
+                Err(e) => {
+                    self.record_failure(&format!("embedders.{name}"), &e);
+                    failures.push((format!("embedders.{name}"), e));
+                }
+            }
+        }
+        failures
+    }
+
+    /// Compiles `path` once and opens each of `cfgs` on it, side by side.
+    async fn open_component(self: Arc<Self>, path: PathBuf, cfgs: Vec<InstanceConfig>) -> Vec<(String, OpenError)> {
+        let start = Instant::now();
+        let mut failures = Vec::new();
+        let mut cfgs = cfgs.into_iter();
+        // As many tries as instances until one compiles: each failing instance gets its own error.
+        let version = loop {
+            let Some(cfg) = cfgs.next() else { return failures };
+            match ComponentVersion::load(&self.engine, &self.linker, &path).await {
+                Ok(v) => break (v, cfg),
+                Err(e) => {
+                    self.record_failure(&cfg.name, &e);
+                    self.opening.lock().remove(&cfg.name);
+                    failures.push((cfg.name.clone(), e));
+                }
+            }
+        };
+        let (version, first) = version;
+        let mut tasks = tokio::task::JoinSet::new();
+        for cfg in std::iter::once(first).chain(cfgs) {
+            let (this, version, path) = (self.clone(), version.clone(), path.clone());
+            tasks.spawn(async move {
+                let outcome = this.open_instance(&cfg, version.clone()).await;
+                this.opened(&cfg, &path, &version, outcome, start)
+            });
+        }
+        failures.extend(tasks.join_all().await.into_iter().flatten());
+        failures
+    }
+
+    /// Installs an instance that opened (unless a reload got there first) and starts preparing
+    /// it; after [`Registry::loaded`], says so to whoever listens for list changes.
+    fn opened(
+        &self,
+        cfg: &InstanceConfig,
+        path: &Path,
+        version: &ComponentVersion,
+        outcome: Result<ToolInstance, OpenError>,
+        start: Instant,
+    ) -> Option<(String, OpenError)> {
+        let name = &cfg.name;
+        let inst = match outcome {
+            Ok(inst) => Arc::new(inst),
+            Err(e) => {
+                self.record_failure(name, &e);
+                self.opening.lock().remove(name);
+                return Some((name.clone(), e));
+            }
+        };
+        tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools.len(), pool = inst.pool(), elapsed = ?start.elapsed(), "opened; preparing");
+        let installed = self.install_new(&inst);
+        self.opening.lock().remove(name);
+        if !installed {
+            return None;
+        }
+        if *self.loaded.borrow() {
+            let report = SwapReport {
+                path: path.to_path_buf(),
+                instances: vec![name.clone()],
+                hash: hex::encode(version.hash),
+                elapsed: start.elapsed(),
+            };
+            tracing::info!(target: "quarry::load", instance = %name, "listed late: it opened after the others were listed");
+            let _ = self.changes.send(report);
+        }
+        tokio::spawn(async move {
+            let start = Instant::now();
+            match inst.prepare().await {
+                Ok(()) => {
+                    tracing::info!(target: "quarry::load", instance = %inst.name, elapsed = ?start.elapsed(), "ready")
+                }
+                Err(e) => {
+                    let why = crate::support::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
+                    tracing::error!(target: "quarry::load", instance = %inst.name, "not prepared (each call tries again): {why}");
+                }
+            }
+        });
+        None
     }
 
     /// Waits until [`Registry::load_all`] has returned (in another task): the tools are known.
@@ -174,64 +310,6 @@ impl Registry {
     /// Tool instance `name`, if it opened.
     pub fn instance(&self, name: &str) -> Option<Arc<ToolInstance>> {
         self.tools.read().get(name).cloned()
-    }
-
-    async fn open_all(&self) -> Vec<(String, OpenError)> {
-        let mut failures = Vec::new();
-        for (name, cfg) in &self.config.embedders {
-            match ComponentEmbedder::open(&self.engine, &self.linker, Arc::new(cfg.clone())).await {
-                Ok(e) => {
-                    let info = e.info();
-                    tracing::info!(target: "quarry::load", embedder = %name, model = %info.id, dimension = info.dimension, "loaded");
-                    self.embedders.write().insert(name.clone(), Arc::new(EmbedderSlot::new(e)));
-                }
-                Err(e) => {
-                    self.record_failure(&format!("embedders.{name}"), &e);
-                    failures.push((format!("embedders.{name}"), e));
-                }
-            }
-        }
-        let mut versions: BTreeMap<PathBuf, Arc<ComponentVersion>> = BTreeMap::new();
-        for (name, cfg) in &self.config.tools {
-            let version = match versions.get(&cfg.component) {
-                Some(p) => p.clone(),
-                None => match ComponentVersion::load(&self.engine, &self.linker, &cfg.component).await {
-                    Ok(p) => {
-                        versions.insert(cfg.component.clone(), p.clone());
-                        p
-                    }
-                    Err(e) => {
-                        self.record_failure(name, &e);
-                        failures.push((name.clone(), e));
-                        continue;
-                    }
-                },
-            };
-            match self.open_instance(cfg, version).await {
-                Ok(inst) => {
-                    tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools.len(), pool = inst.pool(), "opened; preparing");
-                    let inst = Arc::new(inst);
-                    self.install([inst.clone()]);
-                    tokio::spawn(async move {
-                        let start = Instant::now();
-                        match inst.prepare().await {
-                            Ok(()) => {
-                                tracing::info!(target: "quarry::load", instance = %inst.name, elapsed = ?start.elapsed(), "ready")
-                            }
-                            Err(e) => {
-                                let why = crate::support::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
-                                tracing::error!(target: "quarry::load", instance = %inst.name, "not prepared (each call tries again): {why}");
-                            }
-                        }
-                    });
-                }
-                Err(e) => {
-                    self.record_failure(name, &e);
-                    failures.push((name.clone(), e));
-                }
-            }
-        }
-        failures
     }
 
     fn record_failure(&self, name: &str, e: &OpenError) {
@@ -310,9 +388,26 @@ impl Registry {
         for inst in instances {
             tools.insert(inst.name.clone(), inst);
         }
+        self.relist(&tools);
+    }
+
+    /// Serves `inst` unless an instance of its name is served (a reload that came first): whether
+    /// it did.
+    fn install_new(&self, inst: &Arc<ToolInstance>) -> bool {
+        let mut tools = self.tools.write();
+        if tools.contains_key(&inst.name) {
+            return false;
+        }
+        tools.insert(inst.name.clone(), inst.clone());
+        self.relist(&tools);
+        true
+    }
+
+    /// Lists the tools of `tools`; called while they are still locked for writing, so that two
+    /// installs cannot list out of order.
+    fn relist(&self, tools: &BTreeMap<String, Arc<ToolInstance>>) {
         let mut listing: Vec<ToolEntry> = tools.values().flat_map(|inst| inst.tools.iter().cloned()).collect();
         listing.sort_by(|a, b| a.qualified.cmp(&b.qualified));
-        // Written while `tools` is still locked, so that two installs cannot list out of order.
         *self.listing.write() = listing.into();
     }
 
@@ -369,7 +464,11 @@ impl Registry {
             });
         }
         let failed = self.failures();
-        let hint = if let Some(why) = failed.get(inst_name) {
+        let hint = if self.opening.lock().contains(inst_name) {
+            format!(
+                "instance {inst_name:?} is still opening; its tools are listed when it has (a tools/list_changed says so)"
+            )
+        } else if let Some(why) = failed.get(inst_name) {
             format!("instance {inst_name:?} did not load: {why}")
         } else {
             let mut near: Vec<&String> = all.iter().copied().filter(|q| similar(q, name)).collect();

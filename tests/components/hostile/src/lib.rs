@@ -216,13 +216,17 @@ impl GuestInstance for Hostile {
         let cfg: Value =
             serde_json::from_str(&config).map_err(|e| ToolError::InvalidConfig(format!("config is not JSON: {e}")))?;
         let obj = cfg.as_object().ok_or_else(|| ToolError::InvalidConfig("config must be an object".into()))?;
-        const KEYS: [&str; 5] = ["label", "reject_mb", "spec_kib", "prepare_ms", "prepare_error"];
+        const KEYS: [&str; 6] = ["label", "reject_mb", "spec_kib", "prepare_ms", "prepare_error", "open_ms"];
         if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(ToolError::InvalidConfig(format!("unknown config key `{k}`; accepted: {}", KEYS.join(", "))));
         }
         if let Some(mb) = obj.get("reject_mb").and_then(Value::as_u64) {
             // A rejection the host would keep and repeat, if it kept it whole.
             return Err(ToolError::InvalidConfig("r".repeat(mb as usize * (1 << 20))));
+        }
+        // A slow open: what a huge manual's reading costs a real tool.
+        if let Some(ms) = obj.get("open_ms").and_then(Value::as_u64) {
+            wasi::clocks::monotonic_clock::subscribe_duration(ms * 1_000_000).block();
         }
         let label = obj.get("label").and_then(Value::as_str).unwrap_or("hostile").to_string();
         let spec_kib = obj.get("spec_kib").and_then(Value::as_u64).unwrap_or(0) as usize;
