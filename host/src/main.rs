@@ -6,6 +6,18 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // A compile worker (runtime::compile): before anything else, and with nothing else.
+    if std::env::args_os().nth(1).is_some_and(|a| a == quarry::runtime::compile::WORKER_ARG) {
+        return ExitCode::from(u8::try_from(quarry::runtime::compile::child_main()).unwrap_or(1));
+    }
+    // Components are compiled in workers of this binary, under [host] compile_memory and
+    // compile_timeout; without it, in process.
+    match std::env::current_exe() {
+        Ok(exe) => quarry::runtime::compile::use_worker(exe),
+        Err(e) => eprintln!(
+            "warning: cannot find this program's file ({e}): components are compiled in process, without compile_memory and compile_timeout"
+        ),
+    }
     // Logs go to stderr (stdout carries results, and later the MCP protocol).
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))

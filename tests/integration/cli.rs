@@ -138,3 +138,98 @@ fn init_without_the_model_writes_nothing() {
     assert!(!env.path("quarry.toml").exists());
     assert!(!home.join(".cache").exists(), "left behind: {:?}", std::fs::read_dir(&home).map(|d| d.count()));
 }
+
+/// A component of `mib` MiB whose code costs the compiler time in proportion: 64 functions,
+/// each a long run of `local.get 0; i32.const 1; i32.add; local.set 0`, in a component that
+/// only holds the module (enough for wasmtime to compile it).
+fn costly_component(mib: usize) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn section(id: u8, data: &[u8], out: &mut Vec<u8>) {
+        out.push(id);
+        leb(data.len(), out);
+        out.extend_from_slice(data);
+    }
+    let funcs = 64;
+    let unit = [0x20, 0, 0x41, 1, 0x6a, 0x21, 0];
+    let mut body = vec![1, 1, 0x7f]; // one group of locals: one i32
+    for _ in 0..(mib << 20) / funcs / unit.len() {
+        body.extend_from_slice(&unit);
+    }
+    body.push(0x0b);
+    let mut module = b"\0asm\x01\0\0\0".to_vec();
+    section(1, &[1, 0x60, 0, 0], &mut module); // one type: () -> ()
+    let mut fns = Vec::new();
+    leb(funcs, &mut fns);
+    fns.extend(std::iter::repeat_n(0, funcs));
+    section(3, &fns, &mut module);
+    let mut code = Vec::new();
+    leb(funcs, &mut code);
+    for _ in 0..funcs {
+        leb(body.len(), &mut code);
+        code.extend_from_slice(&body);
+    }
+    section(10, &code, &mut module);
+    let mut component = b"\0asm\x0d\0\x01\0".to_vec();
+    section(1, &module, &mut component); // a core module section
+    component
+}
+
+/// Compiling is bounded in memory and time (`[host] compile_memory`, `compile_timeout`): a
+/// compilation over either is stopped, the instance does not load and says which limit to
+/// raise, nothing is cached, and the other instances serve. (c8d5fbc compiled in process,
+/// without bounds: a 20 MiB component took 17.5 s and 1.7 GB on 2 cores.)
+#[test]
+fn compiling_is_bounded_in_memory_and_time() {
+    let env = TestEnv::new();
+    env.plugin(ECHO_V1, "echo");
+    env.plugin(quarry_tests::CHAPTER_RAG, "chapters");
+    std::fs::write(env.path("plugins/costly.wasm"), costly_component(48)).unwrap();
+    let write = |host: &str, tool: &str| {
+        std::fs::write(
+            env.path("quarry.toml"),
+            format!(
+                "[host]\ncache_dir = \"cache\"\n{host}\n[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n\
+                 [tools.x]\ncomponent = \"plugins/{tool}.wasm\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    let cached = || {
+        std::fs::read_dir(env.path("cache")).map_or(0, |d| {
+            d.filter_map(Result::ok).filter(|e| e.path().extension().is_some_and(|x| x == "cwasm")).count()
+        })
+    };
+
+    // chapter-rag (5.7 MiB) takes over 100 MB to compile.
+    write("compile_memory = \"64MiB\"", "chapters");
+    let (code, _, err) = run(&env, &["check"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("compiling it needs more than [host] compile_memory (64 MiB); raise that"), "{err}");
+    assert_eq!(cached(), 1, "only echo is cached");
+
+    let start = std::time::Instant::now();
+    write("compile_timeout = \"1s\"", "costly");
+    let (code, _, err) = run(&env, &["check"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("compiling it took longer than [host] compile_timeout (1s); raise that"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(20), "{:?}", start.elapsed());
+    assert_eq!(cached(), 1);
+    let (code, out, err) = run(&env, &["call", "echo", r#"{"text":"still"}"#]);
+    assert_eq!((code, out.trim()), (0, "hello still [v1]"), "{err}");
+
+    // Within its limits, the same component compiles and is cached.
+    write("", "chapters");
+    let (_, _, err) = run(&env, &["check"]);
+    assert!(!err.contains("compile"), "{err}");
+    assert_eq!(cached(), 2);
+}

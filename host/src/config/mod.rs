@@ -5,6 +5,8 @@
 //! [host]
 //! cache_dir = "/var/cache/quarry"   # precompiled components; default: $XDG_CACHE_HOME/quarry
 //! max_component_size = "64MiB"      # larger component files are refused before compiling
+//! compile_memory = "1GiB"           # what compiling one component may allocate (in a worker
+//! compile_timeout = "60s"           #  process of the quarry binary), and how long it may take
 //!
 //! signed_by = { "ghcr.io/acme" = "keys/cosign.pub" }  # oci:// components under this registry or
 //!                                   #  repository prefix must carry a cosign signature by this key
@@ -105,6 +107,9 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// The largest component file compiled (`[host] max_component_size`).
     pub max_component_bytes: u64,
+    /// The memory and time one compilation may take (`[host] compile_memory`,
+    /// `compile_timeout`).
+    pub compile_limits: crate::runtime::compile::CompileLimits,
     /// Tool instances by name.
     pub tools: BTreeMap<String, InstanceConfig>,
     /// Embedder instances by name.
@@ -189,6 +194,8 @@ struct RawConfig {
 struct RawHost {
     cache_dir: Option<PathBuf>,
     max_component_size: Option<crate::support::values::ByteSize>,
+    compile_memory: Option<ByteSize>,
+    compile_timeout: Option<HumanDuration>,
     #[serde(default)]
     signed_by: BTreeMap<String, PathBuf>,
 }
@@ -252,6 +259,27 @@ impl Config {
                 )));
             }
         };
+        let mut compile_limits = crate::runtime::compile::CompileLimits::default();
+        match raw_host.compile_memory {
+            None => {}
+            Some(b) if (64 << 20..=64 << 30).contains(&b.0) => compile_limits.memory = b.0,
+            Some(b) => {
+                return Err(invalid(KeyError::new(
+                    "host.compile_memory",
+                    format!("{} bytes is out of range: between 64MiB and 64GiB", b.0),
+                )));
+            }
+        }
+        match raw_host.compile_timeout {
+            None => {}
+            Some(d) if (Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&d.0) => compile_limits.time = d.0,
+            Some(d) => {
+                return Err(invalid(KeyError::new(
+                    "host.compile_timeout",
+                    format!("{:?} is out of range: between 1s and 1h", d.0),
+                )));
+            }
+        }
         let mut keys = BTreeMap::new();
         for (prefix, file) in raw_host.signed_by {
             let key = format!("host.signed_by.{prefix:?}");
@@ -300,8 +328,16 @@ impl Config {
             tools.insert(name, cfg);
         }
         let serve = raw.serve.map_or_else(|| Ok(ServeConfig::default()), serve::RawServe::validate).map_err(invalid)?;
-        let config =
-            Config { path: path.to_path_buf(), cache_dir, max_component_bytes, tools, embedders, sections, serve };
+        let config = Config {
+            path: path.to_path_buf(),
+            cache_dir,
+            max_component_bytes,
+            compile_limits,
+            tools,
+            embedders,
+            sections,
+            serve,
+        };
         config.check_overlaps(&base).map_err(invalid)?;
         Ok(config)
     }

@@ -118,8 +118,9 @@ pub struct Registry {
 impl Registry {
     /// Builds the engine and links every capability. Loads nothing yet.
     pub fn new(config: Config) -> Result<Arc<Registry>, RegistryError> {
-        let engine =
-            QuarryEngine::with_cache(config.cache_dir.clone())?.with_max_component_bytes(config.max_component_bytes);
+        let engine = QuarryEngine::with_cache(config.cache_dir.clone())?
+            .with_max_component_bytes(config.max_component_bytes)
+            .with_compile_limits(config.compile_limits);
         let linker = build_linker(engine.engine()).map_err(|e| RegistryError::Link(format!("{e:#}")))?;
         let (changes, _) = tokio::sync::broadcast::channel(64);
         Ok(Arc::new(Registry {

@@ -9,7 +9,8 @@
 //! bytes are never compiled twice, whichever instances share them; a version that
 //! no instance uses any more (swapped out) is forgotten.
 //!
-//! Compiling is bounded: one component compiles at a time (wasmtime already spreads one
+//! Compiling is bounded: in a worker process under a memory and a time limit where there is
+//! one ([`super::compile`]); one component compiles at a time (wasmtime already spreads one
 //! compilation over every core, and its peak memory grows with them), two loads of the same
 //! new bytes wait for one compilation, and no lock is held across it that a load of other
 //! bytes (from memory or disk) would wait on.
@@ -37,6 +38,8 @@ use std::sync::{Arc, Weak};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
+
+use super::compile::{CompileError, CompileLimits};
 
 /// Where a loaded component came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,9 +173,15 @@ impl ComponentCache {
         dir.join(format!("{}-{}.cwasm", hex::encode(hash), self.engine_key))
     }
 
-    /// Loads `bytes` as a component; see the module docs. The error is wasmtime's reason.
-    /// The component stays in memory while the returned `Arc` (or a clone) lives.
-    pub fn load(&self, engine: &wasmtime::Engine, bytes: &[u8]) -> Result<(Arc<Component>, CacheOutcome), String> {
+    /// Loads `bytes` as a component; see the module docs. A compilation runs within `limits`
+    /// (see [`super::compile`]). The component stays in memory while the returned `Arc` (or a
+    /// clone) lives.
+    pub fn load(
+        &self,
+        engine: &wasmtime::Engine,
+        bytes: &[u8],
+        limits: CompileLimits,
+    ) -> Result<(Arc<Component>, CacheOutcome), CompileError> {
         let hash = Self::content_hash(bytes);
         // Two loads of the same new bytes must not both compile them: they take turns at this
         // gate, and the second finds the first's component in memory.
@@ -208,15 +217,18 @@ impl ComponentCache {
         }
         let compiled = {
             let _slot = self.compiling.lock();
-            engine.precompile_component(bytes).map_err(|e| format!("{e:#}"))?
+            super::compile::precompile(engine, bytes, limits)?
         };
         if let Some(path) = &path
             && let Err(e) = Self::store(path, &compiled)
         {
             tracing::warn!(target: "quarry::cache", "cannot write cache entry {}: {e}", path.display());
         }
-        // SAFETY: `compiled` was produced by this engine just now.
-        let c = unsafe { Component::deserialize(engine, &compiled) }.map_err(|e| format!("{e:#}"))?;
+        // SAFETY: `compiled` was produced just now by this engine, or by the compile worker:
+        // this binary, run by this user, with this engine's configuration (wasmtime checks the
+        // header, version and settings too).
+        let c = unsafe { Component::deserialize(engine, &compiled) }
+            .map_err(|e| CompileError::Invalid(format!("{e:#}")))?;
         Ok((self.remember(hash, c), CacheOutcome::Compiled))
     }
 

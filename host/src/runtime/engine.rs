@@ -17,6 +17,7 @@ use wasmtime::component::Component;
 use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{CacheOutcome, ComponentCache};
+use super::compile::{CompileError, CompileLimits};
 use crate::capability::AppStates;
 use crate::support::limits::{DEFAULT_MAX_COMPONENT_BYTES, MAX_MEMORY};
 
@@ -39,6 +40,14 @@ pub enum EngineError {
         /// Why.
         source: std::io::Error,
     },
+    /// Compiling it went over `[host] compile_memory` or `compile_timeout`, or the worker failed.
+    #[error("{path}: {source}")]
+    CompileLimit {
+        /// The file.
+        path: PathBuf,
+        /// Which limit, or what failed.
+        source: CompileError,
+    },
     /// The component file is over `[host] max_component_size`.
     #[error(
         "{path} is over {limit} bytes, [host] max_component_size: compiling it would take minutes and gigabytes; raise the limit if you trust this component"
@@ -59,6 +68,27 @@ pub enum EngineError {
     },
 }
 
+/// The engine's configuration: every setting that decides the compiled code is here, so the
+/// compile worker ([`super::compile`]) makes code this engine loads.
+pub(crate) fn config() -> Config {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(POOL_MEMORIES)
+        .total_core_instances(POOL_MEMORIES * 8)
+        .total_memories(POOL_MEMORIES)
+        .total_tables(POOL_MEMORIES * 2)
+        .total_stacks(POOL_MEMORIES)
+        .max_memories_per_component(4)
+        .max_tables_per_component(8)
+        .max_core_instances_per_component(32)
+        .max_memory_size(MAX_MEMORY as usize)
+        .table_elements(100_000);
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true)
+        .epoch_interruption(true)
+        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    cfg
+}
+
 /// The shared engine. Cheap to clone.
 #[derive(Clone)]
 pub struct QuarryEngine {
@@ -66,6 +96,7 @@ pub struct QuarryEngine {
     cache: Arc<ComponentCache>,
     yields: bool,
     max_component_bytes: u64,
+    compile_limits: CompileLimits,
     /// The capabilities' app-level state: every store made with this engine shares it.
     apps: Arc<AppStates>,
 }
@@ -78,21 +109,7 @@ impl QuarryEngine {
 
     /// [`QuarryEngine::new`], or with no disk cache at all for `None`.
     pub fn with_cache(cache_dir: Option<PathBuf>) -> Result<Self, EngineError> {
-        let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(POOL_MEMORIES)
-            .total_core_instances(POOL_MEMORIES * 8)
-            .total_memories(POOL_MEMORIES)
-            .total_tables(POOL_MEMORIES * 2)
-            .total_stacks(POOL_MEMORIES)
-            .max_memories_per_component(4)
-            .max_tables_per_component(8)
-            .max_core_instances_per_component(32)
-            .max_memory_size(MAX_MEMORY as usize)
-            .table_elements(100_000);
-        let mut cfg = Config::new();
-        cfg.wasm_component_model(true)
-            .epoch_interruption(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let cfg = config();
         let engine = wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         start_ticker(engine.weak());
         let cache = Arc::new(ComponentCache::new(cache_dir, &engine));
@@ -101,6 +118,7 @@ impl QuarryEngine {
             cache,
             yields: true,
             max_component_bytes: DEFAULT_MAX_COMPONENT_BYTES,
+            compile_limits: CompileLimits::default(),
             apps: Arc::default(),
         })
     }
@@ -115,6 +133,13 @@ impl QuarryEngine {
     /// The same engine, refusing component files over `bytes`.
     pub fn with_max_component_bytes(mut self, bytes: u64) -> Self {
         self.max_component_bytes = bytes;
+        self
+    }
+
+    /// The same engine, compiling within `limits` (where it compiles in a worker; see
+    /// [`super::compile`]).
+    pub fn with_compile_limits(mut self, limits: CompileLimits) -> Self {
+        self.compile_limits = limits;
         self
     }
 
@@ -149,9 +174,10 @@ impl QuarryEngine {
         path: &std::path::Path,
         bytes: &[u8],
     ) -> Result<(Arc<Component>, CacheOutcome), EngineError> {
-        self.cache
-            .load(&self.engine, bytes)
-            .map_err(|message| EngineError::Compile { path: path.to_path_buf(), message })
+        self.cache.load(&self.engine, bytes, self.compile_limits).map_err(|e| match e {
+            CompileError::Invalid(message) => EngineError::Compile { path: path.to_path_buf(), message },
+            source => EngineError::CompileLimit { path: path.to_path_buf(), source },
+        })
     }
 
     /// Components held in memory now (those some instance uses).

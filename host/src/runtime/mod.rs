@@ -3,6 +3,7 @@
 //! capabilities' states as one bundle), and the guarded call every guest call goes through.
 //!
 //! - [`engine`], [`cache`]: the engine (epochs, pooling allocator) and the `.cwasm` cache;
+//! - [`compile`]: compiling in a worker process under a memory and a time limit;
 //! - [`store`]: [`store::StoreState`], built from an instance's grants;
 //! - [`limiter`]: the memory grant over every memory and the host resources held;
 //! - [`guest_log`]: the guest's stderr, captured;
@@ -11,6 +12,7 @@
 //!   fairly, recycled after a fault.
 
 pub mod cache;
+pub mod compile;
 pub mod engine;
 pub mod guarded;
 pub mod guest_log;

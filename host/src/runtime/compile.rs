@@ -1,0 +1,181 @@
+//! Compiling a component under a memory and a time limit.
+//!
+//! Compiling is the one thing the host does with a component's bytes before any grant applies,
+//! and its cost is the component's to choose: a hostile 20 MiB component took 17.5 s and 1.7 GB
+//! on 2 cores, more with more cores (wasmtime spreads one compilation over all of them). So the
+//! `quarry` binary compiles in a child process of itself (`quarry __compile`, see
+//! [`child_main`]): the bytes go to its stdin, the compiled artifact comes back on its stdout,
+//! its data segment is limited to `[host] compile_memory` (`RLIMIT_DATA`: what its allocator
+//! can get; the engine's address-space reservations are not data) and it is killed at
+//! `[host] compile_timeout`. The artifact then goes through the cache as one compiled in
+//! process would (written privately, loaded only from a directory this user alone can write).
+//!
+//! A program that embeds the host as a library (the tests do) has no such binary to run: it
+//! compiles in process, bounded by `max_component_size` only, unless it calls
+//! [`use_worker`].
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The argument that makes `quarry` a compile worker.
+pub const WORKER_ARG: &str = "__compile";
+
+/// Default `[host] compile_memory`: over 4x what Quarry's largest component (chapter-rag,
+/// 5.7 MiB) takes to compile on 2 cores.
+pub const DEFAULT_COMPILE_MEMORY: u64 = 1 << 30;
+/// Default `[host] compile_timeout`: chapter-rag compiles in about 1.5 s on 2 cores.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
+
+static WORKER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Compiles in child processes of `exe` (the `quarry` binary) from now on.
+pub fn use_worker(exe: PathBuf) {
+    let _ = WORKER.set(exe);
+}
+
+/// The limits of one compilation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// Bytes the compiler may allocate.
+    pub memory: u64,
+    /// Wall-clock time it may take.
+    pub time: Duration,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        CompileLimits { memory: DEFAULT_COMPILE_MEMORY, time: DEFAULT_COMPILE_TIMEOUT }
+    }
+}
+
+/// Why a compilation gave nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CompileError {
+    /// The bytes are not a valid component for this engine (wasmtime's reason).
+    #[error("{0}")]
+    Invalid(String),
+    /// It needed more memory than allowed.
+    #[error(
+        "compiling it needs more than [host] compile_memory ({} MiB); raise that if you trust this component",
+        .0 >> 20
+    )]
+    Memory(u64),
+    /// It took longer than allowed.
+    #[error("compiling it took longer than [host] compile_timeout ({0:?}); raise that if you trust this component")]
+    Time(Duration),
+    /// The worker could not be run or ended otherwise.
+    #[error("the compile worker failed: {0}")]
+    Worker(String),
+}
+
+/// Compiles `bytes` with `engine`: in a worker process under `limits` where there is a worker,
+/// else in this process.
+pub fn precompile(engine: &wasmtime::Engine, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>, CompileError> {
+    match WORKER.get() {
+        Some(exe) => in_worker(exe, bytes, limits),
+        None => engine.precompile_component(bytes).map_err(|e| CompileError::Invalid(format!("{e:#}"))),
+    }
+}
+
+/// Exit status of a worker whose input is not a valid component (its reason on stderr).
+const EXIT_INVALID: i32 = 2;
+/// Bytes of a worker's stderr kept for a message.
+const STDERR_KEPT: u64 = 8 << 10;
+
+fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>, CompileError> {
+    let worker = |e: std::io::Error| CompileError::Worker(format!("{}: {e}", exe.display()));
+    let mut cmd = Command::new(exe);
+    cmd.arg(WORKER_ARG).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let memory = limits.memory;
+    // SAFETY: between fork and exec the closure calls only setrlimit, which is async-signal-safe,
+    // on a value built before the fork.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            let limit = libc::rlimit { rlim_cur: memory as libc::rlim_t, rlim_max: memory as libc::rlim_t };
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(worker)?;
+    let (mut stdin, mut stdout, stderr) =
+        (child.stdin.take().expect("piped"), child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    // The worker reads all its input before it writes, but its output and its messages are
+    // read on threads all the same, so that no order of events can fill a pipe and stall.
+    let out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        stdout.read_to_end(&mut v).map(|_| v)
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.take(STDERR_KEPT).read_to_string(&mut s);
+        s
+    });
+    let fed = stdin.write_all(bytes);
+    drop(stdin);
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(worker)? {
+            break status;
+        }
+        if start.elapsed() >= limits.time {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CompileError::Time(limits.time));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let artifact = out.join().map_err(|_| CompileError::Worker("its output reader panicked".into()))?;
+    let message = err.join().unwrap_or_default();
+    if status.success() {
+        fed.map_err(worker)?;
+        return artifact.map_err(worker);
+    }
+    if status.code() == Some(EXIT_INVALID) {
+        return Err(CompileError::Invalid(message.trim().to_string()));
+    }
+    // Rust's allocator reports a failed allocation and aborts; the kernel's OOM killer kills.
+    let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+    if message.contains("memory allocation of") || signal == Some(libc::SIGKILL) {
+        return Err(CompileError::Memory(limits.memory));
+    }
+    Err(CompileError::Worker(format!("{status}: {}", crate::support::text::cut(message.trim(), 1024))))
+}
+
+/// The worker's side: reads a component from stdin, compiles it with the engine `quarry`
+/// uses, writes the artifact to stdout. Returns the exit status.
+pub fn child_main() -> i32 {
+    let mut bytes = Vec::new();
+    if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
+        eprintln!("cannot read the component: {e}");
+        return 1;
+    }
+    // The engine's settings but not its pooling allocator: what is pooled is instances, which a
+    // compiler never makes, and its reservations would count against the memory limit.
+    let mut config = super::engine::config();
+    config.allocation_strategy(wasmtime::InstanceAllocationStrategy::OnDemand);
+    let engine = match wasmtime::Engine::new(&config) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("cannot configure the wasm engine: {e:#}");
+            return 1;
+        }
+    };
+    match engine.precompile_component(&bytes) {
+        Ok(artifact) => match std::io::stdout().lock().write_all(&artifact) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("cannot write the artifact: {e}");
+                1
+            }
+        },
+        Err(e) => {
+            eprintln!("{e:#}");
+            EXIT_INVALID
+        }
+    }
+}
