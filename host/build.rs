@@ -34,7 +34,11 @@ fn main() {
             if let Some(branch) = git(here, &["symbolic-ref", "-q", "HEAD"]) {
                 println!("cargo:rerun-if-changed={}", git_dir.join(branch).display());
             }
-            println!("cargo:rerun-if-changed={}", git_dir.join("packed-refs").display());
+            // Only if it is there: a missing file makes cargo run this script at every build.
+            let packed = git_dir.join("packed-refs");
+            if packed.exists() {
+                println!("cargo:rerun-if-changed={}", packed.display());
+            }
         }
         git(here, &["rev-parse", "--short=12", "HEAD"])
     });
