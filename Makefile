@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host wheel demo test lint ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval eval-docx
+.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval eval-docx
 
 setup:
 	rustup target add wasm32-wasip2
@@ -64,6 +64,11 @@ test: setup models
 	$(CARGO) test -p quarry --no-default-features --lib -- absent
 	# The install, as a user does it: the wheels into a fresh venv, no Rust on the PATH.
 	bash tests/install/run.sh
+
+# Every fuzz target for FUZZ_SECONDS (default 60) each, from the committed seeds
+# (tests/fuzz/README.md).
+fuzz:
+	bash tests/fuzz/run.sh
 
 lint: setup
 	python3 .ci/module-cycles.py

@@ -40,7 +40,7 @@ pub use {oci_client, oci_wasm};
 
 pub use credentials::auth_for;
 pub use lock::Lock;
-pub use pull::{Pulled, Puller};
+pub use pull::{Pulled, Puller, component_layer};
 pub use push::{VERSION_ANNOTATION, push};
 pub use reference::OciRef;
 pub use sign::{PublicKey, SigningKey, sign, signature_tag, verify};

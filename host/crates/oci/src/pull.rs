@@ -22,6 +22,40 @@ pub struct Pulled {
     pub fetched: bool,
 }
 
+/// The one layer of the Wasm component manifest `bytes` (whose digest is `digest`), checked:
+/// an OCI image manifest whose config is a Wasm component's, with one layer of the Wasm layer
+/// type, at most `max_bytes`, with a sha256 digest. The error says what is wrong.
+pub fn component_layer(
+    bytes: &[u8],
+    digest: &str,
+    max_bytes: u64,
+) -> Result<oci_client::manifest::OciDescriptor, String> {
+    let manifest: OciImageManifest =
+        serde_json::from_slice(bytes).map_err(|e| format!("{digest} is not an OCI image manifest ({e})"))?;
+    if manifest.config.media_type != WASM_MANIFEST_CONFIG_MEDIA_TYPE {
+        return Err(format!(
+            "{digest} is not a Wasm component: its config is {:?}, not {WASM_MANIFEST_CONFIG_MEDIA_TYPE} (push it with `quarry push`)",
+            manifest.config.media_type
+        ));
+    }
+    let [layer] = manifest.layers.as_slice() else {
+        return Err(format!("{digest} has {} layers; a Wasm component has one", manifest.layers.len()));
+    };
+    if layer.media_type != WASM_LAYER_MEDIA_TYPE {
+        return Err(format!("{digest}'s layer is {:?}, not {WASM_LAYER_MEDIA_TYPE}", layer.media_type));
+    }
+    let size = u64::try_from(layer.size).unwrap_or(u64::MAX);
+    if size > max_bytes {
+        return Err(format!(
+            "{digest}'s component is {size} bytes, over the host's max_component_size ({max_bytes} bytes); nothing was downloaded"
+        ));
+    }
+    if !is_sha256_digest(&layer.digest) {
+        return Err(format!("{digest}'s layer digest {:?} is not sha256:<64 hex digits>", layer.digest));
+    }
+    Ok(layer.clone())
+}
+
 /// Pulls components into a cache directory, at most `max_bytes` each.
 pub struct Puller {
     dir: PathBuf,
@@ -88,39 +122,8 @@ impl Puller {
                 ),
             ));
         }
-        let manifest: OciImageManifest = serde_json::from_slice(&bytes)
-            .map_err(|e| refused(r, format!("{digest} is not an OCI image manifest ({e})")))?;
-        if manifest.config.media_type != WASM_MANIFEST_CONFIG_MEDIA_TYPE {
-            return Err(refused(
-                r,
-                format!(
-                    "{digest} is not a Wasm component: its config is {:?}, not {WASM_MANIFEST_CONFIG_MEDIA_TYPE} (push it with `quarry push`)",
-                    manifest.config.media_type
-                ),
-            ));
-        }
-        let [layer] = manifest.layers.as_slice() else {
-            return Err(refused(r, format!("{digest} has {} layers; a Wasm component has one", manifest.layers.len())));
-        };
-        if layer.media_type != WASM_LAYER_MEDIA_TYPE {
-            return Err(refused(r, format!("{digest}'s layer is {:?}, not {WASM_LAYER_MEDIA_TYPE}", layer.media_type)));
-        }
+        let layer = &component_layer(&bytes, digest, self.max_bytes).map_err(|why| refused(r, why))?;
         let size = u64::try_from(layer.size).unwrap_or(u64::MAX);
-        if size > self.max_bytes {
-            return Err(refused(
-                r,
-                format!(
-                    "{digest}'s component is {size} bytes, over the host's max_component_size ({} bytes); nothing was downloaded",
-                    self.max_bytes
-                ),
-            ));
-        }
-        if !is_sha256_digest(&layer.digest) {
-            return Err(refused(
-                r,
-                format!("{digest}'s layer digest {:?} is not sha256:<64 hex digits>", layer.digest),
-            ));
-        }
         let want = &layer.digest[7..];
 
         std::fs::create_dir_all(&self.dir).map_err(|e| OciError::Cache(format!("{}: {e}", self.dir.display())))?;
