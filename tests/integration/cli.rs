@@ -227,6 +227,12 @@ fn compiling_is_bounded_in_memory_and_time() {
     let (code, out, err) = run(&env, &["call", "echo", r#"{"text":"still"}"#]);
     assert_eq!((code, out.trim()), (0, "hello still [v1]"), "{err}");
 
+    // Out of range is a config error naming the key.
+    write("compile_memory = \"1MiB\"", "chapters");
+    let (code, _, err) = run(&env, &["check"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("host.compile_memory") && err.contains("between 64MiB and 64GiB"), "{err}");
+
     // Within its limits, the same component compiles and is cached.
     write("", "chapters");
     let (_, _, err) = run(&env, &["check"]);

@@ -109,7 +109,7 @@ pub struct Config {
     pub max_component_bytes: u64,
     /// The memory and time one compilation may take (`[host] compile_memory`,
     /// `compile_timeout`).
-    pub compile_limits: crate::runtime::compile::CompileLimits,
+    pub compile_limits: crate::support::limits::CompileLimits,
     /// Tool instances by name.
     pub tools: BTreeMap<String, InstanceConfig>,
     /// Embedder instances by name.
@@ -259,7 +259,7 @@ impl Config {
                 )));
             }
         };
-        let mut compile_limits = crate::runtime::compile::CompileLimits::default();
+        let mut compile_limits = crate::support::limits::CompileLimits::default();
         match raw_host.compile_memory {
             None => {}
             Some(b) if (64 << 20..=64 << 30).contains(&b.0) => compile_limits.memory = b.0,

@@ -20,35 +20,16 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub use crate::support::limits::CompileLimits;
+
 /// The argument that makes `quarry` a compile worker.
 pub const WORKER_ARG: &str = "__compile";
-
-/// Default `[host] compile_memory`: over 4x what Quarry's largest component (chapter-rag,
-/// 5.7 MiB) takes to compile on 2 cores.
-pub const DEFAULT_COMPILE_MEMORY: u64 = 1 << 30;
-/// Default `[host] compile_timeout`: chapter-rag compiles in about 1.5 s on 2 cores.
-pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
 
 static WORKER: OnceLock<PathBuf> = OnceLock::new();
 
 /// Compiles in child processes of `exe` (the `quarry` binary) from now on.
 pub fn use_worker(exe: PathBuf) {
     let _ = WORKER.set(exe);
-}
-
-/// The limits of one compilation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CompileLimits {
-    /// Bytes the compiler may allocate.
-    pub memory: u64,
-    /// Wall-clock time it may take.
-    pub time: Duration,
-}
-
-impl Default for CompileLimits {
-    fn default() -> Self {
-        CompileLimits { memory: DEFAULT_COMPILE_MEMORY, time: DEFAULT_COMPILE_TIMEOUT }
-    }
 }
 
 /// Why a compilation gave nothing.
@@ -156,7 +137,7 @@ pub fn child_main() -> i32 {
     }
     // The engine's settings but not its pooling allocator: what is pooled is instances, which a
     // compiler never makes, and its reservations would count against the memory limit.
-    let mut config = super::engine::config();
+    let mut config = super::settings::config();
     config.allocation_strategy(wasmtime::InstanceAllocationStrategy::OnDemand);
     let engine = match wasmtime::Engine::new(&config) {
         Ok(e) => e,

@@ -14,17 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::Component;
-use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::cache::{CacheOutcome, ComponentCache};
 use super::compile::{CompileError, CompileLimits};
 use crate::capability::AppStates;
-use crate::support::limits::{DEFAULT_MAX_COMPONENT_BYTES, MAX_MEMORY};
+use crate::support::limits::DEFAULT_MAX_COMPONENT_BYTES;
 
 /// How often the epoch advances.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
-/// Memories the pool can hold at once (live instances plus recycling headroom).
-pub const POOL_MEMORIES: u32 = 256;
+pub use super::settings::POOL_MEMORIES;
 
 /// Errors building the engine or loading a component.
 #[derive(Debug, thiserror::Error)]
@@ -68,27 +66,6 @@ pub enum EngineError {
     },
 }
 
-/// The engine's configuration: every setting that decides the compiled code is here, so the
-/// compile worker ([`super::compile`]) makes code this engine loads.
-pub(crate) fn config() -> Config {
-    let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(POOL_MEMORIES)
-        .total_core_instances(POOL_MEMORIES * 8)
-        .total_memories(POOL_MEMORIES)
-        .total_tables(POOL_MEMORIES * 2)
-        .total_stacks(POOL_MEMORIES)
-        .max_memories_per_component(4)
-        .max_tables_per_component(8)
-        .max_core_instances_per_component(32)
-        .max_memory_size(MAX_MEMORY as usize)
-        .table_elements(100_000);
-    let mut cfg = Config::new();
-    cfg.wasm_component_model(true)
-        .epoch_interruption(true)
-        .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    cfg
-}
-
 /// The shared engine. Cheap to clone.
 #[derive(Clone)]
 pub struct QuarryEngine {
@@ -109,7 +86,7 @@ impl QuarryEngine {
 
     /// [`QuarryEngine::new`], or with no disk cache at all for `None`.
     pub fn with_cache(cache_dir: Option<PathBuf>) -> Result<Self, EngineError> {
-        let cfg = config();
+        let cfg = super::settings::config();
         let engine = wasmtime::Engine::new(&cfg).map_err(|e| EngineError::Config(format!("{e:#}")))?;
         start_ticker(engine.weak());
         let cache = Arc::new(ComponentCache::new(cache_dir, &engine));

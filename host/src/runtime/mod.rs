@@ -4,6 +4,7 @@
 //!
 //! - [`engine`], [`cache`]: the engine (epochs, pooling allocator) and the `.cwasm` cache;
 //! - [`compile`]: compiling in a worker process under a memory and a time limit;
+//! - [`settings`]: the engine's configuration, shared by the engine and the compile worker;
 //! - [`store`]: [`store::StoreState`], built from an instance's grants;
 //! - [`limiter`]: the memory grant over every memory and the host resources held;
 //! - [`guest_log`]: the guest's stderr, captured;
@@ -18,6 +19,7 @@ pub mod guarded;
 pub mod guest_log;
 pub mod limiter;
 pub mod pool;
+pub mod settings;
 pub mod store;
 
 pub use guarded::Fault;

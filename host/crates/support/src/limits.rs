@@ -21,6 +21,27 @@ pub const MAX_MEMORY: u64 = 4 << 30;
 /// ONNX embedder) is about 22 MiB.
 pub const DEFAULT_MAX_COMPONENT_BYTES: u64 = 64 << 20;
 
+/// Default `[host] compile_memory`: over 4x what Quarry's largest component (chapter-rag,
+/// 5.7 MiB) takes to compile on 2 cores.
+pub const DEFAULT_COMPILE_MEMORY: u64 = 1 << 30;
+/// Default `[host] compile_timeout`: chapter-rag compiles in about 1.5 s on 2 cores.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The limits of one compilation of a component (`[host] compile_memory`, `compile_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompileLimits {
+    /// Bytes the compiler may allocate.
+    pub memory: u64,
+    /// Wall-clock time it may take.
+    pub time: Duration,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        CompileLimits { memory: DEFAULT_COMPILE_MEMORY, time: DEFAULT_COMPILE_TIMEOUT }
+    }
+}
+
 /// How long a host call may take inside a call's `deadline`: a second less, or half of a short
 /// one. Time blocked in a host call is not counted by epochs, so a host call still waiting when
 /// the deadline passes is abandoned as a fault and its instance recycled: a capability's own
