@@ -110,10 +110,21 @@ impl VectorIndex {
         k: usize,
         allowed: Option<&dyn Fn(usize) -> bool>,
     ) -> Result<Vec<(usize, f32)>, DimensionMismatch> {
+        self.prepare();
+        self.nearest(query, k, allowed)
+    }
+
+    /// [`VectorIndex::search`] without building the graph first: for an index shared by readers,
+    /// [`VectorIndex::prepare`]d once when it was built.
+    pub fn nearest(
+        &self,
+        query: &[f32],
+        k: usize,
+        allowed: Option<&dyn Fn(usize) -> bool>,
+    ) -> Result<Vec<(usize, f32)>, DimensionMismatch> {
         if query.len() != self.dimension {
             return Err(DimensionMismatch { want: self.dimension, got: query.len() });
         }
-        self.prepare();
         match (&self.graph, allowed) {
             (Some(graph), None) => {
                 let mut search = Search::default();
