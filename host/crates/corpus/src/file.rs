@@ -136,8 +136,16 @@ pub fn decode(bytes: &[u8]) -> Result<Stored, String> {
 }
 
 /// Writes `stored` as its generation's file (see the module docs), then removes generations
-/// older than the one before it.
+/// older than the one before it. Call it holding the [`WriteLock`].
 pub fn write(dir: &Path, stored: &Stored) -> Result<(), CorpusError> {
+    // Called under the write lock: a temporary file here is a killed writer's, never committed.
+    for e in std::fs::read_dir(dir).map_err(io(dir))?.filter_map(Result::ok) {
+        let n = e.file_name();
+        let n = n.to_string_lossy();
+        if n.starts_with(&format!(".{PREFIX}")) && n.ends_with(".tmp") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     let target = dir.join(name(stored.number));
     let tmp = dir.join(format!(".{}.{}.tmp", name(stored.number), std::process::id()));
     let written = (|| {

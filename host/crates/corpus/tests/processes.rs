@@ -1,0 +1,102 @@
+//! The corpus across processes: writers killed with SIGKILL at any moment leave a whole
+//! generation, and two processes writing one corpus keep each other's work. The child
+//! processes are this test binary again, running [`writer`] with its orders in the environment.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use quarry_corpus::{Change, Chunk, Filter, LocalCorpus, Metric, Shape};
+
+const SHAPE: Shape = Shape { dimension: 8, metric: Metric::Cosine };
+const DIR: &str = "QUARRY_CORPUS_TEST_DIR";
+const PREFIX: &str = "QUARRY_CORPUS_TEST_PREFIX";
+const COUNT: &str = "QUARRY_CORPUS_TEST_COUNT";
+
+fn chunk(id: String, i: usize) -> Change {
+    let mut vector = vec![0.0; SHAPE.dimension];
+    vector[i % SHAPE.dimension] = 1.0;
+    Change::Upsert(Chunk {
+        text: format!("chunk {id} ").repeat(400),
+        metadata: format!("{{\"i\":{i}}}"),
+        fields: BTreeMap::from([("writer".to_string(), id.split('-').next().unwrap_or_default().to_string())]),
+        id,
+        vector,
+    })
+}
+
+/// Not a test on its own: a child's work. Commits `COUNT` chunks (or until killed), one per
+/// generation, ids `PREFIX-i`.
+#[test]
+fn writer() {
+    let Some(dir) = std::env::var_os(DIR) else { return };
+    let prefix = std::env::var(PREFIX).unwrap();
+    let count: usize = std::env::var(COUNT).unwrap().parse().unwrap();
+    let corpus = LocalCorpus::open(Path::new(&dir), SHAPE).unwrap();
+    for i in 0..count {
+        corpus.commit(vec![chunk(format!("{prefix}-{i}"), i)]).unwrap();
+    }
+}
+
+fn spawn(dir: &Path, prefix: &str, count: usize) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["writer", "--exact", "--quiet", "--test-threads=1"])
+        .env(DIR, dir)
+        .env(PREFIX, prefix)
+        .env(COUNT, count.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Killed at twenty moments during its commits, a writer leaves a corpus whose served
+/// generation is whole: no generation file is skipped as damaged, the generations only move
+/// forward, the one served holds every chunk `w-0` to `w-(len-1)`, and the searches work on
+/// it; no temporary file outlives the next commit.
+#[test]
+fn a_kill_at_any_moment_leaves_a_whole_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut last = 0;
+    for round in 0..20u64 {
+        // One writer continues the same ids: it starts over at 0 and upserts, so the count
+        // is the highest generation's.
+        let mut child = spawn(dir.path(), "w", 10_000);
+        std::thread::sleep(Duration::from_millis(20 + (round * 37) % 90));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let corpus = LocalCorpus::open(dir.path(), SHAPE).unwrap();
+        assert!(corpus.warnings().is_empty(), "round {round}: {:?}", corpus.warnings());
+        let g = corpus.snapshot();
+        assert!(g.number() >= last, "round {round}: generation {} after {last}", g.number());
+        last = g.number();
+        let ids: Vec<String> = (0..g.len()).map(|i| format!("w-{i}")).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        assert!(g.get(&refs).iter().all(Option::is_some), "round {round}: generation {} lacks a chunk", g.number());
+        assert_eq!(g.nearest(&[1.0; 8], 3, &Filter::default()).unwrap().len(), 3.min(g.len()));
+    }
+    assert!(last > 0, "no commit landed in twenty rounds");
+    // The next commit clears what killed writers left.
+    LocalCorpus::open(dir.path(), SHAPE).unwrap().commit(vec![]).unwrap();
+    let tmp = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .count();
+    assert_eq!(tmp, 0);
+}
+
+/// Two processes writing one corpus at once keep each other's work: six and six make twelve.
+#[test]
+fn two_processes_keep_each_others_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = spawn(dir.path(), "a", 6);
+    let mut b = spawn(dir.path(), "b", 6);
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let g = LocalCorpus::open(dir.path(), SHAPE).unwrap().snapshot();
+    assert_eq!((g.number(), g.len()), (12, 12));
+    for w in ["a", "b"] {
+        let only = Filter { equals: vec![("writer".into(), w.into())], prefixes: vec![] };
+        assert_eq!(g.nearest(&[1.0; 8], 12, &only).unwrap().len(), 6, "{w}");
+    }
+}
