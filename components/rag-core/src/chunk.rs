@@ -206,6 +206,10 @@ pub fn windows(text: &str, long: usize) -> Vec<&str> {
             while !text.is_char_boundary(at) {
                 at -= 1;
             }
+            if at == piece {
+                // A bound smaller than one character: the piece is that character.
+                at += text[piece..].chars().next().map_or(1, char::len_utf8);
+            }
             // The last white space of the piece, unless it is too near the start to help.
             if let Some(ws) = text[piece..at].rfind(char::is_whitespace).filter(|&w| w > long / 2) {
                 at = piece + ws + 1;
@@ -224,7 +228,9 @@ pub fn windows(text: &str, long: usize) -> Vec<&str> {
         pieces.push(&text[from..cut]);
         from = cut;
     }
-    pieces.push(&text[from..]);
+    if from < text.len() || pieces.is_empty() {
+        pieces.push(&text[from..]);
+    }
     pieces
 }
 
@@ -258,6 +264,8 @@ mod tests {
         let pieces = windows(&dense, 1001);
         assert_eq!(pieces.concat(), dense);
         assert!(pieces.iter().all(|p| p.len() <= 1001));
+        // A bound smaller than a character still ends: a character a piece.
+        assert_eq!(windows("ééé", 1), ["é", "é", "é"]);
     }
 
     /// A text of ordinary lines chunks as it did, and a long line's chunks are slices of the
