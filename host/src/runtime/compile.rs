@@ -84,21 +84,22 @@ fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>,
     }
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(worker)?;
-    let (mut stdin, mut stdout, stderr) =
+    let (mut stdin, stdout, stderr) =
         (child.stdin.take().expect("piped"), child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
-    // The worker reads all its input before it writes, but its output and its messages are
-    // read on threads all the same, so that no order of events can fill a pipe and stall.
+    // The input is written and the output and messages read on threads, so that no order of
+    // events can fill a pipe and stall, and the time limit below holds whatever the worker does.
+    // What it answers is at most what it may allocate.
+    let bytes = bytes.to_vec();
+    let feed = std::thread::spawn(move || stdin.write_all(&bytes));
     let out = std::thread::spawn(move || {
         let mut v = Vec::new();
-        stdout.read_to_end(&mut v).map(|_| v)
+        stdout.take(memory).read_to_end(&mut v).map(|_| v)
     });
     let err = std::thread::spawn(move || {
         let mut s = String::new();
         let _ = stderr.take(STDERR_KEPT).read_to_string(&mut s);
         s
     });
-    let fed = stdin.write_all(bytes);
-    drop(stdin);
     let status = loop {
         if let Some(status) = child.try_wait().map_err(worker)? {
             break status;
@@ -110,6 +111,7 @@ fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>,
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    let fed = feed.join().map_err(|_| CompileError::Worker("its input writer panicked".into()))?;
     let artifact = out.join().map_err(|_| CompileError::Worker("its output reader panicked".into()))?;
     let message = err.join().unwrap_or_default();
     if status.success() {
