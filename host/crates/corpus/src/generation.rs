@@ -74,56 +74,6 @@ impl Generation {
         Generation { stored, by_id, vectors, bm25: OnceLock::new() }
     }
 
-    /// A copy to build the next generation on.
-    pub(crate) fn clone_stored(&self) -> Generation {
-        Generation::build(self.stored.clone())
-    }
-
-    /// The next generation: this one with `changes` applied in order.
-    pub(crate) fn apply(self, changes: Vec<Change>) -> Generation {
-        let Generation { mut stored, mut by_id, .. } = self;
-        let d = stored.shape.dimension;
-        let mut removed = vec![false; stored.chunks.len()];
-        for change in changes {
-            match change {
-                Change::Upsert(c) => {
-                    let vector = match stored.shape.metric {
-                        Metric::Cosine => normalised(c.vector),
-                        Metric::Dot => c.vector,
-                    };
-                    let chunk = StoredChunk { id: c.id, text: c.text, metadata: c.metadata, fields: c.fields };
-                    match by_id.get(&chunk.id) {
-                        Some(&i) => {
-                            stored.vectors[i * d..(i + 1) * d].copy_from_slice(&vector);
-                            stored.chunks[i] = chunk;
-                            removed[i] = false;
-                        }
-                        None => {
-                            by_id.insert(chunk.id.clone(), stored.chunks.len());
-                            stored.chunks.push(chunk);
-                            stored.vectors.extend_from_slice(&vector);
-                            removed.push(false);
-                        }
-                    }
-                }
-                Change::Remove(id) => {
-                    if let Some(&i) = by_id.get(&id) {
-                        removed[i] = true;
-                    }
-                }
-            }
-        }
-        let mut next =
-            Stored { number: stored.number + 1, shape: stored.shape, chunks: Vec::new(), vectors: Vec::new() };
-        for (i, c) in stored.chunks.into_iter().enumerate() {
-            if !removed[i] {
-                next.chunks.push(c);
-                next.vectors.extend_from_slice(&stored.vectors[i * d..(i + 1) * d]);
-            }
-        }
-        Generation::build(next)
-    }
-
     pub(crate) fn stored(&self) -> &Stored {
         &self.stored
     }
@@ -180,4 +130,51 @@ impl Generation {
         let allowed = (!filter.is_empty()).then_some(&allowed as &dyn Fn(usize) -> bool);
         bm25.search(query, k, allowed).into_iter().map(|(i, score)| Hit { chunk: &chunks[i], score }).collect()
     }
+}
+
+/// The generation after `stored`: `changes` applied in order, the number one more. Vectors of a
+/// cosine corpus are stored normalised.
+pub(crate) fn apply(stored: &Stored, changes: Vec<Change>) -> Stored {
+    let d = stored.shape.dimension;
+    let mut chunks = stored.chunks.clone();
+    let mut vectors = stored.vectors.clone();
+    let mut by_id: HashMap<String, usize> = chunks.iter().enumerate().map(|(i, c)| (c.id.clone(), i)).collect();
+    let mut removed = vec![false; chunks.len()];
+    for change in changes {
+        match change {
+            Change::Upsert(c) => {
+                let vector = match stored.shape.metric {
+                    Metric::Cosine => normalised(c.vector),
+                    Metric::Dot => c.vector,
+                };
+                let chunk = StoredChunk { id: c.id, text: c.text, metadata: c.metadata, fields: c.fields };
+                match by_id.get(&chunk.id) {
+                    Some(&i) => {
+                        vectors[i * d..(i + 1) * d].copy_from_slice(&vector);
+                        chunks[i] = chunk;
+                        removed[i] = false;
+                    }
+                    None => {
+                        by_id.insert(chunk.id.clone(), chunks.len());
+                        chunks.push(chunk);
+                        vectors.extend_from_slice(&vector);
+                        removed.push(false);
+                    }
+                }
+            }
+            Change::Remove(id) => {
+                if let Some(&i) = by_id.get(&id) {
+                    removed[i] = true;
+                }
+            }
+        }
+    }
+    let mut next = Stored { number: stored.number + 1, shape: stored.shape, chunks: Vec::new(), vectors: Vec::new() };
+    for (i, c) in chunks.into_iter().enumerate() {
+        if !removed[i] {
+            next.chunks.push(c);
+            next.vectors.extend_from_slice(&vectors[i * d..(i + 1) * d]);
+        }
+    }
+    next
 }

@@ -41,6 +41,9 @@ pub enum Metric {
     Dot,
 }
 
+/// The most floats a vector may have (OpenAI's largest embeddings have 3,072).
+pub const MAX_DIMENSION: usize = 16_384;
+
 /// What a corpus's vectors are: their dimension and how they are compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
@@ -101,6 +104,12 @@ pub enum CorpusError {
         /// How the caller compares them.
         metric: Metric,
     },
+    /// A corpus was asked for with a dimension no vector can have.
+    #[error("a corpus holds vectors of 1 to {MAX_DIMENSION} dimensions, not {asked}")]
+    Dimensions {
+        /// The dimension asked for.
+        asked: usize,
+    },
     /// A chunk's vector has another dimension than the corpus's.
     #[error("chunk {id:?} has a {got}-dimensional vector; the corpus holds {want}-dimensional ones")]
     Dimension {
@@ -133,6 +142,9 @@ impl LocalCorpus {
     /// Opens (creating it if needed) the corpus in `dir` for vectors of `shape`: the newest
     /// generation on disk that checks out, or an empty one.
     pub fn open(dir: &Path, shape: Shape) -> Result<LocalCorpus, CorpusError> {
+        if !(1..=MAX_DIMENSION).contains(&shape.dimension) {
+            return Err(CorpusError::Dimensions { asked: shape.dimension });
+        }
         std::fs::create_dir_all(dir).map_err(|source| CorpusError::Io { dir: dir.to_path_buf(), source })?;
         let (latest, warnings) = file::latest(dir)?;
         let generation = match latest {
@@ -187,14 +199,12 @@ impl LocalCorpus {
         // Another process may have committed since: its generation is the base.
         let mine = self.snapshot();
         let newer = file::numbers(&self.dir)?.first().is_some_and(|&n| n > mine.number());
-        let base = match newer.then(|| file::latest(&self.dir)).transpose()?.and_then(|(s, _)| s) {
-            Some(stored) if stored.number > mine.number() => Generation::build(stored),
-            _ => mine.clone_stored(),
-        };
-        let next = base.apply(changes);
-        file::write(&self.dir, next.stored())?;
-        let number = next.number();
-        *self.current.write() = Arc::new(next);
+        let theirs = newer.then(|| file::latest(&self.dir)).transpose()?.and_then(|(s, _)| s);
+        let base = theirs.as_ref().filter(|s| s.number > mine.number()).unwrap_or(mine.stored());
+        let next = generation::apply(base, changes);
+        file::write(&self.dir, &next)?;
+        let number = next.number;
+        *self.current.write() = Arc::new(Generation::build(next));
         Ok(number)
     }
 }
@@ -327,6 +337,8 @@ mod tests {
         let e = corpus.commit(vec![bad]).unwrap_err();
         assert!(e.to_string().contains("chunk \"x\" has a 1-dimensional vector"), "{e}");
         assert_eq!(corpus.snapshot().number(), 1);
+        let e = LocalCorpus::open(dir.path(), Shape { dimension: 0, metric: Metric::Cosine }).err().unwrap();
+        assert!(e.to_string().contains("1 to 16384 dimensions, not 0"), "{e}");
         let e = corpus.snapshot().nearest(&[1.0, 0.0], 1, &Filter::default()).unwrap_err();
         assert!(e.to_string().contains("query vector has 2 dimensions"), "{e}");
     }
