@@ -216,7 +216,7 @@ impl Registry {
         let mut failures = Vec::new();
         let mut cfgs = cfgs.into_iter();
         // As many tries as instances until one compiles: each failing instance gets its own error.
-        let version = loop {
+        let (version, first) = loop {
             let Some(cfg) = cfgs.next() else { return failures };
             match ComponentVersion::load(&self.engine, &self.linker, &path).await {
                 Ok(v) => break (v, cfg),
@@ -227,7 +227,6 @@ impl Registry {
                 }
             }
         };
-        let (version, first) = version;
         let mut tasks = tokio::task::JoinSet::new();
         for cfg in std::iter::once(first).chain(cfgs) {
             let (this, version, path) = (self.clone(), version.clone(), path.clone());
