@@ -26,9 +26,10 @@ fn chunk(id: String, i: usize) -> Change {
     })
 }
 
-/// Not a test on its own: a child's work. Commits `COUNT` chunks (or until killed), one per
-/// generation, ids `PREFIX-i`.
+/// Not a test on its own: a child's work, run by the tests below with `--ignored`. Commits
+/// `COUNT` chunks (or until killed), one per generation, ids `PREFIX-i`.
 #[test]
+#[ignore = "a child process's work, run by the tests of this file"]
 fn writer() {
     let Some(dir) = std::env::var_os(DIR) else { return };
     let prefix = std::env::var(PREFIX).unwrap();
@@ -41,7 +42,7 @@ fn writer() {
 
 fn spawn(dir: &Path, prefix: &str, count: usize) -> Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["writer", "--exact", "--quiet", "--test-threads=1"])
+        .args(["writer", "--exact", "--ignored", "--quiet", "--test-threads=1"])
         .env(DIR, dir)
         .env(PREFIX, prefix)
         .env(COUNT, count.to_string())
