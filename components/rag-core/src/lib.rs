@@ -8,6 +8,8 @@
 //!   (`instant-distance`) above;
 //! - [`bm25`]: a keyword leg, and [`fuse`]: reciprocal rank fusion of the legs;
 //! - [`pyjson`]: JSON as Python's `json.dumps(indent=2)` writes it, keys in their order;
+//! - [`corpus`]: a corpus of chunks a tool writes in batches and searches (kept by the host
+//!   through WIT's `corpus`, or by the tool itself), and the generation both keepers search;
 //! - [`store`]: the index of documents and chunks, keyed by content hash + model id + chunking
 //!   parameters, in a versioned file written atomically.
 
@@ -15,6 +17,7 @@
 
 pub mod bm25;
 pub mod chunk;
+pub mod corpus;
 pub mod fuse;
 pub mod hybrid;
 pub mod pyjson;

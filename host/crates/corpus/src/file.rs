@@ -1,8 +1,8 @@
 //! Generation files: `gen-NNNNNNNNNNNNNNNNNNNN.qcorpus` in the corpus's directory.
 //!
 //! Format, version [`VERSION`]: the magic `QCORPUS\0`, the version (u32 LE), the header length
-//! (u64 LE), the header (JSON: the generation's number, the shape, the chunks without their
-//! vectors), the vectors (f32 LE, one per chunk, in order), then the SHA-256 of everything
+//! (u64 LE), the header (JSON: the generation's number, the shape, the writers' notes, the chunks
+//! without their vectors), the vectors (f32 LE, one per chunk, in order), then the SHA-256 of everything
 //! before it. A file is written under a temporary name, synced, renamed into place, and the
 //! directory synced; the generation before it is kept, older ones removed.
 
@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{CorpusError, Shape};
+use rag_core::corpus::{Collection, Entry, Shape};
+
+use crate::CorpusError;
 
 const MAGIC: &[u8; 8] = b"QCORPUS\0";
 /// The format this build reads and writes.
@@ -21,30 +23,12 @@ pub const VERSION: u32 = 1;
 const PREFIX: &str = "gen-";
 const SUFFIX: &str = ".qcorpus";
 
-/// A chunk as stored, its vector apart.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct StoredChunk {
-    pub id: String,
-    pub text: String,
-    pub metadata: String,
-    pub fields: std::collections::BTreeMap<String, String>,
-}
-
-/// A generation as stored.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Stored {
-    pub number: u64,
-    pub shape: Shape,
-    pub chunks: Vec<StoredChunk>,
-    /// `chunks.len() * shape.dimension` floats.
-    pub vectors: Vec<f32>,
-}
-
 #[derive(Serialize, Deserialize)]
 struct Header {
     number: u64,
     shape: Shape,
-    chunks: Vec<StoredChunk>,
+    notes: String,
+    chunks: Vec<Entry>,
 }
 
 fn io(dir: &Path) -> impl Fn(std::io::Error) -> CorpusError + '_ {
@@ -71,15 +55,15 @@ pub fn numbers(dir: &Path) -> Result<Vec<u64>, CorpusError> {
 }
 
 /// The newest generation in `dir` that checks out, and why each newer one did not.
-pub fn latest(dir: &Path) -> Result<(Option<Stored>, Vec<String>), CorpusError> {
+pub fn latest(dir: &Path) -> Result<(Option<Collection>, Vec<String>), CorpusError> {
     let mut warnings = Vec::new();
     for n in numbers(dir)? {
         let path = dir.join(name(n));
         match std::fs::read(&path) {
             Ok(bytes) => match decode(&bytes) {
-                Ok(stored) if stored.number == n => return Ok((Some(stored), warnings)),
+                Ok(stored) if stored.number() == n => return Ok((Some(stored), warnings)),
                 Ok(stored) => {
-                    warnings.push(format!("{}: says it is generation {}; skipped", path.display(), stored.number))
+                    warnings.push(format!("{}: says it is generation {}; skipped", path.display(), stored.number()))
                 }
                 Err(why) => warnings.push(format!("{}: {why}; skipped", path.display())),
             },
@@ -92,15 +76,20 @@ pub fn latest(dir: &Path) -> Result<(Option<Stored>, Vec<String>), CorpusError> 
 }
 
 /// The bytes of `stored`.
-pub fn encode(stored: &Stored) -> Vec<u8> {
-    let header = Header { number: stored.number, shape: stored.shape, chunks: stored.chunks.clone() };
+pub fn encode(stored: &Collection) -> Vec<u8> {
+    let header = Header {
+        number: stored.number(),
+        shape: stored.shape(),
+        notes: stored.notes().to_string(),
+        chunks: stored.entries().to_vec(),
+    };
     let header = serde_json::to_vec(&header).expect("a header of strings and numbers serialises");
-    let mut bytes = Vec::with_capacity(20 + header.len() + stored.vectors.len() * 4 + 32);
+    let mut bytes = Vec::with_capacity(20 + header.len() + stored.vectors().len() * 4 + 32);
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&VERSION.to_le_bytes());
     bytes.extend_from_slice(&(header.len() as u64).to_le_bytes());
     bytes.extend_from_slice(&header);
-    for x in &stored.vectors {
+    for x in stored.vectors() {
         bytes.extend_from_slice(&x.to_le_bytes());
     }
     let sum = Sha256::digest(&bytes);
@@ -108,8 +97,8 @@ pub fn encode(stored: &Stored) -> Vec<u8> {
     bytes
 }
 
-/// `bytes` as a generation, or what is wrong with them.
-pub fn decode(bytes: &[u8]) -> Result<Stored, String> {
+/// `bytes` as a generation (its kNN index built), or what is wrong with them.
+pub fn decode(bytes: &[u8]) -> Result<Collection, String> {
     if bytes.len() < 20 + 32 || &bytes[..8] != MAGIC {
         return Err("not a Quarry corpus generation".into());
     }
@@ -132,12 +121,15 @@ pub fn decode(bytes: &[u8]) -> Result<Stored, String> {
         return Err(format!("{} bytes of vectors for {} chunks", raw.len(), header.chunks.len()));
     }
     let vectors = raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))).collect();
-    Ok(Stored { number: header.number, shape: header.shape, chunks: header.chunks, vectors })
+    if !(1..=rag_core::corpus::MAX_DIMENSION).contains(&header.shape.dimension) {
+        return Err(format!("{} dimensions", header.shape.dimension));
+    }
+    Collection::from_parts(header.number, header.shape, header.notes, header.chunks, vectors).map_err(|e| e.to_string())
 }
 
 /// Writes `stored` as its generation's file (see the module docs), then removes generations
 /// older than the one before it. Call it holding the [`WriteLock`].
-pub fn write(dir: &Path, stored: &Stored) -> Result<(), CorpusError> {
+pub fn write(dir: &Path, stored: &Collection) -> Result<(), CorpusError> {
     // Called under the write lock: a temporary file here is a killed writer's, never committed.
     for e in std::fs::read_dir(dir).map_err(io(dir))?.filter_map(Result::ok) {
         let n = e.file_name();
@@ -146,8 +138,8 @@ pub fn write(dir: &Path, stored: &Stored) -> Result<(), CorpusError> {
             let _ = std::fs::remove_file(e.path());
         }
     }
-    let target = dir.join(name(stored.number));
-    let tmp = dir.join(format!(".{}.{}.tmp", name(stored.number), std::process::id()));
+    let target = dir.join(name(stored.number()));
+    let tmp = dir.join(format!(".{}.{}.tmp", name(stored.number()), std::process::id()));
     let written = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(&encode(stored))?;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use quarry_corpus::{Change, Chunk, Filter, LocalCorpus, Metric, Shape};
+use quarry_corpus::{Change, Filter, LocalCorpus, Metric, Record, Shape};
 
 const SHAPE: Shape = Shape { dimension: 8, metric: Metric::Cosine };
 const DIR: &str = "QUARRY_CORPUS_TEST_DIR";
@@ -17,10 +17,10 @@ const COUNT: &str = "QUARRY_CORPUS_TEST_COUNT";
 fn chunk(id: String, i: usize) -> Change {
     let mut vector = vec![0.0; SHAPE.dimension];
     vector[i % SHAPE.dimension] = 1.0;
-    Change::Upsert(Chunk {
+    Change::Upsert(Record {
         text: format!("chunk {id} ").repeat(400),
         metadata: format!("{{\"i\":{i}}}"),
-        fields: BTreeMap::from([("writer".to_string(), id.split('-').next().unwrap_or_default().to_string())]),
+        fields: BTreeMap::from([("writer".to_string(), vec![id.split('-').next().unwrap_or_default().to_string()])]),
         id,
         vector,
     })
@@ -36,7 +36,7 @@ fn writer() {
     let count: usize = std::env::var(COUNT).unwrap().parse().unwrap();
     let corpus = LocalCorpus::open(Path::new(&dir), SHAPE).unwrap();
     for i in 0..count {
-        corpus.commit(vec![chunk(format!("{prefix}-{i}"), i)]).unwrap();
+        corpus.commit(vec![chunk(format!("{prefix}-{i}"), i)], None).unwrap();
     }
 }
 
@@ -71,14 +71,13 @@ fn a_kill_at_any_moment_leaves_a_whole_generation() {
         let g = corpus.snapshot();
         assert!(g.number() >= last, "round {round}: generation {} after {last}", g.number());
         last = g.number();
-        let ids: Vec<String> = (0..g.len()).map(|i| format!("w-{i}")).collect();
-        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-        assert!(g.get(&refs).iter().all(Option::is_some), "round {round}: generation {} lacks a chunk", g.number());
-        assert_eq!(g.nearest(&[1.0; 8], 3, &Filter::default()).unwrap().len(), 3.min(g.len()));
+        let ids: Vec<String> = (0..g.entries().len()).map(|i| format!("w-{i}")).collect();
+        assert!(g.get(&ids).iter().all(Option::is_some), "round {round}: generation {} lacks a chunk", g.number());
+        assert_eq!(g.nearest(&[1.0; 8], 3, &Filter::all()).unwrap().len(), 3.min(g.entries().len()));
     }
     assert!(last > 0, "no commit landed in twenty rounds");
     // The next commit clears what killed writers left.
-    LocalCorpus::open(dir.path(), SHAPE).unwrap().commit(vec![]).unwrap();
+    LocalCorpus::open(dir.path(), SHAPE).unwrap().commit(vec![], None).unwrap();
     let tmp = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(Result::ok)
@@ -95,9 +94,9 @@ fn two_processes_keep_each_others_work() {
     let mut b = spawn(dir.path(), "b", 6);
     assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
     let g = LocalCorpus::open(dir.path(), SHAPE).unwrap().snapshot();
-    assert_eq!((g.number(), g.len()), (12, 12));
+    assert_eq!((g.number(), g.entries().len()), (12, 12));
     for w in ["a", "b"] {
-        let only = Filter { equals: vec![("writer".into(), w.into())], prefixes: vec![] };
+        let only = Filter::exact("writer", w);
         assert_eq!(g.nearest(&[1.0; 8], 12, &only).unwrap().len(), 6, "{w}");
     }
 }
