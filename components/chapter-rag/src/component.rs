@@ -6,9 +6,10 @@ wit_bindgen::generate!({
     world: "chapter-rag",
     // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.3.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.3.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.3.0": tool_guest::progress,
+        "quarry:retrieval/types@0.4.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.4.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.4.0": tool_guest::progress,
+        "quarry:retrieval/corpus@0.4.0": tool_guest::corpus,
     },
     generate_all,
 });

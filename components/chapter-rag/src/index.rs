@@ -1,21 +1,29 @@
 //! Building the index of a manual: tree, chunks capped to the embedder's window, vectors (only
-//! for text the previous index did not have), BM25, and a health check that every chapter has
-//! chunks.
+//! for text an earlier build did not have), and a health check that every chapter has chunks.
+//! The chunks, their vectors and their keywords go into a corpus ([`rag_core::corpus`]): the
+//! host's, shared by every instance that opens it, or the tool's own.
 //!
 //! A chunk's vectors are keyed by the sha256 of the text embedded for it (its heading path line
 //! and its text), so after an edit only the chunks whose text changed are embedded again, even
 //! when chapter ids shift.
+//!
+//! In the corpus, a build is known by its key ([`build_key`]: the manual's bytes, the chunking,
+//! the model). Its chunks are `KEY#POSITION`, with the fields `source` (the manual), `build`
+//! (the key) and `within` (the ids of every chapter the chunk lies in, and of their ancestors),
+//! which searches filter by. A build replaces the chunks of earlier builds of its manual in one
+//! commit.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
+use std::rc::Rc;
 use std::time::Instant;
 
-use rag_core::bm25::Bm25;
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
+use rag_core::corpus::{Corpus, Fields, Filter, Record, Writer};
 use rag_core::store::{Index, content_hash};
 use serde::Serialize;
 use serde_json::json;
-use tool_guest::tool::ToolError;
+use tool_guest::tool::{ToolError, corpus_error};
 
 use crate::env::Env;
 use crate::manual::Manual;
@@ -24,6 +32,8 @@ use crate::units::{self, Params, Piece};
 
 /// Texts per embedder call.
 const EMBED_BATCH: usize = 32;
+/// Chunks per corpus call (an upsert, a get): each call stays well under the host's limits.
+const CORPUS_BATCH: usize = 256;
 /// Rounds of re-splitting chunks that overflow the embedder's window.
 const CAP_ROUNDS: usize = 4;
 
@@ -71,7 +81,7 @@ pub struct Report {
     pub warning: Option<String>,
 }
 
-/// A manual, its tree, its chunks and their index.
+/// A manual, its tree, its chunks, and the corpus that holds their vectors and keywords.
 pub struct Built {
     /// The manual's source (a path).
     pub source: String,
@@ -81,14 +91,98 @@ pub struct Built {
     pub sha256: String,
     /// The chapter tree.
     pub tree: Tree,
-    /// Chunks, in the index's order.
+    /// Chunks, by position (the `POSITION` of their ids).
     pub chunks: Vec<Chunk>,
-    /// Vectors and stored chunks.
-    pub index: Index,
-    /// Keywords of each chunk's path and text.
-    pub bm25: Bm25,
+    /// The build's key: its chunks' `build` field.
+    pub key: String,
+    /// The corpus holding them.
+    pub corpus: Rc<dyn Corpus>,
     /// What the build did.
     pub report: Report,
+}
+
+impl Built {
+    /// The filter of this build's chunks.
+    pub fn filter(&self) -> Filter {
+        Filter::exact("build", &self.key)
+    }
+
+    /// The position of the chunk with corpus id `id`.
+    pub fn position(&self, id: &str) -> Result<usize, ToolError> {
+        id.strip_prefix(self.key.as_str())
+            .and_then(|rest| rest.strip_prefix('#'))
+            .and_then(|p| p.parse::<usize>().ok())
+            .filter(|&p| p < self.chunks.len())
+            .ok_or_else(|| ToolError::Internal(format!("the corpus returned chunk {id:?}, not one of this build's")))
+    }
+}
+
+/// The key of the build of `text` with `params` and `model`: the `build` field of its chunks.
+pub fn build_key(text: &str, params: &Params, model: &str) -> String {
+    let mut k = content_hash(format!("{}\n{}\n{model}", content_hash(text.as_bytes()), params.key()).as_bytes());
+    k.truncate(24);
+    k
+}
+
+/// Vectors and token counts an earlier build has, by the sha256 of the text embedded
+/// (`esha`): a build embeds and counts only what they lack.
+#[derive(Default)]
+pub struct Reuse {
+    known: HashMap<String, (Vec<f32>, u32)>,
+}
+
+fn known_of(meta: &serde_json::Value) -> Option<(String, u32)> {
+    Some((meta.get("esha")?.as_str()?.to_string(), meta.get("tokens")?.as_u64()? as u32))
+}
+
+impl Reuse {
+    /// What an index file (the tool's own index of earlier versions) has.
+    pub fn from_index(index: &Index) -> Reuse {
+        let mut known = HashMap::new();
+        for (i, c) in index.chunks().iter().enumerate() {
+            if let Some((k, n)) = known_of(&c.meta) {
+                known.insert(k, (index.vector(i).to_vec(), n));
+            }
+        }
+        Reuse { known }
+    }
+
+    /// What the corpus has for earlier builds of `source`.
+    pub fn from_corpus(corpus: &dyn Corpus, source: &str) -> Result<Reuse, ToolError> {
+        let mut known = HashMap::new();
+        for batch in all_ids(corpus, &Filter::exact("source", source))?.chunks(CORPUS_BATCH) {
+            for r in corpus.get(batch).map_err(corpus_error)?.into_iter().flatten() {
+                let meta: serde_json::Value = serde_json::from_str(&r.metadata).unwrap_or_default();
+                if let Some((k, n)) = known_of(&meta) {
+                    known.insert(k, (r.vector, n));
+                }
+            }
+        }
+        Ok(Reuse { known })
+    }
+
+    /// How many vectors it has.
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
+    }
+}
+
+/// Every id `filter` lets through, in order.
+fn all_ids(corpus: &dyn Corpus, filter: &Filter) -> Result<Vec<String>, ToolError> {
+    let mut ids = Vec::new();
+    loop {
+        let page = corpus.list(filter, ids.len(), 4096).map_err(corpus_error)?;
+        let done = page.len() < 4096;
+        ids.extend(page);
+        if done {
+            return Ok(ids);
+        }
+    }
 }
 
 fn ms(since: Instant) -> u64 {
@@ -104,14 +198,19 @@ fn embed_text(tree: &Tree, p: &Piece) -> String {
     format!("{}\n{}", path_line(tree, p.chapter), p.text)
 }
 
-/// Builds the index of `text`. Vectors for chunk texts that `previous` holds are reused.
+/// Builds the index of `manual` into `corpus`, under the write lease `writer` (the caller
+/// commits): its chunks are upserted and those of earlier builds of the manual removed. Vectors
+/// and token counts that `reuse` has are not asked for again.
+#[expect(clippy::too_many_arguments, reason = "the build's inputs, each its own")]
 pub fn build(
     env: &dyn Env,
     source: &str,
     manual: Manual,
     params: &Params,
     max_headings: usize,
-    previous: Option<&Index>,
+    reuse: &Reuse,
+    corpus: Rc<dyn Corpus>,
+    writer: &mut dyn Writer,
 ) -> Result<Built, ToolError> {
     let t = Instant::now();
     let tree = manual.tree(max_headings).map_err(|e| ToolError::InvalidArgs(format!("{source}: {e}")))?;
@@ -127,16 +226,7 @@ pub fn build(
     // Token counts the previous index already has, and those of earlier rounds (by embedded
     // text), are not asked again: after a small edit, counting is most of the rebuild, and each
     // round re-splits only the few chunks that overflow.
-    let mut known_tokens: HashMap<String, u32> = HashMap::new();
-    if let Some(prev) = previous {
-        for c in prev.chunks() {
-            if let (Some(k), Some(n)) =
-                (c.meta.get("esha").and_then(|v| v.as_str()), c.meta.get("tokens").and_then(|v| v.as_u64()))
-            {
-                known_tokens.insert(k.to_string(), n as u32);
-            }
-        }
-    }
+    let mut known_tokens: HashMap<String, u32> = reuse.known.iter().map(|(k, (_, n))| (k.clone(), *n)).collect();
     let mut counts = Vec::new();
     for round in 0..=CAP_ROUNDS {
         let texts: Vec<String> = pieces.iter().map(|p| embed_text(&tree, p)).collect();
@@ -189,16 +279,7 @@ pub fn build(
     let t = Instant::now();
     let texts: Vec<String> = pieces.iter().map(|p| embed_text(&tree, p)).collect();
     let keys: Vec<String> = texts.iter().map(|s| content_hash(s.as_bytes())).collect();
-    let mut known: HashMap<&str, usize> = HashMap::new();
-    if let Some(prev) = previous {
-        for (i, c) in prev.chunks().iter().enumerate() {
-            if let Some(k) = c.meta.get("esha").and_then(|v| v.as_str()) {
-                known.insert(k, i);
-            }
-        }
-    }
-    let mut vectors: Vec<Option<Vec<f32>>> =
-        keys.iter().map(|k| previous.zip(known.get(k.as_str())).map(|(prev, &i)| prev.vector(i).to_vec())).collect();
+    let mut vectors: Vec<Option<Vec<f32>>> = keys.iter().map(|k| reuse.known.get(k).map(|(v, _)| v.clone())).collect();
     let todo: Vec<usize> = (0..pieces.len()).filter(|&i| vectors[i].is_none()).collect();
     let task = format!("embedding {source}");
     env.progress(&task, 0, todo.len() as u64, "chunks");
@@ -223,11 +304,16 @@ pub fn build(
     report.embed_ms = ms(t);
 
     // Chunks in document order, numbered within their chapter.
+    let key = build_key(&text, params, &model.id);
     let line_index = tree::Lines::new(&text);
     let mut next = vec![0usize; tree.nodes.len()];
     let mut chunks = Vec::with_capacity(pieces.len());
-    let mut stored = Vec::with_capacity(pieces.len());
-    for (k, p) in pieces.into_iter().enumerate() {
+    let mut records = Vec::with_capacity(pieces.len());
+    let vectors: Vec<Vec<f32>> = vectors
+        .into_iter()
+        .collect::<Option<_>>()
+        .ok_or_else(|| ToolError::Internal("a chunk was left without a vector".into()))?;
+    for (k, (p, vector)) in pieces.into_iter().zip(vectors).enumerate() {
         let chunk_index = next[p.chapter];
         next[p.chapter] += 1;
         let node = &tree.nodes[p.chapter];
@@ -245,7 +331,14 @@ pub fn build(
             "esha": keys[k],
         });
         *report.per_chapter.entry(tree.nodes[tree.top(p.chapter)].id.clone()).or_insert(0) += 1;
-        stored.push((p.text.clone(), meta));
+        records.push(Record {
+            id: format!("{key}#{k}"),
+            // What BM25 reads: the heading path, then the text.
+            text: texts[k].clone(),
+            vector,
+            metadata: meta.to_string(),
+            fields: fields(&tree, source, &key, &p.chapters),
+        });
         chunks.push(Chunk {
             text: p.text,
             range: p.range,
@@ -256,63 +349,117 @@ pub fn build(
         });
     }
     report.chunks = chunks.len();
-    let vectors: Vec<Vec<f32>> = vectors
-        .into_iter()
-        .collect::<Option<_>>()
-        .ok_or_else(|| ToolError::Internal("a chunk was left without a vector".into()))?;
     let sha256 = content_hash(text.as_bytes());
+    // Earlier builds of this manual go in the same commit as this one arrives.
+    let fresh: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    let stale: Vec<String> =
+        all_ids(&*corpus, &Filter::exact("source", source))?.into_iter().filter(|id| !fresh.contains(id.as_str())).collect();
+    writer.remove(stale).map_err(corpus_error)?;
+    let mut records = records.into_iter().peekable();
+    while records.peek().is_some() {
+        writer.upsert(records.by_ref().take(CORPUS_BATCH).collect()).map_err(corpus_error)?;
+    }
+    Ok(Built { source: source.to_string(), text, sha256, tree, chunks, key, corpus, report })
+}
+
+/// A chunk's filter fields: its manual, its build, and every chapter it lies in with their
+/// ancestors (so that "inside chapter 3" is one exact match).
+fn fields(tree: &Tree, source: &str, key: &str, chapters: &[usize]) -> Fields {
+    let mut within = std::collections::BTreeSet::new();
+    for &c in chapters {
+        let mut at = Some(c);
+        while let Some(n) = at {
+            within.insert(tree.nodes[n].id.clone());
+            at = tree.nodes[n].parent;
+        }
+    }
+    Fields::from([
+        ("source".to_string(), vec![source.to_string()]),
+        ("build".to_string(), vec![key.to_string()]),
+        ("within".to_string(), within.into_iter().collect()),
+    ])
+}
+
+/// An index file of `built`'s chunks and vectors (for a tool that keeps its own corpus and an
+/// `index_dir`: the next start reuses its vectors).
+pub fn to_index(built: &Built, model: &tool_guest::tool::Model) -> Result<Index, ToolError> {
+    let ids: Vec<String> = (0..built.chunks.len()).map(|i| format!("{}#{i}", built.key)).collect();
+    let mut stored = Vec::with_capacity(ids.len());
+    let mut vectors = Vec::with_capacity(ids.len());
+    for batch in ids.chunks(CORPUS_BATCH) {
+        for r in built.corpus.get(batch).map_err(corpus_error)? {
+            let r = r.ok_or_else(|| ToolError::Internal("a chunk of this build is not in its corpus".into()))?;
+            stored.push((r.text, serde_json::from_str(&r.metadata).unwrap_or_default()));
+            vectors.push(r.vector);
+        }
+    }
     let mut index = Index::new(&model.id, model.dimension);
     index
-        .put(source, &sha256, &params.key(), stored, &vectors)
-        .map_err(|e| ToolError::Upstream(format!("the embedder's vectors do not fit the index: {e}")))?;
-    let bm25 = keywords(&tree, &chunks);
-    Ok(Built { source: source.to_string(), text, sha256, tree, chunks, index, bm25, report })
+        .put(&built.source, &built.sha256, &built.key, stored, &vectors)
+        .map_err(|e| ToolError::Internal(format!("the index file cannot hold the build: {e}")))?;
+    Ok(index)
 }
 
-fn keywords(tree: &Tree, chunks: &[Chunk]) -> Bm25 {
-    let texts: Vec<String> = chunks.iter().map(|c| format!("{}\n{}", path_line(tree, c.chapter), c.text)).collect();
-    Bm25::build(texts.iter().map(String::as_str))
-}
-
-/// The manual as `index` holds it, when `index` was built from this very text with these
-/// parameters; `None` when it must be rebuilt.
-pub fn reopen(source: &str, manual: Manual, params: &Params, max_headings: usize, index: Index) -> Option<Built> {
-    let sha256 = content_hash(manual.text.as_bytes());
-    if !index.is_current(source, &sha256, &params.key()) || index.documents().len() != 1 {
-        return None;
+/// The manual as `corpus` holds it, when it holds the build of this very text with these
+/// parameters and this model; `None` when it must be built.
+pub fn reopen(
+    source: &str,
+    manual: Manual,
+    params: &Params,
+    max_headings: usize,
+    model: &str,
+    corpus: Rc<dyn Corpus>,
+) -> Result<Option<Built>, ToolError> {
+    let key = build_key(&manual.text, params, model);
+    let ids = all_ids(&*corpus, &Filter::exact("build", &key))?;
+    if ids.is_empty() {
+        return Ok(None);
     }
-    let tree = manual.tree(max_headings).ok()?;
+    let Ok(tree) = manual.tree(max_headings) else { return Ok(None) };
     let text = manual.text;
-    let ids: HashMap<&str, usize> = tree.nodes.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
-    let mut chunks = Vec::with_capacity(index.chunks().len());
+    let node_of: HashMap<&str, usize> = tree.nodes.iter().enumerate().map(|(i, n)| (n.id.as_str(), i)).collect();
+    let mut slots: Vec<Option<Chunk>> = vec![None; ids.len()];
     let mut report = Report { chapters: tree.nodes.len(), warning: tree.warning.clone(), ..Report::default() };
-    for c in index.chunks() {
-        let m = &c.meta;
-        let range = m.get("range")?.as_array()?;
-        let range = range.first()?.as_u64()? as usize..range.get(1)?.as_u64()? as usize;
-        if text.get(range.clone())? != c.text {
-            return None;
+    for batch in ids.chunks(CORPUS_BATCH) {
+        for r in corpus.get(batch).map_err(corpus_error)?.into_iter().flatten() {
+            let position = r.id.rsplit_once('#').and_then(|(_, p)| p.parse::<usize>().ok());
+            let Some(slot) = position.and_then(|p| slots.get_mut(p)) else { return Ok(None) };
+            let Some(chunk) = chunk_of(&r, &text, &node_of) else { return Ok(None) };
+            *report.per_chapter.entry(tree.nodes[tree.top(chunk.chapter)].id.clone()).or_insert(0) += 1;
+            *slot = Some(chunk);
         }
-        let lines = m.get("lines")?.as_array()?;
-        let chapter = *ids.get(m.get("chapter_id")?.as_str()?)?;
-        let chapters = m
-            .get("chapter_ids")?
-            .as_array()?
-            .iter()
-            .map(|v| ids.get(v.as_str()?).copied())
-            .collect::<Option<Vec<_>>>()?;
-        *report.per_chapter.entry(tree.nodes[tree.top(chapter)].id.clone()).or_insert(0) += 1;
-        chunks.push(Chunk {
-            text: c.text.clone(),
-            range,
-            lines: (lines.first()?.as_u64()? as usize, lines.get(1)?.as_u64()? as usize),
-            chapter,
-            chapters,
-            chunk_index: m.get("chunk_index")?.as_u64()? as usize,
-        });
     }
+    // Every position once: a build is committed whole, so a gap means another writer's change.
+    let Some(chunks) = slots.into_iter().collect::<Option<Vec<Chunk>>>() else { return Ok(None) };
     report.chunks = chunks.len();
     report.reused = chunks.len();
-    let bm25 = keywords(&tree, &chunks);
-    Some(Built { source: source.to_string(), text, sha256, tree, chunks, index, bm25, report })
+    let sha256 = content_hash(text.as_bytes());
+    Ok(Some(Built { source: source.to_string(), text, sha256, tree, chunks, key, corpus, report }))
+}
+
+/// A stored chunk as the tool sees it, checked against the manual's text.
+fn chunk_of(r: &Record, text: &str, node_of: &HashMap<&str, usize>) -> Option<Chunk> {
+    let m: serde_json::Value = serde_json::from_str(&r.metadata).ok()?;
+    let range = m.get("range")?.as_array()?;
+    let range = range.first()?.as_u64()? as usize..range.get(1)?.as_u64()? as usize;
+    let own = text.get(range.clone())?;
+    if !r.text.ends_with(own) {
+        return None;
+    }
+    let lines = m.get("lines")?.as_array()?;
+    let chapter = *node_of.get(m.get("chapter_id")?.as_str()?)?;
+    let chapters = m
+        .get("chapter_ids")?
+        .as_array()?
+        .iter()
+        .map(|v| node_of.get(v.as_str()?).copied())
+        .collect::<Option<Vec<_>>>()?;
+    Some(Chunk {
+        text: own.to_string(),
+        range,
+        lines: (lines.first()?.as_u64()? as usize, lines.get(1)?.as_u64()? as usize),
+        chapter,
+        chapters,
+        chunk_index: m.get("chunk_index")?.as_u64()? as usize,
+    })
 }

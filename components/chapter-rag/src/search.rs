@@ -12,10 +12,13 @@
 //! ([`Params::keep_top`]), or everywhere when the route is unsure ([`Params::widen_below`]).
 //! The constants are [`Params`], judged on six development manuals at once (`make eval`).
 
+use std::collections::HashMap;
+
+use rag_core::corpus::{Clause, Match};
 use rag_core::hybrid::{self, LEG_DEPTH};
-use rag_core::score::{dot, from_cosine};
+use rag_core::score::from_cosine;
 use serde::Serialize;
-use tool_guest::tool::ToolError;
+use tool_guest::tool::{ToolError, corpus_error};
 
 use crate::index::Built;
 
@@ -93,48 +96,56 @@ pub struct Query {
     pub vector: Vec<f32>,
 }
 
-impl Query {
-    /// The normalised score of chunk `i` for this query.
-    pub fn score(&self, built: &Built, i: usize) -> f32 {
-        from_cosine(dot(&self.vector, built.index.vector(i)))
+/// Where a search looks: the whole manual, or inside these chapters (ids; a chunk of merged
+/// chapters counts for each).
+pub type Within<'a> = Option<&'a [String]>;
+
+fn filter(built: &Built, within: Within<'_>) -> rag_core::corpus::Filter {
+    let f = built.filter();
+    match within {
+        None => f,
+        Some(ids) => f.and(Clause { field: "within".into(), values: ids.to_vec(), how: Match::Exact }),
     }
 }
 
-/// Vector-only search: the `k` nearest chunks among `allowed`.
-pub fn vector_only(
-    built: &mut Built,
-    query: &Query,
-    k: usize,
-    allowed: Option<&dyn Fn(usize) -> bool>,
-) -> Result<Vec<Scored>, ToolError> {
-    let hits = built.index.nearest(&query.vector, k, allowed).map_err(|e| ToolError::Upstream(e.to_string()))?;
-    Ok(hits
-        .into_iter()
+/// Vector-only search: the `k` nearest chunks `within`.
+pub fn vector_only(built: &Built, query: &Query, k: usize, within: Within<'_>) -> Result<Vec<Scored>, ToolError> {
+    let hits = built.corpus.nearest(&query.vector, k, &filter(built, within)).map_err(corpus_error)?;
+    hits.into_iter()
         .enumerate()
-        .map(|(r, (chunk, score))| Scored { chunk, fused: 1.0 / (61.0 + r as f32), score })
-        .collect())
+        .map(|(r, f)| Ok(Scored { chunk: built.position(&f.id)?, fused: 1.0 / (61.0 + r as f32), score: from_cosine(f.score) }))
+        .collect()
 }
 
-/// Hybrid search: vectors and BM25 among the chunks `allowed`, fused by rank (the vector leg
-/// at `vector_weight`); chunks whose vector score is below `threshold` are dropped; the best `k`.
+/// Hybrid search: vectors and BM25 `within`, fused by rank (the vector leg at
+/// `vector_weight`); chunks whose vector score is below `threshold` are dropped; the best `k`.
 pub fn hybrid(
-    built: &mut Built,
+    built: &Built,
     query: &Query,
     k: usize,
     threshold: f32,
     vector_weight: f32,
-    allowed: Option<&dyn Fn(usize) -> bool>,
+    within: Within<'_>,
 ) -> Result<Vec<Scored>, ToolError> {
     let depth = LEG_DEPTH.max(k);
-    let by_vector: Vec<usize> = built
-        .index
-        .nearest(&query.vector, depth, allowed)
-        .map_err(|e| ToolError::Upstream(e.to_string()))?
-        .into_iter()
-        .map(|(i, _)| i)
-        .collect();
-    let by_keyword: Vec<usize> = built.bm25.search(&query.text, depth, allowed).into_iter().map(|(i, _)| i).collect();
-    Ok(hybrid::fuse_weighted(&by_vector, &by_keyword, vector_weight, k, threshold, |i| query.score(built, i))
+    let filter = filter(built, within);
+    let near = built.corpus.nearest(&query.vector, depth, &filter).map_err(corpus_error)?;
+    let words = built.corpus.keyword(&query.text, Some(&query.vector), depth, &filter).map_err(corpus_error)?;
+    // Each candidate's vector score: the vector leg's own, or what the keyword leg carries.
+    let mut score: HashMap<usize, f32> = HashMap::with_capacity(near.len() + words.len());
+    let mut by_vector = Vec::with_capacity(near.len());
+    for f in &near {
+        let i = built.position(&f.id)?;
+        score.insert(i, from_cosine(f.score));
+        by_vector.push(i);
+    }
+    let mut by_keyword = Vec::with_capacity(words.len());
+    for f in &words {
+        let i = built.position(&f.id)?;
+        score.entry(i).or_insert_with(|| from_cosine(f.similarity.unwrap_or(-1.0)));
+        by_keyword.push(i);
+    }
+    Ok(hybrid::fuse_weighted(&by_vector, &by_keyword, vector_weight, k, threshold, |i| score.get(&i).copied().unwrap_or(0.0))
         .into_iter()
         .map(|f| Scored { chunk: f.position, fused: f.fused, score: f.score })
         .collect())
@@ -207,7 +218,7 @@ pub struct Route {
 }
 
 /// Routes `question` (embedded as `query`).
-pub fn route(built: &mut Built, query: &Query, p: &Params) -> Result<Route, ToolError> {
+pub fn route(built: &Built, query: &Query, p: &Params) -> Result<Route, ToolError> {
     let voters = hybrid(built, query, p.voters, 0.0, p.vector_weight, None)?;
     let tree = &built.tree;
     // Evidence per node: its best passages' fused scores, halving from one to the next, so that

@@ -8,17 +8,19 @@
 //! to the new index only once it is complete, so a failed rebuild leaves the old index serving.
 
 use std::path::PathBuf;
+use std::rc::Rc;
 
+use rag_core::corpus::{Corpus, MemoryCorpus, Metric, Shape};
 use rag_core::score::json_f32;
 use rag_core::store::Index;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use tool_guest::args::Spec;
-pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError};
+pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError, corpus_error};
 
 use crate::args::{GetArgs, ListArgs, RouteArgs, SearchArgs, SearchInArgs, ValidateArgs};
-use crate::index::{self, Built, Report};
+use crate::index::{self, Built, Report, Reuse};
 use crate::manual::Manual;
 use crate::search::{self, Query, Route, Scored};
 use crate::units::Params;
@@ -53,7 +55,12 @@ pub use crate::env::Env;
 struct Config {
     /// The manual (a Markdown, text or DOCX file in a granted directory).
     manual: String,
-    /// A read-write granted directory for the index; without it the index lives in memory.
+    /// A host corpus (`[corpora.NAME]`, granted `rw`) to keep the index in, shared by every
+    /// instance that opens it.
+    corpus: Option<String>,
+    /// Without a corpus: a read-write granted directory for the index file, reopened at the next
+    /// start; without either the index lives in memory. With a corpus: an index file left there
+    /// is read once, to move its vectors into the corpus.
     index_dir: Option<String>,
     chunk_size: Option<usize>,
     chunk_overlap: Option<usize>,
@@ -69,6 +76,7 @@ struct Config {
 #[derive(Clone)]
 struct Settings {
     manual: String,
+    corpus: Option<String>,
     index_file: Option<PathBuf>,
     params: Params,
     threshold: f32,
@@ -179,7 +187,21 @@ impl Configured {
         let stamp = env.stamp(&c.manual);
         let text = read_manual(env, &c.manual, max_bytes).map_err(at_open)?;
         text.tree(max_headings).map_err(|e| ToolError::InvalidConfig(format!("{}: {e}", c.manual)))?;
-        let settings = Settings { manual: c.manual, index_file, params, threshold, fragments, max_bytes, max_headings };
+        if let Some(name) = &c.corpus
+            && name.trim().is_empty()
+        {
+            return Err(bad_config("corpus is empty: name one of the host's [corpora.NAME], or leave it out"));
+        }
+        let settings = Settings {
+            manual: c.manual,
+            corpus: c.corpus,
+            index_file,
+            params,
+            threshold,
+            fragments,
+            max_bytes,
+            max_headings,
+        };
         Ok(Configured { settings, text, stamp })
     }
 
@@ -191,37 +213,69 @@ impl Configured {
     /// Reads the manual and indexes it, or reopens its saved index when that is current.
     pub fn prepare(self, env: &dyn Env) -> Result<ChapterTool, ToolError> {
         let Configured { settings, text, stamp } = self;
-        let Settings { manual, index_file, params, max_headings, .. } = &settings;
-        let max_headings = *max_headings;
         let model = env.model();
-        let previous = match &index_file {
-            Some(f) => match Index::load(f, &model.id, model.dimension) {
-                Ok(ix) => ix,
-                Err(e) => {
-                    env.log(&format!("warning: {e}"));
-                    None
-                }
-            },
-            None => None,
+        let shape = Shape { dimension: model.dimension, metric: Metric::Cosine };
+        let corpus: Rc<dyn Corpus> = match &settings.corpus {
+            Some(name) => env.open_corpus(name, shape).map_err(at_open)?,
+            None => Rc::new(MemoryCorpus::new(shape).map_err(corpus_error)?),
         };
-        let built = match previous {
-            Some(ix) if ix.is_current(manual, &rag_core::store::content_hash(text.text.as_bytes()), &params.key()) => {
-                match index::reopen(manual, text.clone(), params, max_headings, ix) {
-                    Some(b) => b,
-                    None => index::build(env, manual, text, params, max_headings, None).map_err(at_open)?,
-                }
-            }
-            previous => {
-                let b = index::build(env, manual, text, params, max_headings, previous.as_ref()).map_err(at_open)?;
-                save(env, index_file.as_ref(), &b)?;
-                b
-            }
-        };
+        let built = open_or_build(env, &settings, text, corpus).map_err(at_open)?;
         if let Some(w) = &built.tree.warning {
-            env.log(&format!("warning: {manual}: {w}"));
+            env.log(&format!("warning: {}: {w}", settings.manual));
         }
         Ok(ChapterTool { search: search::Params::default(), settings, built, stamp, stale: None })
     }
+}
+
+/// The manual's build in `corpus`: reopened when the corpus has it, else built under the
+/// corpus's write lease (reusing the vectors of earlier builds, in the corpus or in the tool's
+/// own index file) and committed.
+fn open_or_build(env: &dyn Env, settings: &Settings, text: Manual, corpus: Rc<dyn Corpus>) -> Result<Built, ToolError> {
+    let Settings { manual, index_file, params, max_headings, .. } = settings;
+    let model = env.model();
+    let reopen = |text: &Manual| index::reopen(manual, text.clone(), params, *max_headings, &model.id, corpus.clone());
+    let held = |b: Built| {
+        if let Some(name) = &settings.corpus {
+            env.log(&format!("{manual}: serving the index in corpus {name} ({} chunks)", b.chunks.len()));
+        }
+        b
+    };
+    if let Some(b) = reopen(&text)? {
+        return Ok(held(b));
+    }
+    let mut writer = corpus.write().map_err(corpus_error)?;
+    // Another instance sharing the corpus may have built it while this one waited for the lease.
+    if let Some(b) = reopen(&text)? {
+        return Ok(held(b));
+    }
+    let mut reuse = Reuse::from_corpus(&*corpus, manual)?;
+    let mut file_current = false;
+    if reuse.is_empty()
+        && let Some(f) = index_file
+    {
+        match Index::load(f, &model.id, model.dimension) {
+            Ok(Some(ix)) => {
+                let key = index::build_key(&text.text, params, &model.id);
+                file_current = ix.is_current(manual, &rag_core::store::content_hash(text.text.as_bytes()), &key);
+                reuse = Reuse::from_index(&ix);
+                if let Some(name) = &settings.corpus {
+                    env.log(&format!(
+                        "{manual}: moving the {} vectors of {} into corpus {name}; the file is no longer written and may be deleted",
+                        reuse.len(),
+                        f.display()
+                    ));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => env.log(&format!("warning: {e}")),
+        }
+    }
+    let b = index::build(env, manual, text, params, *max_headings, &reuse, corpus.clone(), &mut *writer)?;
+    writer.commit().map_err(corpus_error)?;
+    if settings.corpus.is_none() && !file_current {
+        save(env, index_file.as_ref(), &b, &model)?;
+    }
+    Ok(b)
 }
 
 impl ChapterTool {
@@ -283,22 +337,11 @@ impl ChapterTool {
             if rag_core::store::content_hash(text.text.as_bytes()) == self.built.sha256 {
                 return Ok(None);
             }
-            index::build(
-                env,
-                &self.settings.manual,
-                text,
-                &self.settings.params,
-                self.settings.max_headings,
-                Some(&self.built.index),
-            )
-            .map(Some)
+            open_or_build(env, &self.settings, text, self.built.corpus.clone()).map(Some)
         });
         match rebuilt {
             Ok(None) => {}
             Ok(Some(b)) => {
-                if let Err(e) = save(env, self.settings.index_file.as_ref(), &b) {
-                    env.log(&format!("warning: {e}"));
-                }
                 env.log(&format!(
                     "{}: rebuilt the index: {} chunks, {} embedded, {} reused",
                     self.settings.manual, b.report.chunks, b.report.embedded, b.report.reused
@@ -443,7 +486,7 @@ impl ChapterTool {
     /// Routes a question (the `route` tool without its JSON wrapping).
     pub fn route(&mut self, env: &dyn Env, question: &str) -> Result<Route, ToolError> {
         let q = self.query(env, "route", question)?;
-        search::route(&mut self.built, &q, &self.search)
+        search::route(&self.built, &q, &self.search)
     }
 
     fn route_tool(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
@@ -496,9 +539,8 @@ impl ChapterTool {
             return Err(bad_args(T, format!("similarity_threshold must be within 0 and 1, got {threshold}")));
         }
         let q = self.query(env, T, &a.query)?;
-        let allowed = self.inside(&nodes);
-        let found =
-            search::hybrid(&mut self.built, &q, k, threshold, self.search.vector_weight, Some(&|i| allowed[i]))?;
+        let within = self.ids(&nodes);
+        let found = search::hybrid(&self.built, &q, k, threshold, self.search.vector_weight, Some(&within))?;
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
         let results: Vec<Value> = hits
             .iter()
@@ -516,14 +558,9 @@ impl ChapterTool {
         })
     }
 
-    /// Which chunks lie inside any of `nodes` (a chunk of merged chapters counts for each).
-    fn inside(&self, nodes: &[usize]) -> Vec<bool> {
-        let tree = &self.built.tree;
-        self.built
-            .chunks
-            .iter()
-            .map(|c| c.chapters.iter().any(|&x| nodes.iter().any(|&n| tree.is_within(x, n))))
-            .collect()
+    /// The ids of `nodes`, for a search inside them.
+    fn ids(&self, nodes: &[usize]) -> Vec<String> {
+        nodes.iter().map(|&n| self.built.tree.nodes[n].id.clone()).collect()
     }
 
     /// Routes `question` and searches inside the routed chapters (the `search` tool's work); the
@@ -540,7 +577,7 @@ impl ChapterTool {
 
     /// [`ChapterTool::routed_search`] for a question already embedded.
     pub fn routed_search_for(&mut self, q: &Query, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
-        let mut route = search::route(&mut self.built, q, &self.search)?;
+        let mut route = search::route(&self.built, q, &self.search)?;
         let mut nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
         if nodes.is_empty() {
             return Ok((route, Vec::new()));
@@ -551,10 +588,10 @@ impl ChapterTool {
         if widen {
             route.reason.push_str("; the route is unsure, so the whole manual is searched");
         }
-        let allowed = if widen { vec![true; self.built.chunks.len()] } else { self.inside(&nodes) };
+        let within = (!widen).then(|| self.ids(&nodes));
         let pool = limit.saturating_mul(rag_core::hybrid::DIVERSITY_POOL);
         let weight = self.search.vector_weight;
-        let found = search::hybrid(&mut self.built, q, pool, self.settings.threshold, weight, Some(&|i| allowed[i]))?;
+        let found = search::hybrid(&self.built, q, pool, self.settings.threshold, weight, within.as_deref())?;
         let chunks = &self.built.chunks;
         Ok((route, rag_core::hybrid::spread(found, limit, |s| chunks[s.chunk].chapter)))
     }
@@ -570,12 +607,12 @@ impl ChapterTool {
             Some(mode @ ("global_vector" | "global_hybrid")) => {
                 let q = self.query(env, "search", &a.question)?;
                 let found = if mode == "global_vector" {
-                    let mut v = search::vector_only(&mut self.built, &q, limit, None)?;
+                    let mut v = search::vector_only(&self.built, &q, limit, None)?;
                     v.retain(|s| s.score >= self.settings.threshold);
                     v
                 } else {
                     search::hybrid(
-                        &mut self.built,
+                        &self.built,
                         &q,
                         limit,
                         self.settings.threshold,
@@ -704,9 +741,10 @@ fn at_open(e: ToolError) -> ToolError {
     }
 }
 
-fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built) -> Result<(), ToolError> {
+fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built, model: &Model) -> Result<(), ToolError> {
     if let Some(f) = file {
-        built.index.save(f).map_err(|e| ToolError::Denied(format!("{e}: is index_dir a read-write grant?")))?;
+        index::to_index(built, model)?
+            .save(f).map_err(|e| ToolError::Denied(format!("{e}: is index_dir a read-write grant?")))?;
         env.log(&format!("saved the index of {} to {}", built.source, f.display()));
     }
     Ok(())

@@ -3,6 +3,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::rc::Rc;
+
+use rag_core::corpus::{Corpus, MemoryCorpus, Shape};
 
 use chapter_rag::tool::{BaseEnv, ChapterTool, Env, Model, ToolError};
 use serde_json::{Value, json};
@@ -14,6 +17,8 @@ struct Fake {
     counted: Cell<usize>,
     fail_embed: Cell<bool>,
     stamps: Cell<u128>,
+    /// The "host's" corpora, shared by every instance opened on this environment.
+    corpora: RefCell<HashMap<String, Rc<MemoryCorpus>>>,
 }
 
 impl Fake {
@@ -76,6 +81,14 @@ impl BaseEnv for Fake {
     }
     fn log(&self, _: &str) {}
     fn progress(&self, _: &str, _: u64, _: u64, _: &str) {}
+    fn open_corpus(&self, name: &str, shape: Shape) -> Result<Rc<dyn Corpus>, ToolError> {
+        let mut corpora = self.corpora.borrow_mut();
+        let c = corpora.entry(name.to_string()).or_insert_with(|| Rc::new(MemoryCorpus::new(shape).unwrap()));
+        if c.snapshot().shape() != shape {
+            return Err(ToolError::InvalidConfig(format!("corpus {name} holds another shape")));
+        }
+        Ok(c.clone())
+    }
 }
 
 impl Env for Fake {
@@ -271,4 +284,49 @@ fn a_chinese_manual_builds_with_lines_on_multibyte_text() {
         let lines = h.metadata["lines"].as_array().unwrap();
         assert!(lines[0].as_u64().unwrap() >= 1 && lines[0].as_u64() <= lines[1].as_u64(), "{}", h.metadata);
     }
+}
+
+/// Two instances over one corpus: the second reopens the first's build without embedding or
+/// counting anything, both answer the same, and an edit seen by one is served to both once
+/// the other has looked at the manual.
+#[test]
+fn instances_share_a_corpus_and_build_it_once() {
+    let env = Fake::default();
+    env.put("/docs/m.md", &manual());
+    let config = json!({"manual": "/docs/m.md", "corpus": "manual", "similarity_threshold": 0.0}).to_string();
+    let mut a = ChapterTool::open(&config, &env).unwrap();
+    let (embedded, counted) = (env.embedded.get(), env.counted.get());
+    assert!(embedded > 0);
+    let mut b = ChapterTool::open(&config, &env).unwrap();
+    assert_eq!((env.embedded.get(), env.counted.get()), (embedded, counted), "the second instance built nothing");
+    assert_eq!(b.report().reused, a.report().chunks);
+    let q = json!({"question": "how do I limit bandwidth with bwlimit timetable"});
+    let (ra, rb) = (call(&mut a, &env, "search", q.clone()).unwrap(), call(&mut b, &env, "search", q.clone()).unwrap());
+    assert_eq!(ra.text, rb.text);
+    assert!(ra.text.contains("Bandwidth limits"), "{}", ra.text);
+    let corpus = env.corpora.borrow()["manual"].clone();
+    let chunks = corpus.info().unwrap().chunks;
+    assert_eq!(chunks as usize, a.report().chunks);
+
+    // An edit: one instance rebuilds (the changed chunks only), the other reopens its build.
+    env.put("/docs/m.md", &manual().replace("cap bandwidth", "cap the bandwidth of transfers"));
+    let before = env.embedded.get();
+    let ra = call(&mut a, &env, "search", q.clone()).unwrap();
+    let embedded_once = env.embedded.get() - before;
+    assert!(embedded_once > 0 && embedded_once < chunks as usize, "{embedded_once} of {chunks}");
+    let rb = call(&mut b, &env, "search", q.clone()).unwrap();
+    assert_eq!(env.embedded.get() - before, embedded_once, "the second instance reopened the first's build");
+    assert_eq!(ra.text, rb.text);
+    assert!(ra.text.contains("cap the bandwidth of transfers"), "{}", ra.text);
+    // The earlier build's chunks left the corpus in the commit that brought the new ones.
+    assert_eq!(corpus.info().unwrap().chunks as usize, a.report().chunks);
+
+    // A corpus of another shape is refused at prepare, saying so.
+    env.corpora.borrow_mut().insert(
+        "other".into(),
+        Rc::new(MemoryCorpus::new(Shape { dimension: 3, metric: rag_core::corpus::Metric::Cosine }).unwrap()),
+    );
+    let other = json!({"manual": "/docs/m.md", "corpus": "other"}).to_string();
+    let e = ChapterTool::open(&other, &env).err().unwrap();
+    assert!(matches!(&e, ToolError::InvalidConfig(m) if m.contains("another shape")), "{e:?}");
 }

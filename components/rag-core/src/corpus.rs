@@ -331,6 +331,21 @@ impl Collection {
         self.vectors.raw()
     }
 
+    /// The bytes it holds: ids, texts, metadata, fields, vectors and notes.
+    pub fn bytes(&self) -> u64 {
+        let entries: usize = self
+            .entries
+            .iter()
+            .map(|e| {
+                e.id.len()
+                    + e.text.len()
+                    + e.metadata.len()
+                    + e.fields.iter().map(|(k, v)| k.len() + v.iter().map(String::len).sum::<usize>()).sum::<usize>()
+            })
+            .sum();
+        (entries + self.vectors.raw().len() * 4 + self.notes.len()) as u64
+    }
+
     /// The generation after this one: `changes` applied in order, `notes` replacing the notes
     /// when given, the number one more. Checks every vector before anything changes.
     pub fn apply(&self, changes: Vec<Change>, notes: Option<String>) -> Result<Collection, CorpusError> {

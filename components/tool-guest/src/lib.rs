@@ -43,7 +43,11 @@ mod bindings {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub use bindings::quarry::retrieval::{embedder, progress, types};
+pub use bindings::quarry::retrieval::{corpus, embedder, progress, types};
+
+/// The host's corpora (WIT's `corpus` import) as rag-core's `Corpus`.
+#[cfg(target_arch = "wasm32")]
+pub mod host_corpus;
 
 #[cfg(target_arch = "wasm32")]
 mod mapping;

@@ -96,4 +96,13 @@ impl BaseEnv for GuestEnv {
     fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
         crate::progress::report(task, done, total, unit);
     }
+
+    fn open_corpus(
+        &self,
+        name: &str,
+        shape: rag_core::corpus::Shape,
+    ) -> Result<std::rc::Rc<dyn rag_core::corpus::Corpus>, ToolError> {
+        let c = crate::host_corpus::open(name, shape).map_err(crate::tool::corpus_error)?;
+        Ok(std::rc::Rc::new(c))
+    }
 }

@@ -84,6 +84,28 @@ pub trait BaseEnv {
     fn log(&self, line: &str);
     /// Reports progress of long work.
     fn progress(&self, task: &str, done: u64, total: u64, unit: &str);
+    /// Opens corpus `name`, kept by the host (WIT's `corpus`), for vectors of `shape`. An
+    /// environment without host corpora refuses.
+    fn open_corpus(
+        &self,
+        name: &str,
+        shape: rag_core::corpus::Shape,
+    ) -> Result<std::rc::Rc<dyn rag_core::corpus::Corpus>, ToolError> {
+        let _ = shape;
+        Err(ToolError::InvalidConfig(format!("corpus {name:?}: this environment keeps no corpora")))
+    }
+}
+
+/// A corpus's error as a tool's: a shape mismatch is the config's fault (another model, another
+/// corpus), a refusal the grant's, the rest the host's.
+pub fn corpus_error(e: rag_core::corpus::CorpusError) -> ToolError {
+    use rag_core::corpus::CorpusError as E;
+    match e {
+        E::Shape(m) => ToolError::InvalidConfig(m),
+        E::Denied(m) => ToolError::Denied(m),
+        E::Invalid(m) => ToolError::Internal(m),
+        E::Busy(m) | E::Unavailable(m) => ToolError::Upstream(m),
+    }
 }
 
 /// Reads `path` (a file the host granted), refusing more than `max_bytes` before reading it.

@@ -268,6 +268,7 @@ capabilities! {
     http: super::http::Http,
     embedder: super::embedder::Embedder,
     progress: super::progress::Reporting,
+    corpora: super::corpus::Corpora,
     #[cfg(feature = "bedrock")]
     bedrock: super::bedrock::Bedrock,
     #[cfg(feature = "couchbase")]

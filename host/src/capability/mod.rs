@@ -19,6 +19,7 @@
 //! | [`http::Http`] | `http`, `private_networks`, `http_timeout` | | `wasi:http/outgoing-handler` |
 //! | [`embedder::Embedder`] | (the instance's `embedder = "NAME"`) | | `quarry:retrieval/embedder` |
 //! | [`progress::Reporting`] | | | `quarry:retrieval/progress` |
+//! | [`corpus::Corpora`] | `corpora` | `[corpora.NAME]` | `quarry:retrieval/corpus` |
 //! | `bedrock::Bedrock` | `bedrock` | | `quarry:retrieval/bedrock` |
 //! | `couchbase::Couchbase` | `couchbase` | `[couchbase.NAME]` | `quarry:retrieval/couchbase` |
 //! | `nn::Nn` | `models` | `[models.NAME]`, `[host] onnxruntime` | `wasi:nn` |
@@ -30,6 +31,7 @@ mod list;
 pub mod bedrock;
 #[cfg(feature = "couchbase")]
 pub mod couchbase;
+pub mod corpus;
 pub mod embedder;
 pub mod files;
 pub mod http;

@@ -286,7 +286,7 @@ impl ComponentVersion {
         let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
         let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
         let pre = ToolHostPre::new(pre).map_err(|e| {
-            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.3.0`; see wit/)"))
+            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.4.0`; see wit/)"))
         })?;
         Ok(Arc::new(ComponentVersion { hash, version, imports_embedder, pre, _component: component }))
     }

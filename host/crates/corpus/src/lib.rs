@@ -20,13 +20,16 @@
 //! HNSW graph above) and BM25 (the tools' tokenising) that a tool keeping its own corpus runs too,
 //! built once per generation and shared by every reader.
 
+pub mod config;
 mod file;
+pub mod host;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 
+pub use file::LeaseFile;
 pub use rag_core::corpus::{
     Change, Clause, Collection, Entry, Fields, Filter, Found, Info, MAX_DIMENSION, Match, Metric, Record, Shape,
 };
@@ -67,12 +70,25 @@ pub enum CorpusError {
     /// A batch the corpus cannot take (a vector of another dimension).
     #[error(transparent)]
     Batch(#[from] rag_core::corpus::CorpusError),
+    /// The commit would make the corpus larger than it may be.
+    #[error(
+        "corpus {dir} would hold {bytes} bytes after this commit, over its limit of {limit}; raise max_bytes in its [corpora.NAME] section, or remove chunks"
+    )]
+    Full {
+        /// The corpus's directory.
+        dir: PathBuf,
+        /// What it would hold.
+        bytes: u64,
+        /// Its limit.
+        limit: u64,
+    },
 }
 
 /// A corpus in a directory, opened by this process; see the crate docs.
 pub struct LocalCorpus {
     dir: PathBuf,
     shape: Shape,
+    max_bytes: u64,
     current: RwLock<Arc<Collection>>,
     warnings: Vec<String>,
 }
@@ -101,7 +117,21 @@ impl LocalCorpus {
             }
             None => Collection::empty(shape),
         };
-        Ok(LocalCorpus { dir: dir.to_path_buf(), shape, current: RwLock::new(Arc::new(generation)), warnings })
+        generation.prepare();
+        Ok(LocalCorpus {
+            dir: dir.to_path_buf(),
+            shape,
+            max_bytes: u64::MAX,
+            current: RwLock::new(Arc::new(generation)),
+            warnings,
+        })
+    }
+
+    /// Refuses commits that would make the corpus hold more than `bytes`
+    /// ([`Collection::bytes`]).
+    pub fn with_max_bytes(mut self, bytes: u64) -> LocalCorpus {
+        self.max_bytes = bytes;
+        self
     }
 
     /// The generation readers see now; it stays whole while held, whatever is committed after.
@@ -136,6 +166,10 @@ impl LocalCorpus {
         let theirs = newer.then(|| file::latest(&self.dir)).transpose()?.and_then(|(s, _)| s);
         let base = theirs.as_ref().filter(|s| s.number() > mine.number()).unwrap_or(&mine);
         let next = base.apply(changes, notes)?;
+        let bytes = next.bytes();
+        if bytes > self.max_bytes {
+            return Err(CorpusError::Full { dir: self.dir.clone(), bytes, limit: self.max_bytes });
+        }
         file::write(&self.dir, &next)?;
         let number = next.number();
         next.prepare();

@@ -29,7 +29,7 @@ mod search;
 pub mod wit {
     wasmtime::component::bindgen!({
         path: "../../../wit",
-        inline: "package quarry:couchbase-host; world host { import quarry:retrieval/couchbase@0.3.0; }",
+        inline: "package quarry:couchbase-host; world host { import quarry:retrieval/couchbase@0.4.0; }",
         world: "quarry:couchbase-host/host",
         imports: { default: async | trappable },
     });

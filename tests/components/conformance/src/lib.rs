@@ -12,8 +12,8 @@ wit_bindgen::generate!({
     inline: "
         package quarry:conformance;
         world conformance {
-            include quarry:retrieval/plain-tool@0.3.0;
-            import quarry:retrieval/progress@0.3.0;
+            include quarry:retrieval/plain-tool@0.4.0;
+            import quarry:retrieval/progress@0.4.0;
         }
     ",
     world: "quarry:conformance/conformance",

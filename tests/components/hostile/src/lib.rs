@@ -12,10 +12,10 @@ wit_bindgen::generate!({
     inline: "
         package quarry:hostile;
         world hostile {
-            include quarry:retrieval/http-tool@0.3.0;
-            import quarry:retrieval/couchbase@0.3.0;
-            import quarry:retrieval/bedrock@0.3.0;
-            import quarry:retrieval/progress@0.3.0;
+            include quarry:retrieval/http-tool@0.4.0;
+            import quarry:retrieval/couchbase@0.4.0;
+            import quarry:retrieval/bedrock@0.4.0;
+            import quarry:retrieval/progress@0.4.0;
             import wasi:nn/graph@0.2.0-rc-2024-10-28;
             import wasi:nn/inference@0.2.0-rc-2024-10-28;
             import wasi:nn/tensor@0.2.0-rc-2024-10-28;

@@ -1,0 +1,545 @@
+//! The `quarry:retrieval/corpus` capability: the WIT `Host` impls over [`LocalCorpus`], the
+//! per-store [`State`], and the one copy of each corpus per host process ([`Shared`]).
+//!
+//! - **One copy per host.** Every store that opens corpus `NAME` gets the same [`Shared`]: one
+//!   [`LocalCorpus`], so one generation in memory, however many instances and pool members
+//!   search it. It lives while a store holds it.
+//! - **The lease.** `write` takes the corpus's lease: in this process a queue (a fair mutex), and
+//!   across processes a `flock` on the directory's `.lease`; a writer waits at most until its
+//!   call's deadline, then gets `busy`. Readers never wait for it.
+//! - **Bounds, charged to the caller.** Ids, texts, metadata, fields, filters and result counts
+//!   have limits ([`limits`]); a writer's pending batch is held by the host for the instance, so
+//!   it may not exceed the instance's memory grant; what a `get` brings back may not exceed its
+//!   `max_output`; and the corpus may not grow past its section's `max_bytes`.
+//! - **Read-only when it cannot save.** A commit that fails (a full disk, a quota) changes nothing:
+//!   the corpus keeps serving its last generation, and the error says so.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
+
+use crate::config::{CorpusGrant, CorpusSection, Mode};
+use crate::{Change, Clause, CorpusError, Filter, LeaseFile, LocalCorpus, Match, Metric, Record, Shape};
+
+/// The interface's host bindings, generated here from the project's WIT (a world that imports it
+/// alone).
+#[expect(missing_docs, reason = "generated code")]
+pub mod wit {
+    wasmtime::component::bindgen!({
+        path: "../../../wit",
+        inline: "package quarry:corpus-host; world host { import quarry:retrieval/corpus@0.4.0; }",
+        world: "quarry:corpus-host/host",
+        with: {
+            "quarry:retrieval/corpus.collection": super::CollectionHandle,
+            "quarry:retrieval/corpus.writer": super::WriterHandle,
+        },
+        imports: { default: async | trappable },
+    });
+    pub use self::quarry::retrieval::corpus::*;
+}
+
+use wit::CorpusError as WitError;
+
+/// What one call may ask for and carry.
+pub mod limits {
+    /// Results one search returns at most.
+    pub const MAX_K: u32 = 10_000;
+    /// Ids one `get`, `ids` or `remove` names or returns at most.
+    pub const MAX_IDS: usize = 10_000;
+    /// Bytes of a chunk id.
+    pub const MAX_ID_BYTES: usize = 1024;
+    /// Bytes of a chunk's text.
+    pub const MAX_TEXT_BYTES: usize = 1 << 20;
+    /// Bytes of a chunk's metadata, and of a corpus's notes.
+    pub const MAX_METADATA_BYTES: usize = 64 << 10;
+    /// Fields of a chunk, and values of all its fields together.
+    pub const MAX_FIELD_VALUES: usize = 1024;
+    /// Bytes of a field name or value, and of a keyword query.
+    pub const MAX_VALUE_BYTES: usize = 4096;
+    /// Clauses of a filter, and values of all its clauses together.
+    pub const MAX_FILTER_VALUES: usize = 4096;
+}
+
+use limits::*;
+
+/// One corpus as this process has it open: shared by every store that opened it.
+pub struct Shared {
+    section: Arc<CorpusSection>,
+    corpus: LocalCorpus,
+    /// Writers of this process take turns here before they take the lease file.
+    queue: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The corpora open in this process, by directory: a corpus is opened once, however many apps
+/// and stores use it.
+static OPEN: LazyLock<Mutex<HashMap<PathBuf, Weak<Shared>>>> = LazyLock::new(Default::default);
+
+fn shape_name(s: Shape) -> String {
+    let metric = match s.metric {
+        Metric::Cosine => "cosine",
+        Metric::Dot => "dot",
+    };
+    format!("{}-dimensional vectors compared by {metric}", s.dimension)
+}
+
+/// Corpus `section` open for `shape`: the one this process already has, or opened now. Blocks
+/// (reads the newest generation from disk).
+fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<Shared>, WitError> {
+    let mut open = OPEN.lock();
+    open.retain(|_, w| w.strong_count() > 0);
+    if let Some(shared) = open.get(&section.dir).and_then(Weak::upgrade) {
+        if shared.corpus.shape() != shape {
+            return Err(WitError::Shape(format!(
+                "corpus {} holds {}, not {}; use another corpus, or empty this one to rebuild it",
+                section.name,
+                shape_name(shared.corpus.shape()),
+                shape_name(shape)
+            )));
+        }
+        return Ok(shared);
+    }
+    let corpus = LocalCorpus::open(&section.dir, shape)
+        .map_err(|e| from_corpus(&section.name, e))?
+        .with_max_bytes(section.max_bytes);
+    for w in corpus.warnings() {
+        tracing::warn!(corpus = %section.name, "{w}");
+    }
+    let shared =
+        Arc::new(Shared { section: section.clone(), corpus, queue: Arc::new(tokio::sync::Mutex::new(())) });
+    open.insert(section.dir.clone(), Arc::downgrade(&shared));
+    Ok(shared)
+}
+
+fn from_corpus(name: &str, e: CorpusError) -> WitError {
+    match e {
+        CorpusError::Io { .. } => WitError::Unavailable(format!("corpus {name}: {e}")),
+        CorpusError::Shape { .. } => WitError::Shape(e.to_string()),
+        CorpusError::Dimensions { .. } | CorpusError::Full { .. } => WitError::Invalid(e.to_string()),
+        CorpusError::Batch(b) => match b {
+            rag_core::corpus::CorpusError::Shape(m) => WitError::Shape(m),
+            other => WitError::Invalid(other.to_string()),
+        },
+    }
+}
+
+/// An open corpus, as a guest holds it.
+pub struct CollectionHandle {
+    shared: Arc<Shared>,
+    writable: bool,
+}
+
+/// A batch under the lease, as a guest holds it.
+pub struct WriterHandle {
+    shared: Arc<Shared>,
+    changes: Vec<Change>,
+    notes: Option<String>,
+    /// Bytes of `changes` and `notes`, charged to the instance's memory grant.
+    bytes: u64,
+    spent: bool,
+    _queue: tokio::sync::OwnedMutexGuard<()>,
+    _lease: LeaseFile,
+}
+
+/// One store's corpora: its grant, and the handles its guest holds.
+pub struct State {
+    grant: CorpusGrant,
+    table: ResourceTable,
+    max_output: u64,
+}
+
+impl State {
+    /// The state for an instance granted `grant`, whose calls may bring at most `max_output`
+    /// bytes back into the guest.
+    pub fn new(grant: &CorpusGrant, max_output: u64) -> State {
+        State { grant: grant.clone(), table: ResourceTable::new(), max_output }
+    }
+}
+
+/// A store's corpus state with what its calls are bounded by.
+pub struct View<'a> {
+    state: &'a mut State,
+    deadline: Instant,
+    memory: u64,
+}
+
+/// The [`View`] of a store: its corpus state, the running call's deadline (a writer waits for
+/// the lease until then) and the instance's memory grant in bytes (a pending batch may not
+/// exceed it).
+pub fn view(state: &mut State, deadline: Instant, memory: usize) -> View<'_> {
+    View { state, deadline, memory: memory as u64 }
+}
+
+struct HasView;
+
+impl HasData for HasView {
+    type Data<'a> = View<'a>;
+}
+
+/// Adds the `corpus` interface, served by the [`View`] that `get` finds in the store.
+pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> View<'_>) -> wasmtime::Result<()> {
+    wit::add_to_linker::<T, HasView>(l, get)
+}
+
+type Wit<T> = Result<T, WitError>;
+
+fn invalid<T>(m: impl Into<String>) -> Wit<T> {
+    Err(WitError::Invalid(m.into()))
+}
+
+fn filter(clauses: Vec<wit::Clause>) -> Wit<Filter> {
+    let values: usize = clauses.iter().map(|c| c.values.len().max(1)).sum();
+    if values > MAX_FILTER_VALUES {
+        return invalid(format!("a filter of {values} values; at most {MAX_FILTER_VALUES}"));
+    }
+    if clauses.iter().any(|c| c.field.len() > MAX_VALUE_BYTES || c.values.iter().any(|v| v.len() > MAX_VALUE_BYTES)) {
+        return invalid(format!("a filter value over {MAX_VALUE_BYTES} bytes"));
+    }
+    Ok(Filter(
+        clauses
+            .into_iter()
+            .map(|c| Clause {
+                field: c.field,
+                values: c.values,
+                how: match c.how {
+                    wit::MatchKind::Exact => Match::Exact,
+                    wit::MatchKind::Prefix => Match::Prefix,
+                },
+            })
+            .collect(),
+    ))
+}
+
+fn check_k(k: u32) -> Wit<usize> {
+    if k == 0 || k > MAX_K {
+        return invalid(format!("k must be within 1 and {MAX_K}, got {k}"));
+    }
+    Ok(k as usize)
+}
+
+fn check_ids(ids: &[String]) -> Wit<()> {
+    if ids.len() > MAX_IDS {
+        return invalid(format!("{} ids in one call; at most {MAX_IDS}", ids.len()));
+    }
+    Ok(())
+}
+
+/// A chunk as the guest gave it, checked against the limits; with its size in bytes.
+fn record(c: wit::Chunk) -> Wit<(Record, u64)> {
+    if c.id.is_empty() || c.id.len() > MAX_ID_BYTES {
+        return invalid(format!("a chunk id must have 1 to {MAX_ID_BYTES} bytes, got {}", c.id.len()));
+    }
+    if c.text.len() > MAX_TEXT_BYTES {
+        return invalid(format!("chunk {:?}: {} bytes of text; at most {MAX_TEXT_BYTES}", c.id, c.text.len()));
+    }
+    if c.metadata.len() > MAX_METADATA_BYTES {
+        return invalid(format!(
+            "chunk {:?}: {} bytes of metadata; at most {MAX_METADATA_BYTES}",
+            c.id,
+            c.metadata.len()
+        ));
+    }
+    let values: usize = c.fields.iter().map(|f| f.values.len().max(1)).sum();
+    if values > MAX_FIELD_VALUES {
+        return invalid(format!("chunk {:?}: {values} field values; at most {MAX_FIELD_VALUES}", c.id));
+    }
+    if c.fields.iter().any(|f| f.name.len() > MAX_VALUE_BYTES || f.values.iter().any(|v| v.len() > MAX_VALUE_BYTES)) {
+        return invalid(format!("chunk {:?}: a field name or value over {MAX_VALUE_BYTES} bytes", c.id));
+    }
+    let field_bytes: usize = c.fields.iter().map(|f| f.name.len() + f.values.iter().map(String::len).sum::<usize>()).sum();
+    let bytes = (c.id.len() + c.text.len() + c.metadata.len() + field_bytes + c.vector.len() * 4) as u64;
+    let fields = c.fields.into_iter().map(|f| (f.name, f.values)).collect();
+    Ok((Record { id: c.id, text: c.text, vector: c.vector, metadata: c.metadata, fields }, bytes))
+}
+
+fn found(f: crate::Found) -> wit::Found {
+    wit::Found { id: f.id, score: f.score, similarity: f.similarity }
+}
+
+/// How long a writer may wait for the lease: until the call's deadline, less a margin to
+/// answer in.
+fn lease_wait(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now()).saturating_sub(Duration::from_millis(250))
+}
+
+impl View<'_> {
+    fn collection(&self, h: &Resource<CollectionHandle>) -> wasmtime::Result<&CollectionHandle> {
+        Ok(self.state.table.get(h)?)
+    }
+
+    async fn open(&mut self, name: String, shape: wit::Shape) -> Wit<CollectionHandle> {
+        let Some((section, mode)) = self.state.grant.corpora.get(&name).cloned() else {
+            let granted: Vec<&str> = self.state.grant.corpora.keys().map(String::as_str).collect();
+            return Err(WitError::Denied(format!(
+                "corpus {} is not in this instance's grants.corpora ({}); add {{ name = \"NAME\", mode = \"rw\" }} for a [corpora.NAME] the host defines",
+                quarry_support::text::quoted_prefix(&name, 64),
+                if granted.is_empty() { "none".to_string() } else { granted.join(", ") }
+            )));
+        };
+        let metric = match shape.metric {
+            wit::Metric::Cosine => Metric::Cosine,
+            wit::Metric::Dot => Metric::Dot,
+        };
+        let shape = Shape { dimension: shape.dimension as usize, metric };
+        rag_core::corpus::check_shape(shape).map_err(|e| WitError::Invalid(e.to_string()))?;
+        let shared = tokio::task::spawn_blocking(move || open_shared(&section, shape))
+            .await
+            .map_err(|e| WitError::Unavailable(format!("opening corpus {name} failed: {e}")))??;
+        Ok(CollectionHandle { shared, writable: mode == Mode::Rw })
+    }
+
+    async fn write(&mut self, h: &Resource<CollectionHandle>) -> wasmtime::Result<Wit<WriterHandle>> {
+        let c = self.collection(h)?;
+        let (shared, writable) = (c.shared.clone(), c.writable);
+        let name = shared.section.name.clone();
+        if !writable {
+            return Ok(Err(WitError::Denied(format!(
+                "corpus {name} is granted read-only; grant it with mode = \"rw\" to write it"
+            ))));
+        }
+        let wait = lease_wait(self.deadline);
+        let busy = || {
+            WitError::Busy(format!(
+                "corpus {name} is being written by another instance or process; it did not let go within {} s",
+                wait.as_secs()
+            ))
+        };
+        let start = Instant::now();
+        let Ok(queue) = tokio::time::timeout(wait, shared.queue.clone().lock_owned()).await else {
+            return Ok(Err(busy()));
+        };
+        // Another process's writer: poll its lease file until the deadline.
+        let dir = shared.section.dir.clone();
+        loop {
+            match LeaseFile::try_take(&dir) {
+                Ok(Some(lease)) => {
+                    return Ok(Ok(WriterHandle {
+                        shared,
+                        changes: Vec::new(),
+                        notes: None,
+                        bytes: 0,
+                        spent: false,
+                        _queue: queue,
+                        _lease: lease,
+                    }));
+                }
+                Ok(None) if start.elapsed() < wait => tokio::time::sleep(Duration::from_millis(50)).await,
+                Ok(None) => return Ok(Err(busy())),
+                Err(e) => return Ok(Err(from_corpus(&name, e))),
+            }
+        }
+    }
+
+    /// Charges `bytes` more to writer `w`'s batch, within the instance's memory grant.
+    fn charge(&mut self, w: &Resource<WriterHandle>, bytes: u64) -> wasmtime::Result<Wit<()>> {
+        let memory = self.memory;
+        let w = self.state.table.get_mut(w)?;
+        if w.spent {
+            return Ok(invalid("this writer has committed; take another with write"));
+        }
+        if w.bytes.saturating_add(bytes) > memory {
+            return Ok(invalid(format!(
+                "the batch would hold {} bytes in the host, over this instance's memory grant of {memory}; commit in smaller batches or raise grants.memory",
+                w.bytes.saturating_add(bytes)
+            )));
+        }
+        w.bytes += bytes;
+        Ok(Ok(()))
+    }
+}
+
+impl wit::Host for View<'_> {}
+
+impl wit::HostCollection for View<'_> {
+    async fn open(&mut self, name: String, shape: wit::Shape) -> wasmtime::Result<Wit<Resource<CollectionHandle>>> {
+        match View::open(self, name, shape).await {
+            Ok(h) => Ok(Ok(self.state.table.push(h)?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    async fn info(&mut self, h: Resource<CollectionHandle>) -> wasmtime::Result<Wit<wit::Info>> {
+        let i = self.collection(&h)?.shared.corpus.snapshot().info();
+        Ok(Ok(wit::Info { generation: i.generation, chunks: i.chunks, notes: i.notes }))
+    }
+
+    async fn nearest(
+        &mut self,
+        h: Resource<CollectionHandle>,
+        vector: Vec<f32>,
+        k: u32,
+        clauses: Vec<wit::Clause>,
+    ) -> wasmtime::Result<Wit<Vec<wit::Found>>> {
+        let (k, filter) = match (check_k(k), filter(clauses)) {
+            (Ok(k), Ok(f)) => (k, f),
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
+        };
+        let c = self.collection(&h)?;
+        let g = c.shared.corpus.snapshot();
+        Ok(g.nearest(&vector, k, &filter)
+            .map(|v| v.into_iter().map(found).collect())
+            .map_err(|e| from_corpus(&c.shared.section.name, e.into())))
+    }
+
+    async fn keyword(
+        &mut self,
+        h: Resource<CollectionHandle>,
+        query: String,
+        similar_to: Option<Vec<f32>>,
+        k: u32,
+        clauses: Vec<wit::Clause>,
+    ) -> wasmtime::Result<Wit<Vec<wit::Found>>> {
+        if query.len() > MAX_VALUE_BYTES * 16 {
+            return Ok(invalid(format!("a keyword query of {} bytes; at most {}", query.len(), MAX_VALUE_BYTES * 16)));
+        }
+        let (k, filter) = match (check_k(k), filter(clauses)) {
+            (Ok(k), Ok(f)) => (k, f),
+            (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
+        };
+        let c = self.collection(&h)?;
+        let g = c.shared.corpus.snapshot();
+        Ok(g.keyword(&query, similar_to.as_deref(), k, &filter)
+            .map(|v| v.into_iter().map(found).collect())
+            .map_err(|e| from_corpus(&c.shared.section.name, e.into())))
+    }
+
+    async fn get(
+        &mut self,
+        h: Resource<CollectionHandle>,
+        ids: Vec<String>,
+    ) -> wasmtime::Result<Wit<Vec<Option<wit::Chunk>>>> {
+        if let Err(e) = check_ids(&ids) {
+            return Ok(Err(e));
+        }
+        let max_output = self.state.max_output;
+        let g = self.collection(&h)?.shared.corpus.snapshot();
+        let mut out = Vec::with_capacity(ids.len());
+        let mut bytes = 0u64;
+        for r in g.get(&ids) {
+            let Some(r) = r else {
+                out.push(None);
+                continue;
+            };
+            bytes += (r.id.len() + r.text.len() + r.metadata.len() + r.vector.len() * 4) as u64;
+            if bytes > max_output {
+                return Ok(invalid(format!(
+                    "these {} chunks come to over {max_output} bytes, this instance's max_output; ask for fewer at a time",
+                    ids.len()
+                )));
+            }
+            out.push(Some(wit::Chunk {
+                id: r.id,
+                text: r.text,
+                vector: r.vector,
+                metadata: r.metadata,
+                fields: r.fields.into_iter().map(|(name, values)| wit::Field { name, values }).collect(),
+            }));
+        }
+        Ok(Ok(out))
+    }
+
+    async fn ids(
+        &mut self,
+        h: Resource<CollectionHandle>,
+        clauses: Vec<wit::Clause>,
+        offset: u32,
+        limit: u32,
+    ) -> wasmtime::Result<Wit<Vec<String>>> {
+        let filter = match filter(clauses) {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(e)),
+        };
+        let limit = (limit as usize).min(MAX_IDS);
+        let g = self.collection(&h)?.shared.corpus.snapshot();
+        Ok(Ok(g.list(&filter, offset as usize, limit)))
+    }
+
+    async fn write(&mut self, h: Resource<CollectionHandle>) -> wasmtime::Result<Wit<Resource<WriterHandle>>> {
+        match View::write(self, &h).await? {
+            Ok(w) => Ok(Ok(self.state.table.push(w)?)),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    async fn drop(&mut self, h: Resource<CollectionHandle>) -> wasmtime::Result<()> {
+        self.state.table.delete(h)?;
+        Ok(())
+    }
+}
+
+impl wit::HostWriter for View<'_> {
+    async fn upsert(&mut self, w: Resource<WriterHandle>, chunks: Vec<wit::Chunk>) -> wasmtime::Result<Wit<()>> {
+        let mut records = Vec::with_capacity(chunks.len());
+        let mut bytes = 0u64;
+        for c in chunks {
+            match record(c) {
+                Ok((r, n)) => {
+                    bytes += n;
+                    records.push(r);
+                }
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        if let Err(e) = self.charge(&w, bytes)? {
+            return Ok(Err(e));
+        }
+        self.state.table.get_mut(&w)?.changes.extend(records.into_iter().map(Change::Upsert));
+        Ok(Ok(()))
+    }
+
+    async fn remove(&mut self, w: Resource<WriterHandle>, ids: Vec<String>) -> wasmtime::Result<Wit<()>> {
+        if let Err(e) = check_ids(&ids) {
+            return Ok(Err(e));
+        }
+        let bytes = ids.iter().map(|i| i.len() as u64 + 24).sum();
+        if let Err(e) = self.charge(&w, bytes)? {
+            return Ok(Err(e));
+        }
+        self.state.table.get_mut(&w)?.changes.extend(ids.into_iter().map(Change::Remove));
+        Ok(Ok(()))
+    }
+
+    async fn set_notes(&mut self, w: Resource<WriterHandle>, notes: String) -> wasmtime::Result<Wit<()>> {
+        if notes.len() > MAX_METADATA_BYTES {
+            return Ok(invalid(format!("{} bytes of notes; at most {MAX_METADATA_BYTES}", notes.len())));
+        }
+        if serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&notes).is_err() {
+            return Ok(invalid("notes must be a JSON object"));
+        }
+        if let Err(e) = self.charge(&w, notes.len() as u64)? {
+            return Ok(Err(e));
+        }
+        self.state.table.get_mut(&w)?.notes = Some(notes);
+        Ok(Ok(()))
+    }
+
+    async fn commit(&mut self, w: Resource<WriterHandle>) -> wasmtime::Result<Wit<u64>> {
+        let w = self.state.table.get_mut(&w)?;
+        if w.spent {
+            return Ok(invalid("this writer has committed; take another with write"));
+        }
+        w.spent = true;
+        let (changes, notes, shared) = (std::mem::take(&mut w.changes), w.notes.take(), w.shared.clone());
+        let committed = tokio::task::spawn_blocking(move || {
+            let name = shared.section.name.clone();
+            let serving = shared.corpus.snapshot().number();
+            shared.corpus.commit(changes, notes).map_err(|e| match e {
+                CorpusError::Io { .. } => WitError::Unavailable(format!(
+                    "corpus {name} cannot save ({e}); it keeps serving generation {serving} read-only: free space or raise the quota where it is kept"
+                )),
+                e => from_corpus(&name, e),
+            })
+        })
+        .await;
+        Ok(committed.unwrap_or_else(|e| Err(WitError::Unavailable(format!("the commit failed: {e}")))))
+    }
+
+    async fn drop(&mut self, w: Resource<WriterHandle>) -> wasmtime::Result<()> {
+        // The lease goes with it; an uncommitted batch is discarded.
+        self.state.table.delete(w)?;
+        Ok(())
+    }
+}

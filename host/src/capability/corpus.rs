@@ -1,0 +1,86 @@
+//! Corpora (`quarry:retrieval/corpus`), from the `quarry-corpus` crate; here, its place in the
+//! capability list: `[corpora.NAME]` sections and `grants.corpora`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::component::Linker;
+
+pub use quarry_corpus::config::{CorpusGrant, CorpusSection, Mode, RawGrant, RawSection};
+pub use quarry_corpus::host::{State, limits};
+
+use super::{Capability, CapabilityStore, GrantContext, SandboxError, StoreContext};
+use crate::support::values::KeyError;
+
+/// The corpus capability.
+pub struct Corpora;
+
+impl Capability for Corpora {
+    const GRANT_KEYS: &'static [&'static str] = &["corpora"];
+    const SECTION_KEYS: &'static [&'static str] = &["corpora"];
+
+    type RawGrant = Vec<RawGrant>;
+    type Grant = CorpusGrant;
+    type RawSection = BTreeMap<String, RawSection>;
+    type RawHost = ();
+    /// The configured corpora.
+    type Section = BTreeMap<String, Arc<CorpusSection>>;
+    type AppState = ();
+    type State = State;
+
+    fn read_grant<'de, A: serde::de::MapAccess<'de>>(
+        raw: &mut Vec<RawGrant>,
+        _key: &str,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        *raw = map.next_value()?;
+        Ok(())
+    }
+
+    fn read_section<'de, A: serde::de::MapAccess<'de>>(
+        raw: &mut BTreeMap<String, RawSection>,
+        _key: &str,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        *raw = map.next_value()?;
+        Ok(())
+    }
+
+    fn section(
+        raw: BTreeMap<String, RawSection>,
+        _: (),
+        base: &Path,
+    ) -> Result<BTreeMap<String, Arc<CorpusSection>>, KeyError> {
+        let mut corpora = BTreeMap::new();
+        for (name, raw) in raw {
+            let s = quarry_corpus::config::section(&name, raw, base).map_err(|e| e.under(&format!("corpora.{name}")))?;
+            corpora.insert(name, Arc::new(s));
+        }
+        Ok(corpora)
+    }
+
+    fn grant(
+        raw: Vec<RawGrant>,
+        sections: &BTreeMap<String, Arc<CorpusSection>>,
+        _: &GrantContext<'_>,
+    ) -> Result<CorpusGrant, KeyError> {
+        quarry_corpus::config::grant(raw, sections).map_err(|e| e.under("corpora"))
+    }
+
+    fn host_read_dirs(sections: &BTreeMap<String, Arc<CorpusSection>>) -> Vec<(String, PathBuf)> {
+        // The host writes a corpus's directory: no guest may write it beside the host.
+        sections.values().map(|s| (format!("corpora.{}", s.name), s.dir.clone())).collect()
+    }
+
+    fn state(grant: &CorpusGrant, _: &(), cx: &mut StoreContext<'_>) -> Result<State, SandboxError> {
+        Ok(State::new(grant, cx.max_output))
+    }
+
+    fn link<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
+        quarry_corpus::host::link(l, |t| {
+            let p = t.parts();
+            quarry_corpus::host::view(p.states.get_mut::<Corpora>(), p.deadline, p.memory)
+        })
+    }
+}
