@@ -176,9 +176,9 @@ const LAST_WORDS_BYTES: usize = 1024;
 static STDERR_LOG: crate::support::log_budget::LogBudget =
     crate::support::log_budget::LogBudget::new(32, Duration::from_millis(100));
 
-/// Logs a call's guest stderr: at most [`STDERR_LINES_PER_CALL`] lines of at most
-/// [`STDERR_LINE_BYTES`], under the host's budget for guest lines, with a count of the rest.
-/// Returns those lines (cut alike), for the caller of this call.
+/// Logs a call's guest stderr (lines that begin "warning:" as warnings): at most
+/// [`STDERR_LINES_PER_CALL`] lines of at most [`STDERR_LINE_BYTES`], under the host's budget
+/// for guest lines, with a count of the rest. Returns those lines (cut alike), for the caller of this call.
 fn log_stderr(stderr: &str) -> Vec<String> {
     let mut lines = stderr.lines().filter(|l| !l.trim().is_empty());
     let mut kept = Vec::new();
@@ -186,7 +186,13 @@ fn log_stderr(stderr: &str) -> Vec<String> {
         let line = crate::support::text::cut(line, STDERR_LINE_BYTES);
         if let Some(held) = STDERR_LOG.take() {
             let note = crate::support::log_budget::held_note(held);
-            tracing::info!(target: "quarry::guest", "{line}{note}");
+            // A tool's "warning: …" (an index it cannot save, a manual it cannot parse) is for
+            // the operator, who sees warnings by default.
+            if line.starts_with("warning:") {
+                tracing::warn!(target: "quarry::guest", "{line}{note}");
+            } else {
+                tracing::info!(target: "quarry::guest", "{line}{note}");
+            }
         }
         kept.push(line);
     }
