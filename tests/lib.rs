@@ -219,6 +219,8 @@ pub enum Need {
     Onnxruntime,
     /// An onnxruntime older than the host needs (`tests/nn/old-onnxruntime.sh`).
     OldOnnxruntime,
+    /// A tmpfs mounted in a private mount namespace (`unshare -m`, as root): a disk that fills.
+    Mount,
 }
 
 impl Need {
@@ -233,6 +235,10 @@ impl Need {
                 .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("docker-registry").is_file())),
             Need::Onnxruntime => quarry::capability::nn::ort_library::locate(None).is_ok(),
             Need::OldOnnxruntime => old_onnxruntime().is_file(),
+            Need::Mount => std::process::Command::new("unshare")
+                .args(["-m", "sh", "-c", "d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs \"$d\""])
+                .output()
+                .is_ok_and(|o| o.status.success()),
         }
     }
 
@@ -246,6 +252,7 @@ impl Need {
                 "the MCP conformance suite: run `bash tests/mcp/conformance/install.sh` (needs Node 20+)"
             }
             Need::Registry => "an OCI registry: run `bash tests/oci/registry.sh install` (Debian's docker-registry)",
+            Need::Mount => "a small file system of its own: run as root, with util-linux's unshare (make test does)",
         }
     }
 }

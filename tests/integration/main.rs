@@ -7,6 +7,7 @@ mod chapter_rag;
 mod cli;
 mod config_errors;
 mod conformance;
+mod corpus;
 mod couchbase;
 mod crew;
 mod docx_search;

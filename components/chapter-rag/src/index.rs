@@ -19,7 +19,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
-use rag_core::corpus::{Corpus, Fields, Filter, Record, Writer};
+use rag_core::corpus::{Corpus, CorpusError, Fields, Filter, Record, Writer};
 use rag_core::store::{Index, content_hash};
 use serde::Serialize;
 use serde_json::json;
@@ -198,10 +198,8 @@ fn embed_text(tree: &Tree, p: &Piece) -> String {
     format!("{}\n{}", path_line(tree, p.chapter), p.text)
 }
 
-/// Builds the index of `manual` into `corpus`, under the write lease `writer` (the caller
-/// commits): its chunks are upserted and those of earlier builds of the manual removed. Vectors
-/// and token counts that `reuse` has are not asked for again.
-#[expect(clippy::too_many_arguments, reason = "the build's inputs, each its own")]
+/// Builds the index of `manual` for `corpus`: the tool's view of it, and the chunks to store
+/// ([`store`]). Vectors and token counts that `reuse` has are not asked for again.
 pub fn build(
     env: &dyn Env,
     source: &str,
@@ -210,8 +208,7 @@ pub fn build(
     max_headings: usize,
     reuse: &Reuse,
     corpus: Rc<dyn Corpus>,
-    writer: &mut dyn Writer,
-) -> Result<Built, ToolError> {
+) -> Result<(Built, Vec<Record>), ToolError> {
     let t = Instant::now();
     let tree = manual.tree(max_headings).map_err(|e| ToolError::InvalidArgs(format!("{source}: {e}")))?;
     let text = manual.text;
@@ -350,16 +347,31 @@ pub fn build(
     }
     report.chunks = chunks.len();
     let sha256 = content_hash(text.as_bytes());
-    // Earlier builds of this manual go in the same commit as this one arrives.
+    Ok((Built { source: source.to_string(), text, sha256, tree, chunks, key, corpus, report }, records))
+}
+
+/// Stores `built`'s `records` in its corpus under the write lease `writer` and commits: in one
+/// commit its chunks arrive and those of earlier builds of the manual leave.
+pub fn store(built: &Built, records: &[Record], mut writer: Box<dyn Writer + '_>) -> Result<u64, CorpusError> {
     let fresh: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
-    let stale: Vec<String> =
-        all_ids(&*corpus, &Filter::exact("source", source))?.into_iter().filter(|id| !fresh.contains(id.as_str())).collect();
-    writer.remove(stale).map_err(corpus_error)?;
-    let mut records = records.into_iter().peekable();
-    while records.peek().is_some() {
-        writer.upsert(records.by_ref().take(CORPUS_BATCH).collect()).map_err(corpus_error)?;
+    let mut stale = Vec::new();
+    let source = Filter::exact("source", &built.source);
+    loop {
+        let page = built.corpus.list(&source, stale.len(), 4096)?;
+        let done = page.len() < 4096;
+        stale.extend(page);
+        if done {
+            break;
+        }
     }
-    Ok(Built { source: source.to_string(), text, sha256, tree, chunks, key, corpus, report })
+    stale.retain(|id: &String| !fresh.contains(id.as_str()));
+    for ids in stale.chunks(CORPUS_BATCH) {
+        writer.remove(ids.to_vec())?;
+    }
+    for batch in records.chunks(CORPUS_BATCH) {
+        writer.upsert(batch.to_vec())?;
+    }
+    writer.commit()
 }
 
 /// A chunk's filter fields: its manual, its build, and every chapter it lies in with their

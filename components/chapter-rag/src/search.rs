@@ -113,7 +113,9 @@ pub fn vector_only(built: &Built, query: &Query, k: usize, within: Within<'_>) -
     let hits = built.corpus.nearest(&query.vector, k, &filter(built, within)).map_err(corpus_error)?;
     hits.into_iter()
         .enumerate()
-        .map(|(r, f)| Ok(Scored { chunk: built.position(&f.id)?, fused: 1.0 / (61.0 + r as f32), score: from_cosine(f.score) }))
+        .map(|(r, f)| {
+            Ok(Scored { chunk: built.position(&f.id)?, fused: 1.0 / (61.0 + r as f32), score: from_cosine(f.score) })
+        })
         .collect()
 }
 
@@ -145,10 +147,12 @@ pub fn hybrid(
         score.entry(i).or_insert_with(|| from_cosine(f.similarity.unwrap_or(-1.0)));
         by_keyword.push(i);
     }
-    Ok(hybrid::fuse_weighted(&by_vector, &by_keyword, vector_weight, k, threshold, |i| score.get(&i).copied().unwrap_or(0.0))
-        .into_iter()
-        .map(|f| Scored { chunk: f.position, fused: f.fused, score: f.score })
-        .collect())
+    Ok(hybrid::fuse_weighted(&by_vector, &by_keyword, vector_weight, k, threshold, |i| {
+        score.get(&i).copied().unwrap_or(0.0)
+    })
+    .into_iter()
+    .map(|f| Scored { chunk: f.position, fused: f.fused, score: f.score })
+    .collect())
 }
 
 /// One routed chapter.

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use rag_core::corpus::{Corpus, MemoryCorpus, Metric, Shape};
+use rag_core::corpus::{Corpus, CorpusError, MemoryCorpus, Metric, Shape};
 use rag_core::score::json_f32;
 use rag_core::store::Index;
 use serde::Deserialize;
@@ -213,8 +213,7 @@ impl Configured {
     /// Reads the manual and indexes it, or reopens its saved index when that is current.
     pub fn prepare(self, env: &dyn Env) -> Result<ChapterTool, ToolError> {
         let Configured { settings, text, stamp } = self;
-        let model = env.model();
-        let shape = Shape { dimension: model.dimension, metric: Metric::Cosine };
+        let shape = shape(&env.model());
         let corpus: Rc<dyn Corpus> = match &settings.corpus {
             Some(name) => env.open_corpus(name, shape).map_err(at_open)?,
             None => Rc::new(MemoryCorpus::new(shape).map_err(corpus_error)?),
@@ -243,7 +242,7 @@ fn open_or_build(env: &dyn Env, settings: &Settings, text: Manual, corpus: Rc<dy
     if let Some(b) = reopen(&text)? {
         return Ok(held(b));
     }
-    let mut writer = corpus.write().map_err(corpus_error)?;
+    let writer = corpus.write().map_err(corpus_error)?;
     // Another instance sharing the corpus may have built it while this one waited for the lease.
     if let Some(b) = reopen(&text)? {
         return Ok(held(b));
@@ -270,12 +269,32 @@ fn open_or_build(env: &dyn Env, settings: &Settings, text: Manual, corpus: Rc<dy
             Err(e) => env.log(&format!("warning: {e}")),
         }
     }
-    let b = index::build(env, manual, text, params, *max_headings, &reuse, corpus.clone(), &mut *writer)?;
-    writer.commit().map_err(corpus_error)?;
+    let (b, records) = index::build(env, manual, text, params, *max_headings, &reuse, corpus.clone())?;
+    match index::store(&b, &records, writer) {
+        Ok(_) => {}
+        // The host cannot save it (a full disk, a quota): the build is served from the tool's
+        // own memory, and the corpus keeps what it had, for the other instances.
+        Err(e @ (CorpusError::Unavailable(_) | CorpusError::Invalid(_))) if settings.corpus.is_some() => {
+            env.log(&format!(
+                "warning: {manual}: the index could not be saved to corpus {}: {e}; serving it from this instance's memory until it can be",
+                settings.corpus.as_deref().unwrap_or_default()
+            ));
+            let own: Rc<dyn Corpus> = Rc::new(MemoryCorpus::new(shape(&model)).map_err(corpus_error)?);
+            let b = Built { corpus: own, ..b };
+            index::store(&b, &records, b.corpus.write().map_err(corpus_error)?).map_err(corpus_error)?;
+            return Ok(b);
+        }
+        Err(e) => return Err(corpus_error(e)),
+    }
     if settings.corpus.is_none() && !file_current {
         save(env, index_file.as_ref(), &b, &model)?;
     }
     Ok(b)
+}
+
+/// The shape of the corpus an embedding model's vectors go in.
+fn shape(model: &Model) -> Shape {
+    Shape { dimension: model.dimension, metric: Metric::Cosine }
 }
 
 impl ChapterTool {
@@ -611,14 +630,7 @@ impl ChapterTool {
                     v.retain(|s| s.score >= self.settings.threshold);
                     v
                 } else {
-                    search::hybrid(
-                        &self.built,
-                        &q,
-                        limit,
-                        self.settings.threshold,
-                        self.search.vector_weight,
-                        None,
-                    )?
+                    search::hybrid(&self.built, &q, limit, self.settings.threshold, self.search.vector_weight, None)?
                 };
                 let reason = format!("not routed: retrieval = {mode} searches the whole manual");
                 (
@@ -744,7 +756,8 @@ fn at_open(e: ToolError) -> ToolError {
 fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built, model: &Model) -> Result<(), ToolError> {
     if let Some(f) = file {
         index::to_index(built, model)?
-            .save(f).map_err(|e| ToolError::Denied(format!("{e}: is index_dir a read-write grant?")))?;
+            .save(f)
+            .map_err(|e| ToolError::Denied(format!("{e}: is index_dir a read-write grant?")))?;
         env.log(&format!("saved the index of {} to {}", built.source, f.display()));
     }
     Ok(())

@@ -54,7 +54,8 @@ impl Capability for Corpora {
     ) -> Result<BTreeMap<String, Arc<CorpusSection>>, KeyError> {
         let mut corpora = BTreeMap::new();
         for (name, raw) in raw {
-            let s = quarry_corpus::config::section(&name, raw, base).map_err(|e| e.under(&format!("corpora.{name}")))?;
+            let s =
+                quarry_corpus::config::section(&name, raw, base).map_err(|e| e.under(&format!("corpora.{name}")))?;
             corpora.insert(name, Arc::new(s));
         }
         Ok(corpora)

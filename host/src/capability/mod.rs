@@ -29,9 +29,9 @@ mod list;
 
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
+pub mod corpus;
 #[cfg(feature = "couchbase")]
 pub mod couchbase;
-pub mod corpus;
 pub mod embedder;
 pub mod files;
 pub mod http;

@@ -137,7 +137,10 @@ mod tests {
         };
         let g = grant(entries(r#"corpora = [{ name = "rclone", mode = "rw" }]"#), &sections).unwrap();
         assert_eq!(g.corpora["rclone"].1, Mode::Rw);
-        assert_eq!(grant(entries(r#"corpora = [{ name = "rclone" }]"#), &sections).unwrap().corpora["rclone"].1, Mode::Ro);
+        assert_eq!(
+            grant(entries(r#"corpora = [{ name = "rclone" }]"#), &sections).unwrap().corpora["rclone"].1,
+            Mode::Ro
+        );
         let e = grant(entries(r#"corpora = [{ name = "other" }]"#), &sections).unwrap_err();
         assert_eq!(e.key, "[0].name");
         assert!(e.message.contains("define [corpora.other]") && e.message.contains("rclone"), "{}", e.message);

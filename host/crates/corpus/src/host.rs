@@ -108,8 +108,7 @@ fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<Shared>
     for w in corpus.warnings() {
         tracing::warn!(corpus = %section.name, "{w}");
     }
-    let shared =
-        Arc::new(Shared { section: section.clone(), corpus, queue: Arc::new(tokio::sync::Mutex::new(())) });
+    let shared = Arc::new(Shared { section: section.clone(), corpus, queue: Arc::new(tokio::sync::Mutex::new(())) });
     open.insert(section.dir.clone(), Arc::downgrade(&shared));
     Ok(shared)
 }
@@ -249,7 +248,8 @@ fn record(c: wit::Chunk) -> Wit<(Record, u64)> {
     if c.fields.iter().any(|f| f.name.len() > MAX_VALUE_BYTES || f.values.iter().any(|v| v.len() > MAX_VALUE_BYTES)) {
         return invalid(format!("chunk {:?}: a field name or value over {MAX_VALUE_BYTES} bytes", c.id));
     }
-    let field_bytes: usize = c.fields.iter().map(|f| f.name.len() + f.values.iter().map(String::len).sum::<usize>()).sum();
+    let field_bytes: usize =
+        c.fields.iter().map(|f| f.name.len() + f.values.iter().map(String::len).sum::<usize>()).sum();
     let bytes = (c.id.len() + c.text.len() + c.metadata.len() + field_bytes + c.vector.len() * 4) as u64;
     let fields = c.fields.into_iter().map(|f| (f.name, f.values)).collect();
     Ok((Record { id: c.id, text: c.text, vector: c.vector, metadata: c.metadata, fields }, bytes))

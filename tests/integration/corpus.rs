@@ -1,0 +1,240 @@
+//! Corpora as a host capability (`quarry:retrieval/corpus`), with chapter-rag on them in the
+//! real host: instances and pool members that share a corpus build it once and answer alike, a
+//! restart reopens it, an old index file moves into it, the grant is enforced, and a corpus that
+//! cannot save (a full disk: a small tmpfs) keeps serving what it had.
+
+use std::path::Path;
+
+use quarry_tests::{Need, TOY_SECTION, TestEnv, quarry_bin, skip_unless, within};
+use serde_json::{Value, json};
+
+/// Two chapter-rag instances over one manual and one corpus (`[corpora.manual]` in `corpus/`),
+/// the first a pool of `pool`, with `grant` as the second's corpus grant.
+fn config(pool: usize, grant: &str, extra_tool: &str) -> String {
+    format!(
+        r#"{TOY_SECTION}
+[corpora.manual]
+dir = "corpus"
+
+[tools.a]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+pool = {pool}
+config = {{ manual = "/docs/m.md", corpus = "manual", index_dir = "/index" }}
+[tools.a.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+corpora = [{{ name = "manual", mode = "rw" }}]
+memory = "1GiB"
+deadline = "120s"
+
+[tools.b]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = {{ manual = "/docs/m.md", corpus = "manual" }}
+[tools.b.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}]
+{grant}
+memory = "1GiB"
+deadline = "120s"
+{extra_tool}"#
+    )
+}
+
+fn manual(topic: &str) -> String {
+    let para = |t: &str| format!("This paragraph explains {t} for the reader in some detail. ").repeat(16);
+    format!(
+        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable. {}\n",
+        para("installation"),
+        para("linux packages"),
+        para(topic),
+        para("syncing folders"),
+        para("bandwidth limits"),
+    )
+}
+
+async fn call(host: &quarry::Registry, tool: &str, args: Value) -> Result<quarry::bindings::ToolOutput, String> {
+    within(120, host.call(tool, &args.to_string())).await.map_err(|e| e.to_string())
+}
+
+fn report(out: &quarry::bindings::ToolOutput) -> Value {
+    serde_json::from_str::<Value>(out.extra.as_deref().unwrap_or("null")).unwrap()["report"].clone()
+}
+
+/// The generation numbers on disk in corpus directory `dir`, newest first.
+fn generations(dir: &Path) -> Vec<u64> {
+    let mut n: Vec<u64> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("gen-")?.strip_suffix(".qcorpus")?.parse().ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    n.sort_unstable_by(|a, b| b.cmp(a));
+    n
+}
+
+/// Three readers (a pool of two and another instance) and one corpus: built once (generation 1),
+/// the same answers from each, and a restart that reopens it without embedding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_and_pool_members_share_one_corpus() {
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    let cfg = config(2, r#"corpora = [{ name = "manual", mode = "rw" }]"#, "");
+    let q = json!({"question": "bandwidth limits with a timetable"});
+    let chunks;
+    let answer;
+    {
+        let host = env.host(&cfg).await;
+        let (ra, rb) =
+            (call(&host, "a.search", q.clone()).await.unwrap(), call(&host, "b.search", q.clone()).await.unwrap());
+        assert_eq!(ra.text, rb.text);
+        assert!(ra.text.contains("Bandwidth"), "{}", ra.text);
+        // Two calls at once reach both pool members; each answers the same.
+        let (x, y) = tokio::join!(call(&host, "a.search", q.clone()), call(&host, "a.search", q.clone()));
+        assert_eq!(x.unwrap().text, ra.text);
+        assert_eq!(y.unwrap().text, ra.text);
+        let ta = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
+        let tb = report(&call(&host, "b.list_chapter_tree", json!({})).await.unwrap());
+        chunks = ta["chunks"].as_u64().unwrap();
+        assert_eq!(tb["chunks"].as_u64(), Some(chunks));
+        // One build for three instances: whoever built it embedded every chunk, the others none.
+        let embedded = ta["embedded"].as_u64().unwrap() + tb["embedded"].as_u64().unwrap();
+        assert!(embedded == 0 || embedded == chunks, "embedded {embedded} of {chunks}: {ta} {tb}");
+        assert_eq!(generations(&env.path("corpus")), [1], "built once, in one commit");
+        answer = ra.text;
+    }
+    let host = env.host(&cfg).await;
+    let r = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
+    assert_eq!((r["embedded"].as_u64(), r["reused"].as_u64()), (Some(0), Some(chunks)), "{r}");
+    assert_eq!(call(&host, "b.search", q).await.unwrap().text, answer);
+    assert_eq!(generations(&env.path("corpus")), [1], "a restart writes nothing");
+    // The corpus is the index: no index file is written beside it.
+    assert!(!env.path("index/chapter-rag.qix").exists());
+}
+
+/// An index file from before corpora moves into the corpus: nothing is embedded again, and the
+/// log says so.
+#[tokio::test]
+async fn an_old_index_file_moves_into_the_corpus() {
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    let old = format!(
+        r#"{TOY_SECTION}
+[tools.a]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = {{ manual = "/docs/m.md", index_dir = "/index" }}
+[tools.a.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+deadline = "120s"
+"#
+    );
+    let chunks = {
+        let host = env.host(&old).await;
+        report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap())["chunks"].as_u64().unwrap()
+    };
+    assert!(env.path("index/chapter-rag.qix").exists());
+    let host = env.host(&config(1, r#"corpora = [{ name = "manual" }]"#, "")).await;
+    let r = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
+    assert_eq!((r["embedded"].as_u64(), r["chunks"].as_u64()), (Some(0), Some(chunks)), "{r}");
+    assert_eq!(generations(&env.path("corpus")), [1]);
+}
+
+/// The grant decides: a corpus not granted is refused at prepare with what to add, and a
+/// read-only grant may search a built corpus but not build one.
+#[tokio::test]
+async fn the_grant_decides_who_opens_and_who_writes() {
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    // b has no grant.
+    let host = env.opened_host(&config(1, "", "")).await;
+    let failed = host.prepared().await;
+    let (_, why) = failed.iter().find(|(n, _)| n == "b").expect("b fails to prepare");
+    assert!(why.contains("not in this instance's grants.corpora") && why.contains("mode = \"rw\""), "{why}");
+    drop(host);
+    // b read-only, alone over an empty corpus: it cannot build.
+    let alone = format!(
+        r#"{TOY_SECTION}
+[corpora.fresh]
+dir = "fresh"
+[tools.b]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = {{ manual = "/docs/m.md", corpus = "fresh" }}
+[tools.b.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}]
+corpora = [{{ name = "fresh" }}]
+deadline = "60s"
+"#
+    );
+    let host = env.opened_host(&alone).await;
+    let failed = host.prepared().await;
+    let (_, why) = failed.iter().find(|(n, _)| n == "b").expect("b cannot build");
+    assert!(why.contains("corpus fresh is granted read-only; grant it with mode = \"rw\""), "{why}");
+    assert!(generations(&env.path("fresh")).is_empty());
+}
+
+/// A full disk (a 1 MiB tmpfs as the corpus's directory, in a mount namespace of the test's own):
+/// a host restarted on it serves the committed generation; an edit that cannot be saved is
+/// served from the instance's memory with a log line that says why, and the corpus on disk
+/// keeps its last generation, whole.
+#[test]
+fn a_full_disk_serves_what_the_corpus_has() {
+    if skip_unless(Need::Mount) {
+        return;
+    }
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    std::fs::create_dir_all(env.path("corpus")).unwrap();
+    env.config(&config(1, r#"corpora = [{ name = "manual", mode = "rw" }]"#, ""));
+    let edited = env.path("edited.md");
+    std::fs::write(&edited, manual("windows msi packages and the registry")).unwrap();
+    let q = r#"{"question": "windows msi packages"}"#;
+    // Each stage's output between markers; the tmpfs lives as long as this one shell.
+    let script = format!(
+        r#"set -u
+mount -t tmpfs -o size=1m tmpfs corpus
+Q={quarry:?}
+echo "== build"; $Q -c quarry.toml call b.search '{q}' 2>&1; echo "rc=$?"
+dd if=/dev/zero of=corpus/filler bs=4k 2>/dev/null; echo "== full: $(df --output=avail corpus | tail -1)"
+echo "== restart"; $Q -c quarry.toml call b.search '{q}' 2>&1; echo "rc=$?"
+cp {edited:?} docs/m.md
+echo "== edit"; $Q -c quarry.toml call b.search '{q}' 2>&1; echo "rc=$?"
+echo "== files"; ls corpus
+"#,
+        quarry = quarry_bin(),
+        edited = edited,
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "bash", "-c", &script])
+        .current_dir(env.dir.path())
+        .env_remove("QUARRY_CONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let stage = |name: &str| -> String {
+        let from = text.find(&format!("== {name}")).unwrap_or_else(|| panic!("no stage {name}: {text}"));
+        let rest = &text[from + 3..];
+        rest[..rest.find("\n== ").unwrap_or(rest.len())].to_string()
+    };
+    let build = stage("build");
+    assert!(build.contains("rc=0"), "{build}");
+    assert!(stage("full").contains("full:      0") || stage("full").trim_end().ends_with(" 0"), "{}", stage("full"));
+    let restart = stage("restart");
+    assert!(restart.contains("rc=0") && restart.contains("On Windows"), "restart on a full disk: {restart}");
+    let edit = stage("edit");
+    assert!(edit.contains("rc=0"), "{edit}");
+    assert!(edit.contains("msi packages and the registry"), "the edit is served: {edit}");
+    assert!(
+        edit.contains("could not be saved to corpus manual") && edit.contains("No space left on device"),
+        "the log says why it is not saved: {edit}"
+    );
+    assert!(edit.contains("keeps serving generation 1 read-only"), "{edit}");
+    let files = stage("files");
+    assert!(files.contains("gen-00000000000000000001.qcorpus"), "{files}");
+    assert!(!files.contains("gen-00000000000000000002"), "{files}");
+    assert!(!files.contains(".tmp"), "a failed write leaves no temporary file: {files}");
+}
