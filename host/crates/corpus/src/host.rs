@@ -6,7 +6,9 @@
 //!   search it. It lives while a store holds it.
 //! - **The lease.** `write` takes the corpus's lease: in this process a queue (a fair mutex), and
 //!   across processes a `flock` on the directory's `.lease`; a writer waits at most until its
-//!   call's deadline, then gets `busy`. Readers never wait for it.
+//!   call's deadline, then gets `busy`. Readers never wait for it. With the lease taken, the
+//!   corpus takes up any generation another process committed, so the writer reads what it
+//!   builds on.
 //! - **Bounds, charged to the caller.** Ids, texts, metadata, fields, filters and result counts
 //!   have limits ([`limits`]); a writer's pending batch is held by the host for the instance, so
 //!   it may not exceed the instance's memory grant; what a `get` brings back may not exceed its
@@ -316,6 +318,12 @@ impl View<'_> {
         loop {
             match LeaseFile::try_take(&dir) {
                 Ok(Some(lease)) => {
+                    // Another process may have committed while this one waited.
+                    let fresh = shared.clone();
+                    let refreshed = tokio::task::spawn_blocking(move || fresh.corpus.refresh()).await;
+                    if let Ok(Err(e)) = refreshed {
+                        return Ok(Err(from_corpus(&name, e)));
+                    }
                     return Ok(Ok(WriterHandle {
                         shared,
                         changes: Vec::new(),

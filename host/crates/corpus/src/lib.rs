@@ -154,6 +154,22 @@ impl LocalCorpus {
         self.shape
     }
 
+    /// Takes up the newest generation on disk when another process has committed one since this
+    /// handle last looked: a writer does, under the lease, so that what it reads before writing
+    /// (the notes, whether a build is there) is current. Returns the generation now served.
+    pub fn refresh(&self) -> Result<u64, CorpusError> {
+        let mine = self.snapshot();
+        if file::numbers(&self.dir)?.first().is_some_and(|&n| n > mine.number())
+            && let (Some(newer), _) = file::latest(&self.dir)?
+            && newer.number() > mine.number()
+            && newer.shape() == self.shape
+        {
+            newer.prepare();
+            *self.current.write() = Arc::new(newer);
+        }
+        Ok(self.snapshot().number())
+    }
+
     /// Applies `changes` to the newest committed generation (this process's or another's),
     /// `notes` replacing its notes when given, and commits the result as the next generation;
     /// returns its number. On an error nothing is committed and readers keep the generation they
