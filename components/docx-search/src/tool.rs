@@ -10,12 +10,21 @@
 //! A `docx` given in a call is added to the index (a no-op when its content, the model and the
 //! chunking are unchanged), then the search is limited to it. Without one, the search covers
 //! every indexed document.
+//!
+//! The index is a corpus ([`rag_core::corpus`]): the host's when the config names one
+//! (`corpus`), shared by every instance that opens it, or the tool's own. In it a document's
+//! chunks are `KEY#POSITION`, with the fields `source` (the path or URL) and `doc` (the key: the
+//! document's bytes, the chunking and the model), and the corpus's notes keep, under
+//! `docx-search`, what each document was indexed from.
 
+use std::collections::HashMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
+use rag_core::corpus::{Corpus, Filter, MemoryCorpus, Metric, Record, Shape};
 use rag_core::hybrid::{self, LEG_DEPTH};
-use rag_core::score::json_f32;
+use rag_core::score::{from_cosine, json_f32};
 use rag_core::store::{Index, StoreError, content_hash};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -67,7 +76,12 @@ pub const INDEX_FILE: &str = "docx-search.qix";
 /// Texts per embedder call while ingesting.
 const EMBED_BATCH: usize = 32;
 
-pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError};
+pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError, corpus_error};
+
+/// The key of the corpus's notes under which this tool keeps its documents.
+const NOTES_KEY: &str = "docx-search";
+/// Chunks per corpus call.
+const CORPUS_BATCH: usize = 256;
 
 /// What the tool needs from outside beyond rag-core's [`BaseEnv`].
 pub trait Env: BaseEnv {
@@ -83,7 +97,10 @@ pub trait Env: BaseEnv {
 struct Config {
     /// Fixed mode: the document to index at open.
     docx: Option<String>,
-    /// A read-write granted directory to keep the index in; without it the index lives in memory.
+    /// A host corpus (`[corpora.NAME]`, granted `rw`) to keep the index in.
+    corpus: Option<String>,
+    /// Without a corpus: a read-write granted directory to keep the index file in; without
+    /// either the index lives in memory. With a corpus: an index file there is moved into it.
     index_dir: Option<String>,
     /// `"window"` (default), `"crewai"`, or a rag-core `Chunking` object.
     chunking: Option<ChunkingConfig>,
@@ -126,7 +143,10 @@ pub struct DocxTool<E: Env> {
     model: Model,
     fixed: Option<String>,
     chunking: Chunking,
-    index: Index,
+    /// The host corpus the config names.
+    corpus_name: Option<String>,
+    /// The index, once prepared.
+    corpus: Option<Rc<dyn Corpus>>,
     index_path: Option<String>,
     threshold: f32,
     limit: usize,
@@ -208,7 +228,7 @@ impl<E: Env> DocxTool<E> {
         } else {
             serde_json::from_str(config).map_err(|e| {
                 invalid_config(format!(
-                    "config: {e} (accepted keys: docx, index_dir, chunking, similarity_threshold, limit, retrieval, max_bytes, download_timeout_secs)"
+                    "config: {e} (accepted keys: docx, corpus, index_dir, chunking, similarity_threshold, limit, retrieval, max_bytes, download_timeout_secs)"
                 ))
             })?
         };
@@ -263,7 +283,9 @@ impl<E: Env> DocxTool<E> {
             }
             None => None,
         };
-        let index = Index::new(&model.id, model.dimension);
+        if cfg.corpus.as_deref().is_some_and(|c| c.trim().is_empty()) {
+            return Err(invalid_config("corpus is empty: name one of the host's [corpora.NAME], or leave it out"));
+        }
         if let Some(docx) = &cfg.docx
             && !docx.starts_with("http://")
             && !docx.starts_with("https://")
@@ -278,7 +300,8 @@ impl<E: Env> DocxTool<E> {
             model,
             fixed: cfg.docx.clone(),
             chunking,
-            index,
+            corpus_name: cfg.corpus,
+            corpus: None,
             index_path,
             threshold,
             limit,
@@ -296,20 +319,36 @@ impl<E: Env> DocxTool<E> {
         if self.prepared {
             return Ok(());
         }
-        let (model, env, index_path) = (&self.model, &self.env, &self.index_path);
-        let index = match &index_path {
-            None => Index::new(&model.id, model.dimension),
-            Some(p) => match Index::load(std::path::Path::new(p), &model.id, model.dimension) {
-                Ok(Some(i)) => i,
-                Ok(None) => Index::new(&model.id, model.dimension),
+        let shape = Shape { dimension: self.model.dimension, metric: Metric::Cosine };
+        let corpus: Rc<dyn Corpus> = match &self.corpus_name {
+            Some(name) => self.env.open_corpus(name, shape).map_err(|e| match e {
+                ToolError::InvalidArgs(m) => invalid_config(m),
+                e => e,
+            })?,
+            None => Rc::new(MemoryCorpus::new(shape).map_err(corpus_error)?),
+        };
+        self.corpus = Some(corpus);
+        // The tool's own index file: its documents come into the corpus (at every start for a
+        // corpus in memory; once, moved, for a host corpus).
+        if let Some(p) = self.index_path.clone() {
+            let (model, env) = (&self.model, &self.env);
+            match Index::load(std::path::Path::new(&p), &model.id, model.dimension) {
+                Ok(Some(index)) => {
+                    let moved = self.import(&index)?;
+                    if moved > 0 && self.corpus_name.is_some() {
+                        self.env.log(&format!(
+                            "moved {moved} documents of {p} into corpus {}; the file is no longer written and may be deleted",
+                            self.corpus_name.as_deref().unwrap_or_default()
+                        ));
+                    }
+                }
+                Ok(None) => {}
                 Err(e @ (StoreError::Corrupt { .. } | StoreError::OtherModel { .. })) => {
                     env.log(&format!("warning: {e}"));
-                    Index::new(&model.id, model.dimension)
                 }
                 Err(e) => return Err(ToolError::Upstream(e.to_string())),
-            },
-        };
-        self.index = index;
+            }
+        }
         if let Some(docx) = self.fixed.clone() {
             let added = self.add(&docx).map_err(|e| match e {
                 ToolError::InvalidArgs(m) => invalid_config(format!("docx: {m}")),
@@ -334,9 +373,127 @@ impl<E: Env> DocxTool<E> {
         spec(self.description(), self.fixed.is_none(), self.threshold, self.limit)
     }
 
-    /// The index (for tests and stats).
-    pub fn index(&self) -> &Index {
-        &self.index
+    /// The corpus the index is kept in (prepared: opened).
+    fn corpus(&self) -> Result<Rc<dyn Corpus>, ToolError> {
+        self.corpus.clone().ok_or_else(|| ToolError::Internal("the index is not open: prepare first".into()))
+    }
+
+    /// Documents and chunks in the index.
+    pub fn counts(&self) -> Result<(usize, u64), ToolError> {
+        let info = self.corpus()?.info().map_err(corpus_error)?;
+        Ok((documents(&info.notes).len(), info.chunks))
+    }
+
+    /// The key of `source` with content `sha` indexed with this chunking and model.
+    fn doc_key(&self, source: &str, sha: &str) -> String {
+        let mut k = content_hash(format!("{source}\n{sha}\n{}\n{}", self.chunking.key(), self.model.id).as_bytes());
+        k.truncate(24);
+        k
+    }
+
+    /// Brings the documents of an index file into the corpus (those it lacks), in one commit;
+    /// returns how many.
+    fn import(&self, index: &Index) -> Result<usize, ToolError> {
+        let corpus = self.corpus()?;
+        let notes = documents(&corpus.info().map_err(corpus_error)?.notes);
+        let mut records = Vec::new();
+        let mut docs = Vec::new();
+        for (source, d) in index.documents() {
+            let key = self.doc_key(source, &d.content_sha256);
+            if d.chunking != self.chunking.key() || notes.get(source).is_some_and(|n| n.key == key) {
+                continue;
+            }
+            let at = index.chunks().iter().enumerate().filter(|(_, c)| &c.source == source);
+            for (n, (i, c)) in at.enumerate() {
+                records.push(self.record(&key, source, n, c.text.clone(), index.vector(i).to_vec(), c.meta.clone()));
+            }
+            docs.push((source.clone(), DocNote { key, sha256: d.content_sha256.clone(), chunks: d.chunks }));
+        }
+        if docs.is_empty() {
+            return Ok(0);
+        }
+        let moved = docs.len();
+        // The file has them already: not written again.
+        self.store(docs, records, false)?;
+        Ok(moved)
+    }
+
+    /// Chunk `n` of document `source` (key `key`) as the corpus keeps it.
+    fn record(&self, key: &str, source: &str, n: usize, text: String, vector: Vec<f32>, meta: Value) -> Record {
+        Record {
+            id: format!("{key}#{n}"),
+            text,
+            vector,
+            metadata: meta.to_string(),
+            fields: [("source".to_string(), vec![source.to_string()]), ("doc".to_string(), vec![key.to_string()])]
+                .into(),
+        }
+    }
+
+    /// Stores documents `docs` with their chunks `records` under the corpus's lease, in one
+    /// commit that also removes their earlier versions; then, for a tool without a host corpus,
+    /// saves the index file when `save`.
+    fn store(&self, docs: Vec<(String, DocNote)>, records: Vec<Record>, save: bool) -> Result<(), ToolError> {
+        let corpus = self.corpus()?;
+        let mut writer = corpus.write().map_err(corpus_error)?;
+        // Read under the lease: the notes as the last writer left them.
+        let info = corpus.info().map_err(corpus_error)?;
+        let mut all: serde_json::Map<String, Value> = serde_json::from_str(&info.notes).unwrap_or_default();
+        let mut mine = documents(&info.notes);
+        let fresh: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
+        for (source, _) in &docs {
+            let mut stale = Vec::new();
+            loop {
+                let page = corpus.list(&Filter::exact("source", source), stale.len(), 4096).map_err(corpus_error)?;
+                let done = page.len() < 4096;
+                stale.extend(page);
+                if done {
+                    break;
+                }
+            }
+            stale.retain(|id| !fresh.contains(id.as_str()));
+            for ids in stale.chunks(CORPUS_BATCH) {
+                writer.remove(ids.to_vec()).map_err(corpus_error)?;
+            }
+        }
+        for batch in records.chunks(CORPUS_BATCH) {
+            writer.upsert(batch.to_vec()).map_err(corpus_error)?;
+        }
+        mine.extend(docs);
+        all.insert(NOTES_KEY.into(), serde_json::to_value(&mine).unwrap_or_default());
+        writer.set_notes(Value::Object(all).to_string()).map_err(corpus_error)?;
+        writer.commit().map_err(corpus_error)?;
+        if save
+            && self.corpus_name.is_none()
+            && let Some(p) = &self.index_path
+            && let Err(e) = self
+                .to_index()
+                .and_then(|ix| ix.save(std::path::Path::new(p)).map_err(|e| ToolError::Upstream(e.to_string())))
+        {
+            // Search still works from memory; the next open re-embeds what was not saved.
+            self.env.log(&format!("warning: {e}"));
+        }
+        Ok(())
+    }
+
+    /// The index file of the corpus's documents (for a tool that keeps its own corpus).
+    fn to_index(&self) -> Result<Index, ToolError> {
+        let corpus = self.corpus()?;
+        let mut index = Index::new(&self.model.id, self.model.dimension);
+        for (source, d) in documents(&corpus.info().map_err(corpus_error)?.notes) {
+            let ids: Vec<String> = (0..d.chunks).map(|n| format!("{}#{n}", d.key)).collect();
+            let (mut chunks, mut vectors) = (Vec::new(), Vec::new());
+            for batch in ids.chunks(CORPUS_BATCH) {
+                for r in corpus.get(batch).map_err(corpus_error)?.into_iter().flatten() {
+                    chunks.push((r.text, serde_json::from_str(&r.metadata).unwrap_or_default()));
+                    vectors.push(r.vector);
+                }
+            }
+            index
+                .put(&source, &d.sha256, &self.chunking.key(), chunks, &vectors)
+                .map_err(|e| ToolError::Internal(e.to_string()))?;
+        }
+        Ok(index)
     }
 
     /// Runs a call: `args` as the schema describes.
@@ -411,9 +568,11 @@ impl<E: Env> DocxTool<E> {
         let bytes = self.load(source)?;
         let mut added = Added { bytes: bytes.len(), load_ms: ms_since(t), ..Added::default() };
         let sha = content_hash(&bytes);
-        let key = self.chunking.key();
-        if self.index.is_current(source, &sha, &key) {
-            added.chunks = self.index.documents().get(source).map_or(0, |d| d.chunks);
+        let key = self.doc_key(source, &sha);
+        if let Some(d) = documents(&self.corpus()?.info().map_err(corpus_error)?.notes).get(source)
+            && d.key == key
+        {
+            added.chunks = d.chunks;
             added.unchanged = true;
             return Ok(added);
         }
@@ -444,19 +603,31 @@ impl<E: Env> DocxTool<E> {
             Some(n) => n,
             None => self.env.count_tokens(&texts)?.iter().map(|&n| u64::from(n)).sum(),
         };
+        if vectors.len() != chunks.len() {
+            return Err(ToolError::Upstream(format!(
+                "the embedder returned {} vectors for {} texts",
+                vectors.len(),
+                chunks.len()
+            )));
+        }
         let t = std::time::Instant::now();
         let records = chunks
             .iter()
+            .zip(vectors)
             .enumerate()
-            .map(|(i, c)| (c.text.clone(), json!({"heading_path": c.heading_path, "chunk_index": i})))
+            .map(|(i, (c, v))| {
+                self.record(
+                    &key,
+                    source,
+                    i,
+                    c.text.clone(),
+                    v,
+                    json!({"heading_path": c.heading_path, "chunk_index": i}),
+                )
+            })
             .collect();
-        self.index.put(source, &sha, &key, records, &vectors).map_err(|e| ToolError::Internal(e.to_string()))?;
-        if let Some(p) = &self.index_path
-            && let Err(e) = self.index.save(std::path::Path::new(p))
-        {
-            // Search still works from memory; the next open re-embeds what was not saved.
-            self.env.log(&format!("warning: {e}"));
-        }
+        let note = DocNote { key, sha256: sha, chunks: chunks.len() };
+        self.store(vec![(source.to_string(), note)], records, true)?;
         added.index_ms = ms_since(t);
         added.chunks = chunks.len();
         Ok(added)
@@ -520,52 +691,59 @@ impl<E: Env> DocxTool<E> {
     }
 
     /// The best chunks for `query` (in document `only`, when given), by `how.retrieval`, as
-    /// (position, normalised vector score), best first.
-    fn rank(
-        &mut self,
-        query: &str,
-        qv: &[f32],
-        how: Search,
-        only: Option<&str>,
-    ) -> Result<Vec<(usize, f32)>, ToolError> {
-        let failed = |e: StoreError| ToolError::Internal(e.to_string());
-        // The chunks of document `only`, by position; none when every document is searched.
-        let allowed: Option<Vec<bool>> = only.map(|d| self.index.chunks().iter().map(|c| c.source == d).collect());
-        let by_position = |i: usize| allowed.as_ref().is_none_or(|a| a[i]);
-        let filter = allowed.as_ref().map(|_| &by_position as &dyn Fn(usize) -> bool);
+    /// (chunk, normalised vector score), best first.
+    fn rank(&self, query: &str, qv: &[f32], how: Search, only: Option<&str>) -> Result<Vec<(Record, f32)>, ToolError> {
+        let corpus = self.corpus()?;
+        let filter = only.map_or_else(Filter::all, |d| Filter::exact("source", d));
+        let fetch = |ids: Vec<String>| -> Result<Vec<Record>, ToolError> {
+            let got = corpus.get(&ids).map_err(corpus_error)?;
+            got.into_iter()
+                .map(|r| r.ok_or_else(|| ToolError::Internal("a chunk the search found is not in the corpus".into())))
+                .collect()
+        };
         match how.retrieval {
-            Retrieval::Vector => Ok(self
-                .index
-                .nearest(qv, how.limit, filter)
-                .map_err(failed)?
-                .into_iter()
-                .filter(|&(_, score)| score >= how.threshold)
-                .collect()),
-            Retrieval::Hybrid => {
-                let by_vector: Vec<usize> =
-                    self.index.nearest(qv, LEG_DEPTH, filter).map_err(failed)?.into_iter().map(|(i, _)| i).collect();
-                let keep = |c: &rag_core::store::StoredChunk| only.is_none_or(|d| c.source == d);
-                let by_keyword: Vec<usize> = self
-                    .index
-                    .keyword_search(
-                        query,
-                        LEG_DEPTH,
-                        only.map(|_| &keep as &dyn Fn(&rag_core::store::StoredChunk) -> bool),
-                    )
+            Retrieval::Vector => {
+                let near = corpus.nearest(qv, how.limit, &filter).map_err(corpus_error)?;
+                let kept: Vec<(String, f32)> = near
                     .into_iter()
-                    .map(|(i, _)| i)
+                    .map(|f| (f.id, from_cosine(f.score)))
+                    .filter(|&(_, score)| score >= how.threshold)
                     .collect();
-                let index = &self.index;
-                let score = |i: usize| rag_core::score::from_cosine(rag_core::score::dot(qv, index.vector(i)));
-                let pool = how.limit.saturating_mul(hybrid::DIVERSITY_POOL);
-                let fused = hybrid::fuse(&by_vector, &by_keyword, pool, how.threshold, score);
-                // One passage per section (document and heading path) first.
-                let chunks = index.chunks();
-                let section = |f: &hybrid::Fused| {
-                    let c = &chunks[f.position];
-                    (c.source.clone(), c.meta.get("heading_path").map(Value::to_string))
+                let scores: Vec<f32> = kept.iter().map(|k| k.1).collect();
+                Ok(fetch(kept.into_iter().map(|k| k.0).collect())?.into_iter().zip(scores).collect())
+            }
+            Retrieval::Hybrid => {
+                let near = corpus.nearest(qv, LEG_DEPTH, &filter).map_err(corpus_error)?;
+                let words = corpus.keyword(query, Some(qv), LEG_DEPTH, &filter).map_err(corpus_error)?;
+                // The legs' ids as numbers for the fusion, each with its vector score.
+                let mut ids: Vec<String> = Vec::new();
+                let mut number: HashMap<String, usize> = HashMap::new();
+                let mut score: Vec<f32> = Vec::new();
+                let mut leg = |found: Vec<rag_core::corpus::Found>, keyword: bool| -> Vec<usize> {
+                    found
+                        .into_iter()
+                        .map(|f| {
+                            let s = from_cosine(if keyword { f.similarity.unwrap_or(-1.0) } else { f.score });
+                            *number.entry(f.id.clone()).or_insert_with(|| {
+                                ids.push(f.id);
+                                score.push(s);
+                                ids.len() - 1
+                            })
+                        })
+                        .collect()
                 };
-                Ok(hybrid::spread(fused, how.limit, section).into_iter().map(|f| (f.position, f.score)).collect())
+                let by_vector = leg(near, false);
+                let by_keyword = leg(words, true);
+                let pool = how.limit.saturating_mul(hybrid::DIVERSITY_POOL);
+                let fused = hybrid::fuse(&by_vector, &by_keyword, pool, how.threshold, |i| score[i]);
+                let records = fetch(fused.iter().map(|f| ids[f.position].clone()).collect())?;
+                let ranked: Vec<(Record, f32)> = records.into_iter().zip(fused.iter().map(|f| f.score)).collect();
+                // One passage per section (document and heading path) first.
+                let section = |(r, _): &(Record, f32)| {
+                    let meta: Value = serde_json::from_str(&r.metadata).unwrap_or_default();
+                    (r.fields.get("source").cloned(), meta.get("heading_path").map(Value::to_string))
+                };
+                Ok(hybrid::spread(ranked, how.limit, section))
             }
         }
     }
@@ -581,12 +759,11 @@ impl<E: Env> DocxTool<E> {
         let qv = self.env.embed(&[query.to_string()], true)?;
         let qv = qv.into_iter().next().ok_or_else(|| ToolError::Upstream("the embedder returned no vector".into()))?;
         let found = self.rank(query, &qv, how, only)?;
-        let chunks = self.index.chunks();
         let hits: Vec<Hit> = found
-            .iter()
-            .map(|&(i, score)| {
-                let chunk = &chunks[i];
-                let mut meta = chunk.meta.clone();
+            .into_iter()
+            .map(|(chunk, score)| {
+                let source = chunk.fields.get("source").and_then(|s| s.first()).cloned().unwrap_or_default();
+                let mut meta: Value = serde_json::from_str(&chunk.metadata).unwrap_or_default();
                 if let Some(m) = meta.as_object_mut() {
                     let path: Vec<String> = m
                         .get("heading_path")
@@ -594,14 +771,9 @@ impl<E: Env> DocxTool<E> {
                         .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
                         .unwrap_or_default();
                     m.insert("heading".into(), Value::String(path.join(" > ")));
-                    m.insert("document".into(), Value::String(chunk.source.clone()));
+                    m.insert("document".into(), Value::String(source.clone()));
                 }
-                Hit {
-                    content: chunk.text.clone(),
-                    score: Some(score),
-                    source: Some(chunk.source.clone()),
-                    metadata: meta,
-                }
+                Hit { content: chunk.text, score: Some(score), source: Some(source), metadata: meta }
             })
             .collect();
         let text = if hits.is_empty() {
@@ -610,14 +782,15 @@ impl<E: Env> DocxTool<E> {
             let joined: Vec<&str> = hits.iter().map(|h| h.content.as_str()).collect();
             format!("Relevant Content:\n{}", joined.join("\n\n"))
         };
+        let (documents, chunks) = self.counts()?;
         let mut extra = json!({
             "model": self.model.id,
             "chunking": self.chunking.key(),
             "similarity_threshold": json_f32(threshold),
             "limit": limit,
             "retrieval": retrieval.name(),
-            "documents": self.index.documents().len(),
-            "chunks": self.index.chunks().len(),
+            "documents": documents,
+            "chunks": chunks,
         });
         if let (Some(a), Some(d)) = (&self.opened, &self.fixed) {
             extra["opened"] = a.json();
@@ -637,6 +810,23 @@ struct Search {
     threshold: f32,
     limit: usize,
     retrieval: Retrieval,
+}
+
+/// What the corpus's notes keep of one indexed document.
+#[derive(Clone, Debug, serde::Serialize, Deserialize)]
+struct DocNote {
+    /// The key of its chunks (`KEY#POSITION`, field `doc`).
+    key: String,
+    /// sha256 of its bytes.
+    sha256: String,
+    /// How many chunks it has.
+    chunks: usize,
+}
+
+/// The documents the corpus's notes list as this tool's, by source.
+fn documents(notes: &str) -> std::collections::BTreeMap<String, DocNote> {
+    let notes: Value = serde_json::from_str(notes).unwrap_or_default();
+    notes.get(NOTES_KEY).and_then(|d| serde_json::from_value(d.clone()).ok()).unwrap_or_default()
 }
 
 /// `path` made absolute (relative paths are relative to `/`) with `.` and `..` resolved
