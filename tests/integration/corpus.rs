@@ -137,7 +137,7 @@ deadline = "120s"
         report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap())["chunks"].as_u64().unwrap()
     };
     assert!(env.path("index/chapter-rag.qix").exists());
-    let host = env.host(&config(1, r#"corpora = [{ name = "manual" }]"#, "")).await;
+    let host = env.host(&config(1, r#"corpora = [{ name = "manual", mode = "rw" }]"#, "")).await;
     let r = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
     assert_eq!((r["embedded"].as_u64(), r["chunks"].as_u64()), (Some(0), Some(chunks)), "{r}");
     assert_eq!(generations(&env.path("corpus")), [1]);
@@ -237,4 +237,98 @@ echo "== files"; ls corpus
     assert!(files.contains("gen-00000000000000000001.qcorpus"), "{files}");
     assert!(!files.contains("gen-00000000000000000002"), "{files}");
     assert!(!files.contains(".tmp"), "a failed write leaves no temporary file: {files}");
+}
+
+/// Two processes that each add six DOCX files to one docx-search corpus, at the same time, keep
+/// all twelve (with an index file each used to keep the last writer's six): the lease orders
+/// their commits, and each builds on the other's.
+#[test]
+fn two_processes_adding_documents_keep_each_others() {
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::TOY_EMBEDDER, "toy");
+    env.plugin(quarry_tests::DOCX_SEARCH, "docx");
+    std::fs::create_dir_all(env.path("docs")).unwrap();
+    let docx = std::fs::read(quarry_tests::shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx"))
+        .expect("the shared DOCX fixtures (set QUARRY_SHARED_DATA)");
+    for w in ["a", "b"] {
+        for i in 1..=6 {
+            std::fs::write(env.path(&format!("docs/{w}{i}.docx")), &docx).unwrap();
+        }
+    }
+    env.config(
+        r#"
+[embedders.toy]
+component = "plugins/toy.wasm"
+config = { dimension = 64, max_tokens = 64 }
+pool = 1
+
+[corpora.docs]
+dir = "corpus"
+
+[tools.docx]
+component = "plugins/docx.wasm"
+embedder = "toy"
+config = { corpus = "docs" }
+[tools.docx.grants]
+dirs = [{ host = "docs", guest = "/docs" }]
+corpora = [{ name = "docs", mode = "rw" }]
+deadline = "60s"
+"#,
+    );
+    let writer = |w: &str| {
+        let script = format!(
+            r#"for i in 1 2 3 4 5 6; do {q:?} -c quarry.toml call docx.search_docx "{{\"docx\": \"/docs/{w}$i.docx\", \"search_query\": \"cell\"}}" >/dev/null || exit 1; done"#,
+            q = quarry_bin()
+        );
+        std::process::Command::new("bash").args(["-c", &script]).current_dir(env.dir.path()).spawn().unwrap()
+    };
+    let (mut a, mut b) = (writer("a"), writer("b"));
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let out = std::process::Command::new(quarry_bin())
+        .args([
+            "-c",
+            "quarry.toml",
+            "call",
+            "--json",
+            "docx.search_docx",
+            r#"{"docx": "/docs/a1.docx", "search_query": "cell"}"#,
+        ])
+        .current_dir(env.dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout: String = String::from_utf8_lossy(&out.stdout).split_whitespace().collect();
+    assert!(stdout.contains("\"documents\":12"), "twelve documents, not one process's six: {stdout}");
+    assert_eq!(generations(&env.path("corpus"))[0], 12, "one commit per document");
+}
+
+/// A hot swap of the component (the same code with one more custom section: new bytes, a new
+/// version to the host) reopens the corpus its instances share: nothing is embedded, nothing
+/// committed, the answers stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_swap_does_not_rebuild_the_corpus() {
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    let host = env.host(&config(1, r#"corpora = [{ name = "manual", mode = "rw" }]"#, "")).await;
+    let q = json!({"question": "bandwidth limits with a timetable"});
+    let before = call(&host, "a.search", q.clone()).await.unwrap();
+    let chunks = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap())["chunks"].as_u64().unwrap();
+    assert_eq!(generations(&env.path("corpus")), [1]);
+
+    let plugin = env.path("plugins/chapters.wasm");
+    let mut bytes = std::fs::read(&plugin).unwrap();
+    let (name, payload) = (b"quarry-test", b"2");
+    bytes.extend([0u8, (1 + name.len() + payload.len()) as u8, name.len() as u8]);
+    bytes.extend(name);
+    bytes.extend(payload);
+    env.replace(&plugin, &bytes);
+    let swapped = within(120, host.reload(&plugin.canonicalize().unwrap())).await.expect("the swap");
+    assert!(
+        swapped.instances.contains(&"a".to_string()) && swapped.instances.contains(&"b".to_string()),
+        "{swapped:?}"
+    );
+    let r = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
+    assert_eq!((r["embedded"].as_u64(), r["reused"].as_u64()), (Some(0), Some(chunks)), "{r}");
+    assert_eq!(call(&host, "a.search", q).await.unwrap().text, before.text);
+    assert_eq!(generations(&env.path("corpus")), [1], "the swap committed nothing");
 }
