@@ -39,17 +39,19 @@ wheel: setup models
 DEMO_GUESTS := -p chapter-rag -p embedder-onnx
 
 # The main job: chapter RAG over the bundled rclone manual, one question, routed chapters and
-# fragments printed. The first run embeds the manual into $(DEMO_INDEX) (about 2 minutes on 2
-# cores); later runs take seconds.
+# fragments printed. The first run embeds the manual into the corpus in $(DEMO_CORPUS) (about 2
+# minutes on 2 cores; an index file an earlier version left in $(DEMO_INDEX) is moved in
+# instead); later runs take seconds.
 BIN := $(or $(CARGO_TARGET_DIR),target)/debug/quarry
 DEMO_INDEX ?= $(or $(QUARRY_DEMO_INDEX),$(HOME)/.cache/quarry/demo-index)
+DEMO_CORPUS ?= $(or $(QUARRY_DEMO_CORPUS),$(HOME)/.cache/quarry/demo-corpus)
 DEMO_QUESTION ?= Our office connection is saturated whenever the nightly upload runs into the morning. Can rclone go slowly during working hours and at full speed overnight?
 demo: setup
 	bash components/embedder-onnx/models/fetch.sh all-minilm-l6-v2
 	$(CARGO) build --release --target wasm32-wasip2 --target-dir $(GUEST_DIR) $(DEMO_GUESTS)
 	$(CARGO) build -p quarry
 	mkdir -p $(DEMO_INDEX)
-	QUARRY_GUEST_DIR=$(abspath $(GUEST_DIR)) QUARRY_DEMO_INDEX=$(DEMO_INDEX) $(BIN) --config host/demo.toml call rclone.search '{"question": "$(DEMO_QUESTION)"}'
+	QUARRY_GUEST_DIR=$(abspath $(GUEST_DIR)) QUARRY_DEMO_INDEX=$(DEMO_INDEX) QUARRY_DEMO_CORPUS=$(DEMO_CORPUS) $(BIN) --config host/demo.toml call rclone.search '{"question": "$(DEMO_QUESTION)"}'
 
 # Every test: with QUARRY_TEST_ALL=1 a test whose set-up is missing fails; a bare `cargo test`
 # (the quick tier: no models, venvs or Node needed) skips it and says how to run it.
