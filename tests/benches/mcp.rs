@@ -4,7 +4,9 @@
 //! concurrent client is its own session on its own connection. Beside it, in the same run, the
 //! same calls in process (`Host::call`, no MCP), so the protocol's cost shows as a ratio.
 //! Then `search` on a server whose `rclone` tool is a pool of two instances (`pool = 2`), beside
-//! the `pool = 1` rows of the same run. Last, on one server with a `docx-search` tool beside it, the cheap call's latency while that
+//! the `pool = 1` rows of the same run; and, per pool size (1, 2, 4), the index in a host corpus
+//! (the demo's `corpus = "rclone"`) beside the index in each instance's memory (the same config
+//! without it): calls/s, p50/p99, the server's CPU seconds per call and its resident memory. Last, on one server with a `docx-search` tool beside it, the cheap call's latency while that
 //! tool ingests the rclone manual's DOCX, beside the same call on the idle server.
 //!
 //! Run with `make bench-mcp`. It reuses the demo index (`make demo` builds it; without it, the
@@ -143,6 +145,7 @@ async fn main() {
     }
     drop(served);
     pools(&root, &config, &questions, &pool1).await;
+    index_kept(&root, &config, &questions).await;
     during_ingest(&root, &config, &questions).await;
 }
 
@@ -184,6 +187,83 @@ async fn pools(root: &std::path::Path, demo: &std::path::Path, questions: &Arc<V
             two.per_sec / one.per_sec,
             two.p99 / one.p99
         );
+    }
+}
+
+/// The CPU seconds (user and system) process `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // After the command's closing parenthesis: state is field 3, utime 14 and stime 15.
+    let rest: Vec<&str> = stat.rsplit_once(')').expect("stat").1.split_whitespace().collect();
+    let ticks: u64 = rest[11].parse::<u64>().unwrap_or(0) + rest[12].parse::<u64>().unwrap_or(0);
+    // /proc reports in USER_HZ, 100 a second on Linux.
+    ticks as f64 / 100.0
+}
+
+/// The resident memory of process `pid`, in MB.
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1e3
+}
+
+/// Clients of the index table's rows.
+const INDEX_CLIENTS: usize = 8;
+
+/// `search` at [`INDEX_CLIENTS`] clients per pool size, the index in a host corpus beside the
+/// index in each instance's own memory (the demo config without `corpus`, its index file reused
+/// so that nothing is embedded): the server's throughput, latency, CPU per call and memory.
+async fn index_kept(root: &std::path::Path, demo: &std::path::Path, questions: &Arc<Vec<String>>) {
+    println!(
+        "
+rclone.search over MCP at {INDEX_CLIENTS} clients, the index in a host corpus or in each instance, {} cores:",
+        cores()
+    );
+    println!("| pool | index | calls/s | p50 ms | p99 ms | server CPU ms per call | server RSS MB |");
+    println!("|---|---|---|---|---|---|---|");
+    for pool in [1usize, 2, 4] {
+        let mut rows = Vec::new();
+        for kept in ["instance", "corpus"] {
+            let work = tempfile::tempdir().expect("temp dir");
+            let config = demo_variant(
+                root,
+                demo,
+                work.path(),
+                &format!(
+                    "pool = {pool}
+"
+                ),
+            );
+            if kept == "instance" {
+                // The same manual and model; the index file of the demo's index directory is reused.
+                let text = std::fs::read_to_string(&config).expect("the config");
+                let index = work.path().join("index");
+                std::fs::create_dir_all(&index).expect("index dir");
+                let demo_index = std::env::var("QUARRY_DEMO_INDEX").map(PathBuf::from).unwrap_or_else(|_| {
+                    PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/quarry/demo-index")
+                });
+                let _ = std::fs::copy(demo_index.join("chapter-rag.qix"), index.join("chapter-rag.qix"));
+                let text = text.replace("corpus = \"rclone\", ", "").replace(
+                    "{ host = \"${QUARRY_DEMO_INDEX:-~/.cache/quarry/demo-index}\", guest = \"/index\" }",
+                    &format!("{{ host = {index:?}, guest = \"/index\", mode = \"rw\" }}"),
+                );
+                std::fs::write(&config, text).expect("write config");
+            }
+            let served = Served::start(&quarry_bin(), &config);
+            // Warm-up: every member prepared and called.
+            over_mcp(&served.url, "rclone.search", 4 * pool, pool, questions).await;
+            let cpu = cpu_seconds(served.pid());
+            let s = over_mcp(&served.url, "rclone.search", POOL_CALLS, INDEX_CLIENTS, questions).await;
+            let cpu_ms = (cpu_seconds(served.pid()) - cpu) * 1e3 / POOL_CALLS as f64;
+            rows.push((kept, s, cpu_ms, rss_mb(served.pid())));
+        }
+        for (kept, s, cpu_ms, rss) in rows {
+            println!("| {pool} | {kept} | {:.0} | {:.1} | {:.1} | {cpu_ms:.1} | {rss:.0} |", s.per_sec, s.p50, s.p99);
+        }
     }
 }
 
