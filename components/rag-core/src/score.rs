@@ -19,9 +19,28 @@ pub fn to_cosine(score: f32) -> f32 {
     score.clamp(0.0, 1.0) * 2.0 - 1.0
 }
 
-/// Dot product: the cosine of two L2-normalised vectors.
+/// Dot product: the cosine of two L2-normalised vectors (over the shorter of the two).
+///
+/// Eight running sums, so that the compiler keeps them in vector registers (SSE and AVX on x86,
+/// SIMD128 where wasm has it): a sum in one accumulator must add in order, which no compiler
+/// may vectorise without changing the result. A scan of 2,500 vectors of 384 floats took 0.80
+/// ms with one sum and 0.21 ms with eight (`cargo bench -p rag-core --bench knn`).
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let (xs, ys) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (rx, ry) = (xs.remainder(), ys.remainder());
+    let mut acc = [0f32; 8];
+    for (x, y) in xs.zip(ys) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (x, y) in rx.iter().zip(ry) {
+        sum += x * y;
+    }
+    sum
 }
 
 /// An `f32` as JSON, printed as written (`0.55`, not `0.550000011920929`): serde_json widens an
