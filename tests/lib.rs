@@ -236,7 +236,12 @@ impl Need {
             Need::Onnxruntime => quarry::capability::nn::ort_library::locate(None).is_ok(),
             Need::OldOnnxruntime => old_onnxruntime().is_file(),
             Need::Mount => std::process::Command::new("unshare")
-                .args(["-m", "sh", "-c", "d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs \"$d\""])
+                .args([
+                    "-m",
+                    "sh",
+                    "-c",
+                    "d=$(mktemp -d) && mount -t tmpfs -o size=64k tmpfs \"$d\" && umount \"$d\" && rmdir \"$d\"",
+                ])
                 .output()
                 .is_ok_and(|o| o.status.success()),
         }
