@@ -264,6 +264,25 @@ pub fn check_shape(shape: Shape) -> Result<(), CorpusError> {
     Ok(())
 }
 
+/// Checks a vector given for chunk `id` (`None`: a query) against `shape`: its dimension, and
+/// finite floats (a NaN or an infinity would order every search arbitrarily).
+pub fn check_vector(shape: Shape, id: Option<&str>, v: &[f32]) -> Result<(), CorpusError> {
+    let d = shape.dimension;
+    if v.len() != d {
+        return Err(CorpusError::Shape(match id {
+            Some(id) => {
+                format!("chunk {id:?} has a {}-dimensional vector; the corpus holds {d}-dimensional ones", v.len())
+            }
+            None => format!("the query vector has {} dimensions; the corpus holds {d}-dimensional vectors", v.len()),
+        }));
+    }
+    let what = id.map_or_else(|| "the query vector".to_string(), |id| format!("chunk {id:?}'s vector"));
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(CorpusError::Invalid(format!("{what} has {} at position {i}; give finite numbers", v[i])));
+    }
+    Ok(())
+}
+
 impl Collection {
     /// Generation 0 of an empty corpus.
     pub fn empty(shape: Shape) -> Collection {
@@ -351,14 +370,8 @@ impl Collection {
     pub fn apply(&self, changes: Vec<Change>, notes: Option<String>) -> Result<Collection, CorpusError> {
         let d = self.shape.dimension;
         for c in &changes {
-            if let Change::Upsert(r) = c
-                && r.vector.len() != d
-            {
-                return Err(CorpusError::Shape(format!(
-                    "chunk {:?} has a {}-dimensional vector; the corpus holds {d}-dimensional ones",
-                    r.id,
-                    r.vector.len()
-                )));
+            if let Change::Upsert(r) = c {
+                check_vector(self.shape, Some(&r.id), &r.vector)?;
             }
         }
         let mut entries = self.entries.clone();
@@ -411,13 +424,7 @@ impl Collection {
     }
 
     fn query(&self, vector: &[f32]) -> Result<Vec<f32>, CorpusError> {
-        let want = self.shape.dimension;
-        if vector.len() != want {
-            return Err(CorpusError::Shape(format!(
-                "the query vector has {} dimensions; the corpus holds {want}-dimensional vectors",
-                vector.len()
-            )));
-        }
+        check_vector(self.shape, None, vector)?;
         Ok(match self.shape.metric {
             Metric::Cosine => normalised(vector.to_vec()),
             Metric::Dot => vector.to_vec(),
@@ -665,5 +672,13 @@ mod tests {
         assert_eq!(c.info().unwrap().generation, 1);
         assert!(c.nearest(&[1.0], 1, &Filter::all()).unwrap_err().to_string().contains("has 1 dimensions"));
         assert!(MemoryCorpus::new(Shape { dimension: 0, metric: Metric::Dot }).is_err());
+        // Not a number, in a chunk or a query: refused, saying where.
+        let mut w = c.write().unwrap();
+        w.upsert(vec![Record { vector: vec![f32::NAN, 1.0], ..rec("n", "n", [1.0, 0.0], &[]) }]).unwrap();
+        let e = w.commit().unwrap_err();
+        assert!(e.to_string().contains("chunk \"n\"'s vector has NaN at position 0"), "{e}");
+        assert_eq!(c.info().unwrap().generation, 1);
+        let e = c.nearest(&[f32::INFINITY, 0.0], 1, &Filter::all()).unwrap_err();
+        assert!(e.to_string().contains("the query vector has inf at position 0"), "{e}");
     }
 }

@@ -10,9 +10,11 @@
 //!   corpus takes up any generation another process committed, so the writer reads what it
 //!   builds on.
 //! - **Bounds, charged to the caller.** Ids, texts, metadata, fields, filters and result counts
-//!   have limits ([`limits`]); a writer's pending batch is held by the host for the instance, so
-//!   it may not exceed the instance's memory grant; what a `get` brings back may not exceed its
-//!   `max_output`; and the corpus may not grow past its section's `max_bytes`.
+//!   have limits ([`limits`]), and vectors must have the corpus's dimension and finite floats; a
+//!   writer's pending batch is held by the host for the instance, so it may not exceed the
+//!   instance's memory grant; what a call brings back (a `get`'s chunks, a search's or `ids`'s
+//!   ids) may not exceed its `max_output`; and the corpus may not grow past its section's
+//!   `max_bytes`.
 //! - **Read-only when it cannot save.** A commit that fails (a full disk, a quota) changes nothing:
 //!   the corpus keeps serving its last generation, and the error says so.
 
@@ -257,8 +259,27 @@ fn record(c: wit::Chunk) -> Wit<(Record, u64)> {
     Ok((Record { id: c.id, text: c.text, vector: c.vector, metadata: c.metadata, fields }, bytes))
 }
 
-fn found(f: crate::Found) -> wit::Found {
-    wit::Found { id: f.id, score: f.score, similarity: f.similarity }
+/// The hits of a search as the WIT returns them, if their ids fit in `max_output` (an id, a
+/// score and a similarity: the id's bytes and 16).
+fn answer(
+    name: &str,
+    found: Result<Vec<crate::Found>, rag_core::corpus::CorpusError>,
+    max_output: u64,
+) -> Wit<Vec<wit::Found>> {
+    let found = found.map_err(|e| from_corpus(name, e.into()))?;
+    fits(found.iter().map(|f| f.id.as_str()), max_output)?;
+    Ok(found.into_iter().map(|f| wit::Found { id: f.id, score: f.score, similarity: f.similarity }).collect())
+}
+
+/// Whether ids `ids`, 16 bytes each beside their own, fit in `max_output`.
+fn fits<'a>(ids: impl Iterator<Item = &'a str>, max_output: u64) -> Wit<()> {
+    let bytes: u64 = ids.map(|id| id.len() as u64 + 16).sum();
+    if bytes > max_output {
+        return invalid(format!(
+            "the answer would be {bytes} bytes, over this instance's max_output of {max_output}; ask for fewer"
+        ));
+    }
+    Ok(())
 }
 
 /// How long a writer may wait for the lease: until the call's deadline, less a margin to
@@ -387,9 +408,7 @@ impl wit::HostCollection for View<'_> {
         };
         let c = self.collection(&h)?;
         let g = c.shared.corpus.snapshot();
-        Ok(g.nearest(&vector, k, &filter)
-            .map(|v| v.into_iter().map(found).collect())
-            .map_err(|e| from_corpus(&c.shared.section.name, e.into())))
+        Ok(answer(&c.shared.section.name, g.nearest(&vector, k, &filter), self.state.max_output))
     }
 
     async fn keyword(
@@ -409,9 +428,7 @@ impl wit::HostCollection for View<'_> {
         };
         let c = self.collection(&h)?;
         let g = c.shared.corpus.snapshot();
-        Ok(g.keyword(&query, similar_to.as_deref(), k, &filter)
-            .map(|v| v.into_iter().map(found).collect())
-            .map_err(|e| from_corpus(&c.shared.section.name, e.into())))
+        Ok(answer(&c.shared.section.name, g.keyword(&query, similar_to.as_deref(), k, &filter), self.state.max_output))
     }
 
     async fn get(
@@ -462,7 +479,8 @@ impl wit::HostCollection for View<'_> {
         };
         let limit = (limit as usize).min(MAX_IDS);
         let g = self.collection(&h)?.shared.corpus.snapshot();
-        Ok(Ok(g.list(&filter, offset as usize, limit)))
+        let ids = g.list(&filter, offset as usize, limit);
+        Ok(fits(ids.iter().map(String::as_str), self.state.max_output).map(|()| ids))
     }
 
     async fn write(&mut self, h: Resource<CollectionHandle>) -> wasmtime::Result<Wit<Resource<WriterHandle>>> {
@@ -480,10 +498,17 @@ impl wit::HostCollection for View<'_> {
 
 impl wit::HostWriter for View<'_> {
     async fn upsert(&mut self, w: Resource<WriterHandle>, chunks: Vec<wit::Chunk>) -> wasmtime::Result<Wit<()>> {
+        let shared = self.state.table.get(&w)?.shared.clone();
         let mut records = Vec::with_capacity(chunks.len());
         let mut bytes = 0u64;
         for c in chunks {
-            match record(c) {
+            // Refused now, not at the commit: the batch so far stays good.
+            let checked = record(c).and_then(|(r, n)| {
+                rag_core::corpus::check_vector(shared.corpus.shape(), Some(&r.id), &r.vector)
+                    .map_err(|e| from_corpus(&shared.section.name, e.into()))?;
+                Ok((r, n))
+            });
+            match checked {
                 Ok((r, n)) => {
                     bytes += n;
                     records.push(r);
