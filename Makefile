@@ -59,6 +59,7 @@ test: setup models
 	bash tests/mcp/venvs.sh
 	bash tests/mcp/conformance/install.sh
 	bash tests/oci/registry.sh install
+	bash tests/metrics/prometheus.sh install
 	bash tests/nn/old-onnxruntime.sh
 	$(CARGO) build -p quarry
 	QUARRY_TEST_ALL=1 $(CARGO) test --workspace $(NOT_GUESTS)

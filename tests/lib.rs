@@ -2,6 +2,7 @@
 //! a config the way a user would, and helpers to drive the host and the CLI.
 
 pub mod fakes;
+pub mod local_prometheus;
 pub mod mcp_client;
 pub mod oci_registry;
 
@@ -221,6 +222,8 @@ pub enum Need {
     OldOnnxruntime,
     /// A tmpfs mounted in a private mount namespace (`unshare -m`, as root): a disk that fills.
     Mount,
+    /// Debian's Prometheus server (`tests/metrics/prometheus.sh install`).
+    Prometheus,
 }
 
 impl Need {
@@ -231,8 +234,8 @@ impl Need {
                 .all(|m| models_root().join(m).join("quarry-model.json").is_file()),
             Need::Venvs => ["mcp1", "mcp2", "crewai"].iter().all(|v| venvs_root().join(v).join("bin/python").is_file()),
             Need::Conformance => conformance_index().is_file(),
-            Need::Registry => std::env::var_os("PATH")
-                .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("docker-registry").is_file())),
+            Need::Registry => on_path("docker-registry"),
+            Need::Prometheus => on_path("prometheus"),
             Need::Onnxruntime => quarry::capability::nn::ort_library::locate(None).is_ok(),
             Need::OldOnnxruntime => old_onnxruntime().is_file(),
             Need::Mount => std::process::Command::new("unshare")
@@ -258,8 +261,16 @@ impl Need {
             }
             Need::Registry => "an OCI registry: run `bash tests/oci/registry.sh install` (Debian's docker-registry)",
             Need::Mount => "a small file system of its own: run as root, with util-linux's unshare (make test does)",
+            Need::Prometheus => {
+                "a Prometheus server: run `bash tests/metrics/prometheus.sh install` (Debian's prometheus)"
+            }
         }
     }
+}
+
+/// Whether program `name` is on the `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
 }
 
 /// Whether the calling test must be skipped for want of `need`. In a bare `cargo test` (the

@@ -80,7 +80,13 @@ impl McpHttp {
 
     /// Connects and does the handshake: `initialize`, then `notifications/initialized`.
     pub async fn open(url: &str) -> anyhow::Result<McpHttp> {
+        McpHttp::open_with_token(url, None).await
+    }
+
+    /// [`McpHttp::open`], sending the bearer `token` with every request when given.
+    pub async fn open_with_token(url: &str, token: Option<&str>) -> anyhow::Result<McpHttp> {
         let mut c = McpHttp::connect(url).await?;
+        c.token = token.map(str::to_string);
         let init = c
             .request(
                 "initialize",

@@ -4,7 +4,8 @@
 //! The rooms, lowest first (a module uses only those above it in this list, and its own):
 //! - [`support`]: text the host does not trust ([`support::text`]), the config's value types
 //!   ([`support::values`]), the limits ([`support::limits`]), rate-limited log lines
-//!   ([`support::log_budget`]), the fair queue ([`support::fair`]); and [`args`], a call's
+//!   ([`support::log_budget`]), the fair queue ([`support::fair`]), the Prometheus text
+//!   ([`support::exposition`]); and [`args`], a call's
 //!   arguments, typed where they enter and serialised once;
 //! - [`capability`]: what a component may ask the host for, one folder each, and the one list
 //!   of them (its app-level states, its grants and sections, its store states);
@@ -14,7 +15,8 @@
 //!   the pool of stores a tool instance or an embedder is;
 //! - [`registry`]: the core: a component version and a tool instance ([`registry::instance`]),
 //!   the embedder pool ([`registry::embedders`]), every instance, calls and hot swap;
-//!   [`watch`] drives the swaps from the file system;
+//!   [`watch`] drives the swaps from the file system; [`metrics`]: what `/metrics` writes of
+//!   them;
 //! - [`mcp`]: the MCP server (stdio and streamable HTTP); [`cli`]: the `quarry` command;
 //!   [`eval`]: `quarry eval`; [`output`]: a call's output as JSON, for the MCP server and the
 //!   CLI both.
@@ -37,6 +39,7 @@ pub mod cli;
 pub mod config;
 pub mod eval;
 pub mod mcp;
+pub mod metrics;
 #[cfg(feature = "oci")]
 pub mod oci;
 pub mod output;

@@ -21,5 +21,6 @@ mod mcp_bad_input;
 mod nn;
 mod oci;
 mod onnxruntime;
+mod operations;
 mod sandbox;
 mod serving;

@@ -74,6 +74,10 @@ impl Capability for Corpora {
         sections.values().map(|s| (format!("corpora.{}", s.name), s.dir.clone())).collect()
     }
 
+    fn unreachable(sections: &BTreeMap<String, Arc<CorpusSection>>) -> Vec<String> {
+        sections.values().filter_map(|s| unreachable_dir(&s.name, &s.dir)).collect()
+    }
+
     fn state(grant: &CorpusGrant, _: &(), cx: &mut StoreContext<'_>) -> Result<State, SandboxError> {
         Ok(State::new(grant, cx.max_output))
     }
@@ -84,4 +88,18 @@ impl Capability for Corpora {
             quarry_corpus::host::view(p.states.get_mut::<Corpora>(), p.deadline, p.memory)
         })
     }
+}
+
+/// Why corpus `name`'s directory cannot serve now, if it cannot: it is there and can be listed,
+/// or it is not there yet and its parent is (the first build makes it).
+fn unreachable_dir(name: &str, dir: &Path) -> Option<String> {
+    let why = match std::fs::read_dir(dir) {
+        Ok(_) => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match dir.parent().map(std::fs::metadata) {
+            Some(Ok(m)) if m.is_dir() => return None,
+            _ => "it is missing, and so is the directory it would be made in".to_string(),
+        },
+        Err(e) => e.to_string(),
+    };
+    Some(format!("corpora.{name}: cannot read {}: {why}", dir.display()))
 }

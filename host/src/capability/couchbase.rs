@@ -10,6 +10,7 @@ use wasmtime::component::Linker;
 pub use quarry_couchbase::*;
 
 use super::{Capability, CapabilityStore, GrantContext, SandboxError, StoreContext, state_of};
+use crate::support::exposition::{Exposition, Kind};
 use crate::support::values::KeyError;
 
 /// The Couchbase capability.
@@ -65,6 +66,17 @@ impl Capability for Couchbase {
         cx: &GrantContext<'_>,
     ) -> Result<Option<CouchbaseGrant>, KeyError> {
         raw.map(|c| grant(c, connections, cx.deadline).map_err(|e| e.under("couchbase"))).transpose()
+    }
+
+    fn metrics(_: &BTreeMap<String, Arc<Connection>>, _: &(), out: &mut Exposition) {
+        let mut f = out.family(
+            "quarry_couchbase_operations_total",
+            Kind::Counter,
+            "Couchbase calls made for guests, by operation and outcome (ok, or the error's kind).",
+        );
+        for (op, outcome, n) in counts() {
+            f.sample(&[("op", op), ("outcome", outcome)], n as f64);
+        }
     }
 
     fn state(grant: &Option<CouchbaseGrant>, _: &(), cx: &mut StoreContext<'_>) -> Result<State, SandboxError> {

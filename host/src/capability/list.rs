@@ -9,6 +9,7 @@ use wasmtime::component::Linker;
 
 use super::keys::{CapabilityKeys, Disabled, Table};
 use super::{CallCx, Capability, CapabilityStore, GrantContext, SandboxError, StoreContext};
+use crate::support::exposition::Exposition;
 use crate::support::values::KeyError;
 
 /// Capability `C`'s part of a type generated from the list.
@@ -126,6 +127,18 @@ macro_rules! capabilities {
                 let mut dirs = Vec::new();
                 $( $(#[$cfg])? dirs.extend(<$cap as Capability>::host_read_dirs(&self.$field)); )*
                 dirs
+            }
+
+            /// Writes every capability's own figures for `/metrics`.
+            pub fn metrics(&self, app: &AppStates, out: &mut Exposition) {
+                $( $(#[$cfg])? <$cap as Capability>::metrics(&self.$field, &app.$field, out); )*
+            }
+
+            /// What the capabilities cannot reach now, for `/readyz`: one line each.
+            pub fn unreachable(&self) -> Vec<String> {
+                let mut lines = Vec::new();
+                $( $(#[$cfg])? lines.extend(<$cap as Capability>::unreachable(&self.$field)); )*
+                lines
             }
 
             /// Whether a section reads `path` (a file [`CapabilitySections::reload`] takes).

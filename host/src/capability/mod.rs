@@ -50,6 +50,7 @@ use wasmtime::component::{HasSelf, Linker};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder};
 
 use crate::bindings::quarry::retrieval::types as wit_types;
+use crate::support::exposition::Exposition;
 use crate::support::values::KeyError;
 
 /// Why a store's capability state could not be made (a granted directory that cannot be
@@ -163,6 +164,19 @@ pub trait Capability: Sized + 'static {
     fn reload(section: &Self::Section, path: &Path, app: &Self::AppState) -> Result<Vec<String>, String> {
         let _ = (section, path, app);
         Ok(Vec::new())
+    }
+
+    /// Writes its own figures for `/metrics` (the calls it made for guests, its queue) from
+    /// `app` and its sections.
+    fn metrics(section: &Self::Section, app: &Self::AppState, out: &mut Exposition) {
+        let _ = (section, app, out);
+    }
+
+    /// What it cannot reach now, for `/readyz` (a corpus directory that is gone): one line
+    /// each, naming the section. Called on every readiness probe: cheap, bounded checks only.
+    fn unreachable(section: &Self::Section) -> Vec<String> {
+        let _ = section;
+        Vec::new()
     }
 
     /// A new store's state for an instance granted `grant`.

@@ -12,6 +12,7 @@ pub use quarry_nn::*;
 
 use super::files::Files;
 use super::{CallCx, Capability, CapabilityStore, GrantContext, SandboxError, StoreContext};
+use crate::support::exposition::{Exposition, Kind};
 use crate::support::values::KeyError;
 
 /// The wasi-nn capability.
@@ -103,6 +104,25 @@ impl Capability for Nn {
         app: &AppState,
     ) -> Result<Vec<String>, String> {
         Ok(reload(models, path, app)?.into_iter().map(|m| format!("models.{m}")).collect())
+    }
+
+    fn metrics(_: &BTreeMap<String, Arc<ModelSection>>, app: &AppState, out: &mut Exposition) {
+        let s = app.pool.stats();
+        out.single("quarry_inference_slots", Kind::Gauge, "Inference threads (wasi-nn).", s.slots as f64);
+        out.single("quarry_inference_slots_busy", Kind::Gauge, "Inference threads running a job now.", s.busy as f64);
+        out.single(
+            "quarry_inference_queue_clients",
+            Kind::Gauge,
+            "Tool instances with inference jobs waiting for a thread.",
+            s.waiting as f64,
+        );
+        out.single("quarry_inference_jobs_total", Kind::Counter, "Inference jobs started.", s.jobs as f64);
+        out.single(
+            "quarry_inference_seconds_total",
+            Kind::Counter,
+            "Time inference jobs spent running on their threads.",
+            s.seconds,
+        );
     }
 
     fn state(grant: &ModelGrant, app: &AppState, cx: &mut StoreContext<'_>) -> Result<State, SandboxError> {

@@ -120,7 +120,11 @@ async fn serve_http(
 ) -> Result<(), ServeError> {
     let server = crate::mcp::http::HttpServer::bind(registry, options).await?;
     match server.addr() {
-        Ok(a) => eprintln!("quarry: serving MCP at http://{a}{}", crate::mcp::http::PATH),
+        Ok(a) => {
+            eprintln!("quarry: serving MCP at http://{a}{}", crate::mcp::http::PATH);
+            use crate::mcp::ops::{HEALTHZ, METRICS, READYZ};
+            eprintln!("quarry: probes at http://{a}{HEALTHZ} and {READYZ}, Prometheus metrics at {METRICS}");
+        }
         Err(e) => eprintln!("quarry: serving MCP (address unknown: {e})"),
     }
     let stop = server.stopper();

@@ -61,6 +61,7 @@ use crate::mcp::budget::{Budget, Held};
 use crate::mcp::call_log::CallLog;
 use crate::mcp::handler::{ClientGone, QuarryMcp};
 use crate::mcp::notify::{Peers, fan_out};
+use crate::mcp::ops;
 use crate::registry::Registry;
 
 /// The environment variable holding the bearer token clients must send.
@@ -120,6 +121,10 @@ struct Shared {
     token: Option<String>,
     limits: ServeConfig,
     budget: Budget,
+    /// What is served, for the probes and `/metrics`.
+    registry: Arc<Registry>,
+    /// The connection slots ([`ServeConfig::max_connections`]), for `/metrics`.
+    connections: Arc<tokio::sync::Semaphore>,
     /// The server's own origins (`http://127.0.0.1:PORT`, and `http://localhost:PORT` on
     /// loopback): a request from them is no cross-site request.
     own_origins: Vec<String>,
@@ -222,7 +227,16 @@ impl HttpServer {
         let connections = Arc::new(tokio::sync::Semaphore::new(options.limits.max_connections));
         let bound = listener.local_addr().map_err(|source| ServeError::Bind { addr: options.addr, source })?;
         let own_origins = own_origins(bound);
-        let shared = Arc::new(Shared { service, sessions, token, limits: options.limits, budget, own_origins });
+        let shared = Arc::new(Shared {
+            service,
+            sessions,
+            token,
+            limits: options.limits,
+            budget,
+            registry: registry.clone(),
+            connections: connections.clone(),
+            own_origins,
+        });
         Ok(HttpServer { listener, shared, registry, peers, stop, connections, unaccepted: Arc::default() })
     }
 
@@ -335,12 +349,33 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
 }
 
-/// One connection's service, as `tower`/`tower-http` layers in front of the MCP endpoint: the
-/// checks every request passes (the path, then a browser's `Origin`, then the bearer token);
-/// then the connection counts as accepted; then a POST's message is read, bounded in size and
-/// time and charged to the request budget ([`ReadMessage`]); then the endpoint ([`serve_mcp`]).
-#[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
+/// One connection's service: the probes ([`ops::probe`]: `/healthz`, `/readyz`), answered in
+/// front of every check; then, as `tower`/`tower-http` layers in front of the MCP endpoint, the
+/// checks every other request passes (the path, then a browser's `Origin`, then the bearer
+/// token); then the connection counts as accepted; then a POST's message is read, bounded in
+/// size and time and charged to the request budget ([`ReadMessage`]); then the endpoint
+/// ([`serve_mcp`]), or `/metrics` ([`ops::metrics`]).
 fn endpoint(shared: Arc<Shared>, connection: Arc<Connection>) -> BoxCloneService<Request<Incoming>, Reply, Infallible> {
+    let checked = checked_endpoint(shared.clone(), connection);
+    tower::service_fn(move |req: Request<Incoming>| {
+        let (shared, checked) = (shared.clone(), checked.clone());
+        async move {
+            let details = with_the_token(&shared, &req).is_ok();
+            match ops::probe(&shared.registry, req.method(), req.uri().path(), details) {
+                Some(answer) => Ok(answer),
+                None => checked.oneshot(req).await,
+            }
+        }
+    })
+    .boxed_clone()
+}
+
+/// [`endpoint`] past the probes.
+#[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
+fn checked_endpoint(
+    shared: Arc<Shared>,
+    connection: Arc<Connection>,
+) -> BoxCloneService<Request<Incoming>, Reply, Infallible> {
     use tower_http::validate_request::ValidateRequestHeaderLayer as Check;
     let (origins, tokens, reader) = (shared.clone(), shared.clone(), shared.clone());
     tower::ServiceBuilder::new()
@@ -354,7 +389,19 @@ fn endpoint(shared: Arc<Shared>, connection: Arc<Connection>) -> BoxCloneService
         .layer(tower::layer::layer_fn(move |inner| ReadMessage { inner, shared: reader.clone() }))
         .service(tower::service_fn(move |req: Request<Full<Bytes>>| {
             let shared = shared.clone();
-            async move { Ok::<_, Infallible>(serve_mcp(&shared, req).await) }
+            async move {
+                if req.uri().path() == ops::METRICS {
+                    let figures = ops::ServerFigures {
+                        connections: shared
+                            .limits
+                            .max_connections
+                            .saturating_sub(shared.connections.available_permits()),
+                        sessions: shared.sessions.sessions.read().await.len(),
+                    };
+                    return Ok::<_, Infallible>(ops::metrics(&shared.registry, req.method(), figures));
+                }
+                Ok::<_, Infallible>(serve_mcp(&shared, req).await)
+            }
         }))
         .boxed_clone()
 }
@@ -421,11 +468,25 @@ struct Scanned {
     initialize: Option<serde_json::Value>,
 }
 
-/// Only [`PATH`] is served.
+/// Only [`PATH`] and `GET` [`ops::METRICS`] are served past the probes.
 #[allow(clippy::result_large_err, reason = "tower-http's ValidateRequest refuses with the Response itself")]
 fn on_the_endpoint(req: &Request<Incoming>) -> Result<(), Refusal> {
-    if req.uri().path() != PATH {
-        return Err(plain(StatusCode::NOT_FOUND, &format!("not found; the MCP endpoint is {PATH}")));
+    let path = req.uri().path();
+    if path == ops::METRICS && req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET");
+        r.headers_mut().insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
+        return Err(r);
+    }
+    if path != PATH && path != ops::METRICS {
+        return Err(plain(
+            StatusCode::NOT_FOUND,
+            &format!(
+                "not found; the MCP endpoint is {PATH} (and {}, {}, {} for operators)",
+                ops::HEALTHZ,
+                ops::READYZ,
+                ops::METRICS
+            ),
+        ));
     }
     Ok(())
 }

@@ -11,7 +11,8 @@
 //!
 //! [`handler`] maps the registry to MCP tools and results; [`notify`] tells
 //! connected clients when a hot swap changed the tools; [`listen`] sends a call's progress and
-//! log lines to its client; [`call_log`] is the opt-in audit log of every tool call.
+//! log lines to its client; [`call_log`] is the opt-in audit log of every tool call; [`ops`]
+//! answers the operator's endpoints of the HTTP server (`/healthz`, `/readyz`, `/metrics`).
 
 pub mod budget;
 pub mod call_log;
@@ -19,6 +20,7 @@ pub mod handler;
 pub mod http;
 pub mod listen;
 pub mod notify;
+pub mod ops;
 pub mod scan;
 pub mod stdio;
 

@@ -227,6 +227,23 @@ pub enum CallError {
     },
 }
 
+impl CallError {
+    /// The kind of failure, as `/metrics` counts it: one short name per variant.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::UnknownTool { .. } => "unknown_tool",
+            CallError::BadArgs { .. } => "bad_args",
+            CallError::ArgsTooLarge { .. } => "args_too_large",
+            CallError::Tool { .. } => "tool_error",
+            CallError::Fault { .. } => "fault",
+            CallError::OutputTooLarge { .. } => "output_too_large",
+            CallError::NotReady { .. } => "not_ready",
+            CallError::Cancelled { .. } => "cancelled",
+            CallError::Restart { .. } => "restart",
+        }
+    }
+}
+
 /// A component read and compiled: what the host knows of it before running it.
 #[derive(Clone)]
 pub(crate) struct Compiled {

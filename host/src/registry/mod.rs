@@ -12,10 +12,11 @@
 //!
 //! The core of the host: [`instance`] is one component version and one running tool instance
 //! (a pool of members); [`embedders`] is the embedder components as a pool, the embedder
-//! capability's backend.
+//! capability's backend; [`tool_metrics`] counts each tool's calls for `/metrics`.
 
 pub mod embedders;
 pub mod instance;
+pub mod tool_metrics;
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -31,7 +32,8 @@ use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
 use crate::registry::embedders::{ComponentEmbedder, EmbedderSlot};
 pub use crate::registry::instance::ToolEntry;
-use crate::registry::instance::{CallError, Caller, ComponentVersion, OpenError, ToolInstance, compile};
+use crate::registry::instance::{CallError, Caller, ComponentVersion, OpenError, Readiness, ToolInstance, compile};
+use crate::registry::tool_metrics::ToolMetrics;
 use crate::runtime::engine::{EngineError, QuarryEngine};
 use crate::runtime::store::StoreState;
 
@@ -113,6 +115,25 @@ pub struct Registry {
     loaded: tokio::sync::watch::Sender<bool>,
     /// Instances [`Registry::load_all`] is still opening.
     opening: Mutex<std::collections::BTreeSet<String>>,
+    /// Every tool's calls, errors and latency, for `/metrics`.
+    metrics: ToolMetrics,
+}
+
+/// Whether the host serves every configured tool, for `/readyz`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadyReport {
+    /// What is still on its way: an instance opening or preparing.
+    pub waiting: Vec<String>,
+    /// What failed (an instance or embedder that did not load or prepare, a capability that
+    /// cannot reach what it serves from), with why.
+    pub failed: Vec<String>,
+}
+
+impl ReadyReport {
+    /// Whether everything serves.
+    pub fn ready(&self) -> bool {
+        self.waiting.is_empty() && self.failed.is_empty()
+    }
 }
 
 impl Registry {
@@ -134,6 +155,7 @@ impl Registry {
             changes,
             loaded: tokio::sync::watch::channel(false).0,
             opening: Mutex::default(),
+            metrics: ToolMetrics::default(),
         }))
     }
 
@@ -307,6 +329,44 @@ impl Registry {
         failed
     }
 
+    /// Whether every configured instance and embedder has loaded and every instance has
+    /// prepared, and the capabilities reach what they serve from. Waits for nothing.
+    pub fn readiness(&self) -> ReadyReport {
+        let mut report = ReadyReport::default();
+        let failures = self.failures();
+        for (name, why) in &failures {
+            report.failed.push(format!("{name}: did not load: {why}"));
+        }
+        let opening = self.opening.lock().clone();
+        let tools = self.tools.read().clone();
+        for name in self.config.tools.keys() {
+            match tools.get(name).map(|inst| inst.readiness()) {
+                Some(Readiness::Ready) => {}
+                Some(Readiness::Preparing) => report.waiting.push(format!("{name}: preparing")),
+                Some(Readiness::Failed(why)) => report.failed.push(format!("{name}: preparation failed: {why}")),
+                None if opening.contains(name) => report.waiting.push(format!("{name}: opening")),
+                // Not served and not opening: its failure is listed above.
+                None => {}
+            }
+        }
+        // Before loading starts no instance is opening yet, and none is served.
+        if report.waiting.is_empty() && !*self.loaded.borrow() {
+            report.waiting.push("the host is still loading its instances".into());
+        }
+        report.failed.extend(self.config.sections.unreachable());
+        report
+    }
+
+    /// Every serving tool instance, by name.
+    pub fn instances(&self) -> Vec<Arc<ToolInstance>> {
+        self.tools.read().values().cloned().collect()
+    }
+
+    /// Every tool's calls, errors and latency.
+    pub fn metrics(&self) -> &ToolMetrics {
+        &self.metrics
+    }
+
     /// Tool instance `name`, if it opened.
     pub fn instance(&self, name: &str) -> Option<Arc<ToolInstance>> {
         self.tools.read().get(name).cloned()
@@ -414,11 +474,24 @@ impl Registry {
     /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`, JSON
     /// text as a user typed it: checked once to be an object, then passed on as it is.
     pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
+        let started = Instant::now();
         let (inst, tool) = self.resolve(name)?;
-        check_size(&inst, &tool, args.len())?;
-        let args = Args::parse(args)
-            .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })?;
-        inst.call_cancellable(&tool, &args, Caller::default(), std::future::pending()).await
+        let parsed = check_size(&inst, &tool, args.len()).and_then(|()| {
+            Args::parse(args)
+                .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })
+        });
+        let out = match parsed {
+            Ok(args) => inst.call_cancellable(&tool, &args, Caller::default(), std::future::pending()).await,
+            Err(e) => Err(e),
+        };
+        self.count(&inst, &tool, started, &out);
+        out
+    }
+
+    /// Counts a call of `inst`'s `tool` that started at `started` and ended as `out`.
+    fn count(&self, inst: &ToolInstance, tool: &str, started: Instant, out: &Result<ToolOutput, CallError>) {
+        let qualified = format!("{}.{tool}", inst.name);
+        self.metrics.record(&qualified, started.elapsed(), out.as_ref().err().map(CallError::kind));
     }
 
     /// Calls `name` with `args` for `caller`, given up if `cancelled` completes before the call
@@ -430,9 +503,14 @@ impl Registry {
         caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<ToolOutput, CallError> {
+        let started = Instant::now();
         let (inst, tool) = self.resolve(name)?;
-        check_size(&inst, &tool, args.len())?;
-        inst.call_cancellable(&tool, args, caller, cancelled).await
+        let out = match check_size(&inst, &tool, args.len()) {
+            Ok(()) => inst.call_cancellable(&tool, args, caller, cancelled).await,
+            Err(e) => Err(e),
+        };
+        self.count(&inst, &tool, started, &out);
+        out
     }
 
     fn resolve(&self, name: &str) -> Result<(Arc<ToolInstance>, String), CallError> {
@@ -453,6 +531,7 @@ impl Registry {
             }
         }
         drop(tools);
+        self.metrics.unknown_tool();
         let listing = self.tools();
         let all: Vec<&String> = listing.iter().map(|t| &t.qualified).collect();
         if name.len() > MAX_NAME_BYTES {

@@ -13,10 +13,12 @@
 //! Files: `connection` (`[couchbase.NAME]`), `grant` (`grants.couchbase`, name rules), `client`
 //! (the SDK cluster and core agent of one instance, bucket and scope lookups, bounded calls),
 //! `search` (search indexes, vector searches, index definitions), `errors` (SDK errors to the
-//! WIT's); here, the per-store [`State`] and the WIT `Host` impl.
+//! WIT's), `calls` (what was called, for `/metrics`); here, the per-store [`State`] and the WIT
+//! `Host` impl.
 
 #![deny(missing_docs)]
 
+mod calls;
 mod client;
 mod connection;
 mod errors;
@@ -42,6 +44,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use wit::{CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch};
 
+pub use calls::counts;
 pub use client::Client;
 pub use connection::{Connection, RawConnection, Secret, connection};
 pub use grant::{
@@ -87,21 +90,29 @@ pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State)
 impl wit::Host for State {
     async fn bucket_exists(&mut self, bucket: String) -> wasmtime::Result<Wit<bool>> {
         let client = self.client();
-        to_wit(async { client?.bucket_exists(&bucket).await }.await)
+        let r = to_wit(async { client?.bucket_exists(&bucket).await }.await);
+        calls::count(calls::Op::BucketExists, &r);
+        r
     }
 
     async fn scopes(&mut self, bucket: String) -> wasmtime::Result<Wit<Vec<ScopeInfo>>> {
         let client = self.client();
-        to_wit(async { client?.scopes(&bucket).await }.await)
+        let r = to_wit(async { client?.scopes(&bucket).await }.await);
+        calls::count(calls::Op::Scopes, &r);
+        r
     }
 
     async fn search_indexes(&mut self, at: IndexScope) -> wasmtime::Result<Wit<Vec<SearchIndex>>> {
         let client = self.client();
-        to_wit(async { client?.search_indexes(&at).await }.await)
+        let r = to_wit(async { client?.search_indexes(&at).await }.await);
+        calls::count(calls::Op::SearchIndexes, &r);
+        r
     }
 
     async fn search(&mut self, query: VectorSearch) -> wasmtime::Result<Wit<Vec<SearchRow>>> {
         let client = self.client();
-        to_wit(async { client?.search(&query).await }.await)
+        let r = to_wit(async { client?.search(&query).await }.await);
+        calls::count(calls::Op::Search, &r);
+        r
     }
 }

@@ -33,6 +33,25 @@ pub struct Pool {
     /// When two or more tool calls last ran at once, in milliseconds since `epoch`.
     last_concurrent_ms: AtomicU64,
     epoch: Instant,
+    /// Jobs run to their end, and the time they took on their threads, in nanoseconds (for
+    /// `/metrics`).
+    jobs: AtomicU64,
+    busy_nanos: Arc<AtomicU64>,
+}
+
+/// What the pool has done and holds now, for `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// Inference threads.
+    pub slots: usize,
+    /// Threads running a job now.
+    pub busy: usize,
+    /// Clients (tool instances) with jobs waiting for a thread.
+    pub waiting: usize,
+    /// Jobs started since the host started.
+    pub jobs: u64,
+    /// The time jobs spent running, in seconds.
+    pub seconds: f64,
 }
 
 impl Default for Pool {
@@ -43,6 +62,8 @@ impl Default for Pool {
             tool_calls: AtomicUsize::new(0),
             last_concurrent_ms: AtomicU64::new(0),
             epoch: Instant::now(),
+            jobs: AtomicU64::new(0),
+            busy_nanos: Arc::default(),
         }
     }
 }
@@ -86,6 +107,19 @@ impl Pool {
         self.queue.load()
     }
 
+    /// What the pool has done and holds now.
+    pub fn stats(&self) -> Stats {
+        let (free, waiting) = self.queue.load();
+        let slots = cores();
+        Stats {
+            slots,
+            busy: slots.saturating_sub(free),
+            waiting,
+            jobs: self.jobs.load(Ordering::Relaxed),
+            seconds: self.busy_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+
     /// Runs `job` on an inference thread when `client`'s turn comes, unless `deadline` passes
     /// first: a job never waits past it, and one that would start after it is refused. A caller
     /// that gives up does not stop a job that has started; the job keeps its slot until it ends,
@@ -104,12 +138,17 @@ impl Pool {
         let (free, waiting) = self.queue.load();
         let wide = (cores() > 1 && free + 1 == cores() && waiting == 0 && self.quiet())
             .then(|| self.wide.get_or_init(|| Executor::multithread_with_name(cores(), "quarry-nn")).clone());
+        self.jobs.fetch_add(1, Ordering::Relaxed);
+        let busy = self.busy_nanos.clone();
         tokio::task::spawn_blocking(move || {
             let _slot = permit;
-            match wide {
+            let started = Instant::now();
+            let out = match wide {
                 Some(wide) => multithread_tract_scope(wide, job),
                 None => job(),
-            }
+            };
+            busy.fetch_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+            out
         })
         .await
         .map_err(|e| NnError::new(Code::Runtime, format!("the inference thread failed: {e}")))?
