@@ -1,5 +1,7 @@
-//! KV: the memcached binary protocol, as far as the SDK's bootstrap goes (HELLO, the error
-//! map, SASL with SCRAM-SHA512, SELECT_BUCKET, GET_CLUSTER_CONFIG, NOOP), and the terse
+//! KV: the memcached binary protocol, as far as the SDK goes: its bootstrap (HELLO, the error
+//! map, SASL with SCRAM-SHA512, SELECT_BUCKET, GET_CLUSTER_CONFIG, NOOP), collections
+//! (GET_COLLECTION_ID, and keys prefixed with their collection's id), the document operations
+//! (GET, SET, ADD, REPLACE, DELETE, TOUCH, with CAS and expiry, over `docs`), and the terse
 //! cluster and bucket configs it hands out.
 
 use std::time::Instant;
@@ -11,9 +13,17 @@ use sha2::{Digest, Sha512};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::docs::{Mutation, Store};
 use super::scram::hmac512;
 use super::{Seen, State, USERNAME, uuid_for};
 
+const OP_GET: u8 = 0x00;
+const OP_SET: u8 = 0x01;
+const OP_ADD: u8 = 0x02;
+const OP_REPLACE: u8 = 0x03;
+const OP_DELETE: u8 = 0x04;
+const OP_TOUCH: u8 = 0x1c;
+const OP_GET_COLLECTION_ID: u8 = 0xbb;
 const OP_NOOP: u8 = 0x0a;
 const OP_HELLO: u8 = 0x1f;
 const OP_SASL_LIST_MECHS: u8 = 0x20;
@@ -29,16 +39,28 @@ const ST_AUTH_CONTINUE: u16 = 0x21;
 const ST_EACCESS: u16 = 0x24;
 const ST_INVALID_ARGS: u16 = 0x04;
 const ST_UNKNOWN_COMMAND: u16 = 0x81;
+const ST_NO_BUCKET: u16 = 0x08;
+const ST_UNKNOWN_COLLECTION: u16 = 0x88;
+const ST_UNKNOWN_SCOPE: u16 = 0x8c;
 
 const DATATYPE_JSON: u8 = 0x01;
 
-/// The HELLO features the fake implements: XERROR (JSON error contexts), SELECT_BUCKET, JSON.
-const GRANTABLE: [u16; 3] = [0x07, 0x08, 0x0b];
+/// The HELLO features the fake implements: XERROR (JSON error contexts), SELECT_BUCKET, JSON,
+/// COLLECTIONS. Not SEQNO (no mutation tokens), SNAPPY, ALT_REQUESTS (no framing extras) or
+/// DUPLEX: the SDK does without them.
+const GRANTABLE: [u16; 4] = [0x07, 0x08, 0x0b, 0x12];
+/// The collections manifest's uid, as GET_COLLECTION_ID answers it (the bucket config's
+/// `collectionsManifestUid`).
+const MANIFEST_UID: u64 = 2;
 
 fn opcode_name(op: u8) -> String {
     match op {
-        0x00 => "GET".into(),
-        0x01 => "SET".into(),
+        OP_GET => "GET".into(),
+        OP_SET => "SET".into(),
+        OP_ADD => "ADD".into(),
+        OP_REPLACE => "REPLACE".into(),
+        OP_DELETE => "DELETE".into(),
+        OP_TOUCH => "TOUCH".into(),
         OP_NOOP => "NOOP".into(),
         OP_HELLO => "HELLO".into(),
         OP_SASL_LIST_MECHS => "SASL_LIST_MECHS".into(),
@@ -46,7 +68,7 @@ fn opcode_name(op: u8) -> String {
         OP_SASL_STEP => "SASL_STEP".into(),
         OP_SELECT_BUCKET => "SELECT_BUCKET".into(),
         OP_GET_CLUSTER_CONFIG => "GET_CLUSTER_CONFIG".into(),
-        0xbb => "GET_COLLECTION_ID".into(),
+        OP_GET_COLLECTION_ID => "GET_COLLECTION_ID".into(),
         0xba => "GET_COLLECTIONS_MANIFEST".into(),
         OP_GET_ERROR_MAP => "GET_ERROR_MAP".into(),
         other => format!("0x{other:02x}"),
@@ -58,6 +80,8 @@ fn opcode_name(op: u8) -> String {
 struct KvConn {
     authenticated: bool,
     xerror: bool,
+    /// Whether COLLECTIONS was negotiated: keys then start with their collection's id (LEB128).
+    collections: bool,
     bucket: Option<String>,
     /// Between SASL_AUTH and SASL_STEP: `client-first-bare,server-first`, the combined nonce
     /// and whether the user name was known.
@@ -67,16 +91,43 @@ struct KvConn {
 struct KvReply {
     status: u16,
     datatype: u8,
+    extras: Vec<u8>,
+    cas: u64,
     value: Vec<u8>,
 }
 
 impl KvReply {
     fn ok(value: impl Into<Vec<u8>>) -> Self {
-        KvReply { status: ST_SUCCESS, datatype: 0, value: value.into() }
+        KvReply { status: ST_SUCCESS, datatype: 0, extras: Vec::new(), cas: 0, value: value.into() }
     }
     fn json(status: u16, value: &Value) -> Self {
-        KvReply { status, datatype: DATATYPE_JSON, value: value.to_string().into_bytes() }
+        KvReply { status, datatype: DATATYPE_JSON, extras: Vec::new(), cas: 0, value: value.to_string().into_bytes() }
     }
+    fn cas(cas: u64) -> Self {
+        KvReply { cas, ..KvReply::ok(Vec::new()) }
+    }
+}
+
+/// A request as the handlers see it.
+struct KvRequest<'a> {
+    opcode: u8,
+    datatype: u8,
+    cas: u64,
+    extras: &'a [u8],
+    key: &'a [u8],
+    value: &'a [u8],
+}
+
+/// A key's collection id (LEB128) and the key itself.
+fn split_collection(key: &[u8]) -> Option<(u32, &[u8])> {
+    let mut id: u32 = 0;
+    for (i, b) in key.iter().enumerate().take(5) {
+        id |= u32::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some((id, &key[i + 1..]));
+        }
+    }
+    None
 }
 
 pub(super) async fn serve_kv(mut stream: TcpStream, state: &State) -> std::io::Result<()> {
@@ -99,12 +150,27 @@ pub(super) async fn serve_kv(mut stream: TcpStream, state: &State) -> std::io::R
         let opaque = [header[12], header[13], header[14], header[15]];
         let mut body = vec![0u8; body_len];
         stream.read_exact(&mut body).await?;
+        let datatype = header[5];
+        let cas = u64::from_be_bytes(header[16..24].try_into().expect("8 bytes"));
+        let ext_start = framing_len.min(body.len());
         let key_start = (framing_len + ext_len).min(body.len());
         let key_end = (key_start + key_len).min(body.len());
+        let extras = &body[ext_start..key_start];
         let key = &body[key_start..key_end];
         let value = &body[key_end..];
 
-        let reply = kv_handle(state, &mut conn, opcode, key, value);
+        let request = KvRequest { opcode, datatype, cas, extras, key, value };
+        let reply = match opcode {
+            OP_GET | OP_SET | OP_ADD | OP_REPLACE | OP_DELETE | OP_TOUCH => kv_data(state, &conn, &request),
+            _ => kv_handle(state, &mut conn, opcode, key, value),
+        };
+        // Recorded without the collection prefix, as the SDK's caller named it.
+        let key = match opcode {
+            OP_GET | OP_SET | OP_ADD | OP_REPLACE | OP_DELETE | OP_TOUCH if conn.collections => {
+                split_collection(key).map_or(key, |(_, k)| k)
+            }
+            _ => key,
+        };
         let recorded_value = if opcode == OP_HELLO {
             json!(
                 value.chunks(2).filter(|c| c.len() == 2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect::<Vec<_>>()
@@ -124,12 +190,13 @@ pub(super) async fn serve_kv(mut stream: TcpStream, state: &State) -> std::io::R
         out.push(0x81);
         out.push(opcode);
         out.extend_from_slice(&0u16.to_be_bytes()); // key length
-        out.push(0); // extras length
+        out.push(reply.extras.len() as u8);
         out.push(reply.datatype);
         out.extend_from_slice(&reply.status.to_be_bytes());
-        out.extend_from_slice(&(reply.value.len() as u32).to_be_bytes());
+        out.extend_from_slice(&((reply.extras.len() + reply.value.len()) as u32).to_be_bytes());
         out.extend_from_slice(&opaque);
-        out.extend_from_slice(&0u64.to_be_bytes()); // cas
+        out.extend_from_slice(&reply.cas.to_be_bytes());
+        out.extend_from_slice(&reply.extras);
         out.extend_from_slice(&reply.value);
         stream.write_all(&out).await?;
     }
@@ -140,7 +207,68 @@ fn kv_error(conn: &KvConn, status: u16, context: &str) -> KvReply {
     if conn.xerror {
         KvReply::json(status, &json!({"error": {"context": context, "ref": "00000000-0000-0000-0000-000000000000"}}))
     } else {
-        KvReply { status, datatype: 0, value: Vec::new() }
+        KvReply { status, datatype: 0, extras: Vec::new(), cas: 0, value: Vec::new() }
+    }
+}
+
+/// GET, SET, ADD, REPLACE, DELETE and TOUCH on the selected bucket's documents.
+fn kv_data(state: &State, conn: &KvConn, r: &KvRequest<'_>) -> KvReply {
+    if !conn.authenticated {
+        return kv_error(conn, ST_EACCESS, "Not authenticated");
+    }
+    let Some(bucket) = &conn.bucket else {
+        return kv_error(conn, ST_NO_BUCKET, "No bucket selected");
+    };
+    let (collection, key) = if conn.collections {
+        match split_collection(r.key) {
+            Some(split) => split,
+            None => return kv_error(conn, ST_INVALID_ARGS, "Invalid collection id prefix"),
+        }
+    } else {
+        (0, r.key)
+    };
+    if !state.collection_ids(bucket).iter().any(|(_, id)| *id == collection) {
+        return kv_error(conn, ST_UNKNOWN_COLLECTION, "Unknown collection");
+    }
+    let u32_at = |i: usize| r.extras.get(i..i + 4).map(|b| u32::from_be_bytes(b.try_into().expect("4 bytes")));
+    let refused = |status: u16| {
+        let why = if status == super::docs::ST_KEY_EXISTS { "CAS mismatch or key exists" } else { "Not found" };
+        kv_error(conn, status, why)
+    };
+    match r.opcode {
+        OP_GET => match state.docs.get(bucket, collection, key) {
+            Ok(d) => KvReply {
+                status: ST_SUCCESS,
+                datatype: d.datatype,
+                extras: d.flags.to_be_bytes().to_vec(),
+                cas: d.cas,
+                value: d.value,
+            },
+            Err(st) => refused(st),
+        },
+        OP_SET | OP_ADD | OP_REPLACE => {
+            let (Some(flags), Some(expiry)) = (u32_at(0), u32_at(4)) else {
+                return kv_error(conn, ST_INVALID_ARGS, "Request must include extras");
+            };
+            let how = match r.opcode {
+                OP_SET => Store::Set,
+                OP_ADD => Store::Add,
+                _ => Store::Replace,
+            };
+            // ADD takes no CAS: a real server refuses one with EINVAL.
+            if how == Store::Add && r.cas != 0 {
+                return kv_error(conn, ST_INVALID_ARGS, "Invalid CAS for add");
+            }
+            let m =
+                Mutation { bucket, collection, key, value: r.value, datatype: r.datatype, flags, expiry, cas: r.cas };
+            state.docs.store(how, &m).map_or_else(refused, KvReply::cas)
+        }
+        OP_DELETE => state.docs.delete(bucket, collection, key, r.cas).map_or_else(refused, KvReply::cas),
+        OP_TOUCH => match u32_at(0) {
+            Some(expiry) => state.docs.touch(bucket, collection, key, expiry).map_or_else(refused, KvReply::cas),
+            None => kv_error(conn, ST_INVALID_ARGS, "Request must include extras"),
+        },
+        _ => kv_error(conn, ST_UNKNOWN_COMMAND, "Unknown command"),
     }
 }
 
@@ -155,6 +283,7 @@ fn kv_handle(state: &State, conn: &mut KvConn, opcode: u8, key: &[u8], value: &[
                 }
             }
             conn.xerror = granted.contains(&0x07);
+            conn.collections = granted.contains(&0x12);
             KvReply::ok(granted.iter().flat_map(|f| f.to_be_bytes()).collect::<Vec<u8>>())
         }
         OP_GET_ERROR_MAP => KvReply::json(ST_SUCCESS, &json!({"version": 2, "revision": 1, "errors": {}})),
@@ -186,7 +315,7 @@ fn kv_handle(state: &State, conn: &mut KvConn, opcode: u8, key: &[u8], value: &[
             // user names cannot be probed); the proof then cannot check out.
             let server_first = format!("r={combined},s={},i={}", B64.encode(&state.scram.salt), state.scram.iterations);
             conn.scram = Some((format!("{bare},{server_first}"), combined, user == USERNAME));
-            KvReply { status: ST_AUTH_CONTINUE, datatype: 0, value: server_first.into_bytes() }
+            KvReply { status: ST_AUTH_CONTINUE, ..KvReply::ok(server_first.into_bytes()) }
         }
         OP_SASL_STEP => {
             let Some((first_part, combined, known_user)) = conn.scram.take() else {
@@ -241,6 +370,29 @@ fn kv_handle(state: &State, conn: &mut KvConn, opcode: u8, key: &[u8], value: &[
                 None => cluster_config(state),
             };
             KvReply::json(ST_SUCCESS, &config)
+        }
+        OP_GET_COLLECTION_ID => {
+            let Some(bucket) = &conn.bucket else {
+                return kv_error(conn, ST_NO_BUCKET, "No bucket selected");
+            };
+            // The path is the value ("scope.collection"); an empty scope or collection is the
+            // default one.
+            let path = String::from_utf8_lossy(value);
+            let (scope, collection) = path.split_once('.').unwrap_or((&path, ""));
+            let scope = if scope.is_empty() { "_default" } else { scope };
+            let collection = if collection.is_empty() { "_default" } else { collection };
+            let ids = state.collection_ids(bucket);
+            match ids.iter().find(|((s, c), _)| s == scope && c == collection) {
+                Some((_, id)) => {
+                    let mut extras = MANIFEST_UID.to_be_bytes().to_vec();
+                    extras.extend_from_slice(&id.to_be_bytes());
+                    KvReply { extras, ..KvReply::ok(Vec::new()) }
+                }
+                None if ids.iter().any(|((s, _), _)| s == scope) => {
+                    kv_error(conn, ST_UNKNOWN_COLLECTION, "Unknown collection")
+                }
+                None => kv_error(conn, ST_UNKNOWN_SCOPE, "Unknown scope"),
+            }
         }
         OP_NOOP => KvReply::ok(Vec::new()),
         _ => kv_error(conn, ST_UNKNOWN_COMMAND, "Unknown command"),

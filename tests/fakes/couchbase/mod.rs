@@ -10,13 +10,14 @@
 //! prefilters applied, dimension mismatches rejected. Every request is recorded for tests to
 //! assert on ([`FakeCluster::seen`]).
 //!
-//! What it does not do: TLS, documents over KV (GET/SET answer "unknown command"), N1QL,
-//! analytics, index creation. Only SCRAM-SHA512 is offered (a real server also offers
+//! Documents over KV are kept with their CAS and expiry and follow a data node's rules (see
+//! `docs`). What it does not do: TLS, sub-document operations, durability, mutation tokens,
+//! N1QL, analytics, index creation. Only SCRAM-SHA512 is offered (a real server also offers
 //! SCRAM-SHA256/SHA1, which the SDK only tries after SHA512).
 //!
-//! Here: the public API, the shared state, the accept loops and the HTTP dispatch; the KV
-//! protocol is in `kv` (its SCRAM-SHA512 primitives in `scram`), the HTTP plumbing and the
-//! management API in `mgmt`, the Search API in `search` and the bleve queries it runs in
+//! Here: the public API, the shared state, the accept loops and the HTTP dispatch; the KV protocol
+//! is in `kv` (its SCRAM-SHA512 primitives in `scram`, the documents in `docs`), the HTTP plumbing
+//! and the management API in `mgmt`, the Search API in `search` and the bleve queries it runs in
 //! `query_string`.
 
 use parking_lot::Mutex;
@@ -33,6 +34,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::percent_decode;
 
+mod docs;
 mod kv;
 mod mgmt;
 mod query_string;
@@ -164,6 +166,7 @@ impl Drop for FakeCluster {
 
 struct State {
     spec: Spec,
+    docs: docs::Docs,
     ports: (u16, u16, u16),
     seen: Mutex<Vec<Seen>>,
     behaviour: Mutex<QueryBehaviour>,
@@ -186,6 +189,7 @@ impl FakeCluster {
         let client_key = hmac512(&salted, b"Client Key");
         let state = Arc::new(State {
             spec,
+            docs: docs::Docs::default(),
             ports: (kv_port, mgmt_port, fts_port),
             seen: Mutex::default(),
             behaviour: Mutex::new(QueryBehaviour::Normal),
@@ -228,6 +232,19 @@ impl FakeCluster {
     /// Every request so far, in arrival order.
     pub fn seen(&self) -> Vec<Seen> {
         self.state.seen.lock().clone()
+    }
+
+    /// The live documents of `bucket`'s `scope.collection`, by key, their bodies parsed as JSON
+    /// (`Null` for a body that is not).
+    pub fn documents(&self, bucket: &str, scope: &str, collection: &str) -> Vec<(String, Value)> {
+        let ids = self.state.collection_ids(bucket);
+        let Some((_, id)) = ids.iter().find(|((s, c), _)| s == scope && c == collection) else { return Vec::new() };
+        self.state
+            .docs
+            .all(bucket, *id)
+            .into_iter()
+            .map(|(k, d)| (k, serde_json::from_slice(&d.value).unwrap_or(Value::Null)))
+            .collect()
     }
 
     /// Changes how the FTS query endpoints answer from now on.
@@ -372,6 +389,27 @@ impl State {
 
     fn bucket(&self, name: &str) -> Option<&BucketSpec> {
         self.spec.buckets.iter().find(|b| b.name == name)
+    }
+
+    /// The ids of bucket `name`'s collections, by `(scope, collection)`: `_default._default` is
+    /// 0, as on a real server; the others count from 8 (ids below 8 are reserved) in the spec's
+    /// order.
+    fn collection_ids(&self, name: &str) -> Vec<((String, String), u32)> {
+        let Some(b) = self.bucket(name) else { return Vec::new() };
+        let mut next = 8;
+        let mut ids = Vec::new();
+        for (scope, collections) in &b.scopes {
+            for c in collections {
+                let id = if scope == "_default" && c == "_default" {
+                    0
+                } else {
+                    next += 1;
+                    next - 1
+                };
+                ids.push(((scope.clone(), c.clone()), id));
+            }
+        }
+        ids
     }
 }
 

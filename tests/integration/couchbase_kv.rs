@@ -1,0 +1,124 @@
+//! The fake cluster's documents, driven by the official SDK (couchbase 1.1) the way the host's
+//! Couchbase corpus will: each behaviour here is what the SDK sends and what it makes of the
+//! answer (its typed error kinds), so that a difference from a real data node shows as a
+//! failing test here, not as a silent pass elsewhere.
+
+use std::time::Duration;
+
+use couchbase::authenticator::PasswordAuthenticator;
+use couchbase::cluster::Cluster;
+use couchbase::collection::Collection;
+use couchbase::options::cluster_options::ClusterOptions;
+use couchbase::options::kv_options::{RemoveOptions, ReplaceOptions, UpsertOptions};
+use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
+use serde_json::{Value, json};
+
+/// A bounded SDK call: the SDK retries some failures until its own timeout (75 s for KV).
+async fn bounded<T>(f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), f).await.expect("the SDK call answered within 20 s")
+}
+
+async fn connect(fake: &FakeCluster) -> Cluster {
+    let auth = PasswordAuthenticator::new(fc::USERNAME, fc::PASSWORD);
+    let cluster =
+        bounded(Cluster::connect(fake.connection_string(), ClusterOptions::new(auth.into()))).await.expect("connect");
+    bounded(cluster.buckets().get_bucket("travel", None)).await.expect("the bucket exists");
+    cluster
+}
+
+fn hotels(cluster: &Cluster) -> Collection {
+    cluster.bucket("travel").scope("inventory").collection("hotels")
+}
+
+fn kind(e: &couchbase::error::Error) -> String {
+    format!("{:?}", e.kind())
+}
+
+/// Upsert, get, replace and remove with CAS, in a named collection: the CAS each answer carries
+/// guards the next write, and a stale one is refused as the SDK's `CasMismatch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_round_trip_with_cas_in_a_named_collection() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let cluster = connect(&fake).await;
+    let c = hotels(&cluster);
+    let doc = json!({"text": "Grand Hotel", "embedding": [1.0, 0.0], "metadata": {"city": "Paris"}});
+    let first = bounded(c.upsert("hotel_9", &doc, None)).await.expect("upsert").cas();
+    let got = bounded(c.get("hotel_9", None)).await.expect("get");
+    assert_eq!(got.cas(), first);
+    assert_eq!(got.content_as::<Value>().unwrap(), doc);
+    // The key went to the collection it names, by the id GET_COLLECTION_ID gave the SDK.
+    assert_eq!(fake.documents("travel", "inventory", "hotels"), vec![("hotel_9".to_string(), doc.clone())]);
+    assert!(fake.documents("travel", "_default", "_default").is_empty());
+    assert!(fake.seen().iter().any(|s| s.method == "GET_COLLECTION_ID" && s.body["status"] == 0));
+
+    let second = bounded(c.replace("hotel_9", &json!({"v": 2}), ReplaceOptions::new().cas(first)))
+        .await
+        .expect("replace with the current CAS")
+        .cas();
+    assert!(second > first, "a mutation's CAS grows: {first} then {second}");
+    let stale = bounded(c.replace("hotel_9", &json!({"v": 3}), ReplaceOptions::new().cas(first))).await.unwrap_err();
+    assert_eq!(kind(&stale), "CasMismatch", "{stale}");
+    let stale = bounded(c.remove("hotel_9", RemoveOptions::new().cas(first))).await.unwrap_err();
+    assert_eq!(kind(&stale), "CasMismatch", "{stale}");
+    assert_eq!(bounded(c.get("hotel_9", None)).await.unwrap().content_as::<Value>().unwrap(), json!({"v": 2}));
+    bounded(c.remove("hotel_9", RemoveOptions::new().cas(second))).await.expect("remove with the current CAS");
+
+    let gone = bounded(c.get("hotel_9", None)).await.unwrap_err();
+    assert_eq!(kind(&gone), "DocumentNotFound", "{gone}");
+    let gone = bounded(c.remove("hotel_9", None)).await.unwrap_err();
+    assert_eq!(kind(&gone), "DocumentNotFound", "{gone}");
+    let gone = bounded(c.replace("hotel_9", &json!({}), None)).await.unwrap_err();
+    assert_eq!(kind(&gone), "DocumentNotFound", "{gone}");
+}
+
+/// Insert takes a key only once (a build lease is taken this way); an expiry makes a document
+/// disappear on its own (a lease whose holder died); touch renews it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_is_once_and_an_expiry_ends_a_document() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let cluster = connect(&fake).await;
+    let c = hotels(&cluster);
+    let lease = json!({"holder": "host-a"});
+    bounded(c.insert(
+        "lease",
+        &lease,
+        couchbase::options::kv_options::InsertOptions::new().expiry(Duration::from_secs(1)),
+    ))
+    .await
+    .expect("the first insert takes the key");
+    let taken = bounded(c.insert("lease", &json!({"holder": "host-b"}), None)).await.unwrap_err();
+    assert_eq!(kind(&taken), "DocumentExists", "{taken}");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let expired = bounded(c.get("lease", None)).await.unwrap_err();
+    assert_eq!(kind(&expired), "DocumentNotFound", "an expired document is gone: {expired}");
+    bounded(c.insert("lease", &json!({"holder": "host-b"}), None)).await.expect("free again after its expiry");
+
+    bounded(c.upsert("renewed", &json!({}), UpsertOptions::new().expiry(Duration::from_secs(1)))).await.unwrap();
+    bounded(c.touch("renewed", Duration::from_secs(60), None)).await.expect("touch");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    bounded(c.get("renewed", None)).await.expect("touched: it outlives its first expiry");
+}
+
+/// A collection the bucket does not have: the SDK asks for its id, gets the server's "unknown
+/// collection" (0x88), and asks again, as it would while a new collection spreads over a
+/// cluster, until its own timeout: a caller must bound the call, and look the collection up
+/// first (the management API's scope listing) to say what is wrong. Nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_collection_is_asked_for_again_and_nothing_is_written() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let cluster = connect(&fake).await;
+    let c = cluster.bucket("travel").scope("inventory").collection("nope");
+    let r = tokio::time::timeout(Duration::from_secs(3), c.upsert("k", &json!({}), None)).await;
+    assert!(r.is_err(), "the SDK retries an unknown collection: {r:?}");
+    let asked: Vec<_> = fake.seen().into_iter().filter(|s| s.method == "GET_COLLECTION_ID").collect();
+    assert!(asked.len() >= 2, "asked again: {asked:?}");
+    assert!(asked.iter().all(|s| s.body["status"] == 0x88 && s.body["value"] == "inventory.nope"), "{asked:?}");
+    assert!(!fake.seen().iter().any(|s| s.method == "SET"), "nothing was sent to write");
+    let e = tokio::time::timeout(
+        Duration::from_secs(3),
+        cluster.bucket("travel").scope("nowhere").collection("c").get("k", None),
+    )
+    .await;
+    assert!(e.is_err());
+    assert!(fake.seen().iter().any(|s| s.method == "GET_COLLECTION_ID" && s.body["status"] == 0x8c), "unknown scope");
+}
