@@ -9,7 +9,7 @@ mod config_errors;
 mod conformance;
 mod corpus;
 mod couchbase;
-mod couchbase_kv;
+mod couchbase_store;
 mod crew;
 mod docx_search;
 mod embedder;

@@ -94,7 +94,7 @@ pub(super) fn mgmt(state: &State, method: &str, segs: &[&str]) -> Response<Reply
             reply_json(200, &Value::Array(state.spec.buckets.iter().map(|b| bucket_settings(state, b)).collect()))
         }
         ("GET", ["pools", "default", "buckets", b, "scopes"]) => match state.bucket(b) {
-            Some(bucket) => reply_json(200, &manifest(bucket)),
+            Some(bucket) => reply_json(200, &manifest(state, bucket)),
             None => not_found(),
         },
         // HTTP bootstrap and config polling paths (used only when the SDK is seeded with HTTP
@@ -144,25 +144,29 @@ fn bucket_settings(state: &State, bucket: &BucketSpec) -> Value {
     })
 }
 
-/// The collections manifest: uids are hex strings, `_default` scope and collection are 0.
-fn manifest(bucket: &BucketSpec) -> Value {
-    let mut next = 8u32;
-    let mut uid = |name: &str| {
-        if name == "_default" {
-            "0".to_string()
-        } else {
-            next += 1;
-            format!("{next:x}")
-        }
-    };
+/// The collections manifest: uids are hex strings, `_default` scope and collection are 0; a
+/// collection's uid is the id KV's GET_COLLECTION_ID answers.
+fn manifest(state: &State, bucket: &BucketSpec) -> Value {
+    let ids = state.collection_ids(&bucket.name);
+    let mut next_scope = 7u32;
     let scopes: Vec<Value> = bucket
         .scopes
         .iter()
         .map(|(scope, collections)| {
-            let scope_uid = uid(scope);
-            let cols: Vec<Value> =
-                collections.iter().map(|c| json!({"name": c, "uid": uid(c), "maxTTL": 0, "history": false})).collect();
-            json!({"name": scope, "uid": scope_uid, "collections": cols})
+            let scope_uid = if scope == "_default" {
+                0
+            } else {
+                next_scope += 1;
+                next_scope
+            };
+            let cols: Vec<Value> = collections
+                .iter()
+                .map(|c| {
+                    let id = ids.iter().find(|((s, n), _)| s == scope && n == c).map_or(0, |(_, id)| *id);
+                    json!({"name": c, "uid": format!("{id:x}"), "maxTTL": 0, "history": false})
+                })
+                .collect();
+            json!({"name": scope, "uid": format!("{scope_uid:x}"), "collections": cols})
         })
         .collect();
     json!({"uid": "2", "scopes": scopes})

@@ -12,7 +12,8 @@
 //!
 //! Documents over KV are kept with their CAS and expiry and follow a data node's rules (see
 //! `docs`). What it does not do: TLS, sub-document operations, durability, mutation tokens,
-//! N1QL, analytics, index creation. Only SCRAM-SHA512 is offered (a real server also offers
+//! N1QL, analytics, cluster-level index creation. Scoped indexes can be created, replaced (by
+//! their uuid) and dropped through the API, and are searched over the live documents. Only SCRAM-SHA512 is offered (a real server also offers
 //! SCRAM-SHA256/SHA1, which the SDK only tries after SHA512).
 //!
 //! Here: the public API, the shared state, the accept loops and the HTTP dispatch; the KV protocol
@@ -167,6 +168,10 @@ impl Drop for FakeCluster {
 struct State {
     spec: Spec,
     docs: docs::Docs,
+    /// Search indexes created through the API.
+    created: Mutex<Vec<search::CreatedIndex>>,
+    /// Bumped for each uuid the fake hands out.
+    uuids: std::sync::atomic::AtomicU64,
     ports: (u16, u16, u16),
     seen: Mutex<Vec<Seen>>,
     behaviour: Mutex<QueryBehaviour>,
@@ -190,6 +195,8 @@ impl FakeCluster {
         let state = Arc::new(State {
             spec,
             docs: docs::Docs::default(),
+            created: Mutex::default(),
+            uuids: Default::default(),
             ports: (kv_port, mgmt_port, fts_port),
             seen: Mutex::default(),
             behaviour: Mutex::new(QueryBehaviour::Normal),
@@ -385,6 +392,10 @@ async fn handle_http(req: Request<hyper::body::Incoming>, state: &State, service
 impl State {
     fn record(&self, seen: Seen) {
         self.seen.lock().push(seen);
+    }
+
+    fn next_uuid(&self) -> u64 {
+        self.uuids.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn bucket(&self, name: &str) -> Option<&BucketSpec> {

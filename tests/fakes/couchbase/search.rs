@@ -23,22 +23,160 @@ fn listed_name(state: &State, idx: &IndexSpec) -> String {
     }
 }
 
+/// An index created through the API (`PUT .../index/NAME`): its definition as stored (with the
+/// uuid the fake gave it), searched over the live documents of the collections its type
+/// mappings name. Indexed at once: a query sees every write before it (a real Search service
+/// indexes a moment later, unless the query asks for consistency with the writes).
+#[derive(Debug, Clone)]
+pub(super) struct CreatedIndex {
+    bucket: String,
+    scope: String,
+    name: String,
+    def: Value,
+}
+
+/// An index as a request finds it: one of the spec's, or one created through the API with its
+/// documents read now.
+struct Found {
+    spec: IndexSpec,
+    def: Option<Value>,
+}
+
+fn from_spec(idx: &IndexSpec) -> Found {
+    Found { spec: idx.clone(), def: None }
+}
+
 /// The scoped index a name in a scoped path means (bare or `bucket.scope.name`).
-fn find_scoped<'a>(state: &'a State, bucket: &str, scope: &str, name: &str) -> Option<&'a IndexSpec> {
-    state.spec.indexes.iter().find(|i| {
-        i.bucket == bucket
-            && i.scope.as_deref() == Some(scope)
-            && (i.name == name || format!("{}.{}.{}", i.bucket, scope, i.name) == name)
-    })
+fn find_scoped(state: &State, bucket: &str, scope: &str, name: &str) -> Option<Found> {
+    let named = |b: &str, s: &str, n: &str| b == bucket && s == scope && (n == name || format!("{b}.{s}.{n}") == name);
+    if let Some(c) = state.created.lock().iter().find(|c| named(&c.bucket, &c.scope, &c.name)) {
+        return Some(materialise(state, c));
+    }
+    state.spec.indexes.iter().find(|i| i.scope.as_deref().is_some_and(|s| named(&i.bucket, s, &i.name))).map(from_spec)
 }
 
 /// The index a cluster-level path means: a bucket-level index by name, or a scoped one by its
 /// full `bucket.scope.name` (as a real server allows).
-fn find_cluster<'a>(state: &'a State, name: &str) -> Option<&'a IndexSpec> {
-    state.spec.indexes.iter().find(|i| match &i.scope {
-        None => i.name == name,
-        Some(scope) => format!("{}.{}.{}", i.bucket, scope, i.name) == name,
-    })
+fn find_cluster(state: &State, name: &str) -> Option<Found> {
+    if let Some(c) = state.created.lock().iter().find(|c| format!("{}.{}.{}", c.bucket, c.scope, c.name) == name) {
+        return Some(materialise(state, c));
+    }
+    state
+        .spec
+        .indexes
+        .iter()
+        .find(|i| match &i.scope {
+            None => i.name == name,
+            Some(scope) => format!("{}.{}.{}", i.bucket, scope, i.name) == name,
+        })
+        .map(from_spec)
+}
+
+/// The vector fields of a definition's type mappings: `(type, path, dims)`.
+fn mapped_vectors(def: &Value) -> Vec<(String, String, usize)> {
+    fn walk(m: &Value, prefix: &str, ty: &str, out: &mut Vec<(String, String, usize)>) {
+        for f in m.get("fields").and_then(Value::as_array).into_iter().flatten() {
+            if f.get("type").and_then(Value::as_str) == Some("vector") {
+                let dims = f.get("dims").and_then(Value::as_u64).unwrap_or(0) as usize;
+                out.push((ty.to_string(), prefix.to_string(), dims));
+            }
+        }
+        for (name, sub) in m.get("properties").and_then(Value::as_object).into_iter().flatten() {
+            let p = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+            walk(sub, &p, ty, out);
+        }
+    }
+    let mut out = Vec::new();
+    for (ty, m) in def.pointer("/params/mapping/types").and_then(Value::as_object).into_iter().flatten() {
+        walk(m, "", ty, &mut out);
+    }
+    out
+}
+
+/// A created index with the documents of its mapped collections, as the spec's are.
+fn materialise(state: &State, c: &CreatedIndex) -> Found {
+    let vectors = mapped_vectors(&c.def);
+    let (field, dims) = vectors.first().map_or((String::new(), 0), |(_, p, d)| (p.clone(), *d));
+    let ids = state.collection_ids(&c.bucket);
+    let mut docs = Vec::new();
+    let mut collection = None;
+    for ty in c.def.pointer("/params/mapping/types").and_then(Value::as_object).into_iter().flatten().map(|(t, _)| t) {
+        let Some((scope, coll)) = ty.split_once('.') else { continue };
+        let Some((_, id)) = ids.iter().find(|((s, n), _)| s == scope && n == coll) else { continue };
+        collection.get_or_insert_with(|| coll.to_string());
+        for (key, stored) in state.docs.all(&c.bucket, *id) {
+            let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&stored.value) else { continue };
+            let mut at = Some(&Value::Object(fields.clone()));
+            for part in field.split('.').filter(|p| !p.is_empty()) {
+                at = at.and_then(|v| v.get(part));
+            }
+            let vector = at
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_f64).map(|x| x as f32).collect())
+                .unwrap_or_default();
+            docs.push(Doc { id: key, vector, fields });
+        }
+    }
+    let spec = IndexSpec {
+        name: c.name.clone(),
+        bucket: c.bucket.clone(),
+        scope: Some(c.scope.clone()),
+        collection,
+        field,
+        dims,
+        docs,
+    };
+    Found { spec, def: Some(c.def.clone()) }
+}
+
+/// Creates or updates a scoped index from the definition a client PUT, as the Search service's
+/// `rest_create_index` does: an existing index is replaced only when the request names its
+/// current uuid.
+fn put_index(state: &State, bucket: &str, scope: &str, name: &str, body: &Value) -> Response<ReplyBody> {
+    let fail = |m: String| reply_json(400, &json!({"error": m, "status": "fail"}));
+    if state.bucket(bucket).is_none_or(|b| !b.scopes.iter().any(|(n, _)| n == scope)) {
+        return fail(format!(
+            "rest_create_index: error creating index: {name}, err: manager_api: CreateIndex, prepare failed, err: bucket: {bucket}, scope: {scope}, requested resource not found"
+        ));
+    }
+    if body.get("type").and_then(Value::as_str) != Some("fulltext-index") {
+        return fail(format!(
+            "rest_create_index: error creating index: {name}, err: manager_api: CreateIndex, indexType: {:?}, unknown indexType",
+            body.get("type")
+        ));
+    }
+    if body.get("sourceName").and_then(Value::as_str) != Some(bucket) {
+        return fail(format!(
+            "rest_create_index: error creating index: {name}, err: manager_api: CreateIndex, sourceName must be the bucket {bucket}"
+        ));
+    }
+    for (ty, _, dims) in mapped_vectors(body) {
+        if !(1..=4096).contains(&dims) {
+            return fail(format!(
+                "rest_create_index: error creating index: {name}, err: bleve: mapping type {ty}: invalid vector dims {dims}, must be within [1, 4096]"
+            ));
+        }
+    }
+    let mut created = state.created.lock();
+    let existing = created.iter().position(|c| c.bucket == bucket && c.scope == scope && c.name == name);
+    let sent_uuid = body.get("uuid").and_then(Value::as_str).unwrap_or_default();
+    if let Some(i) = existing {
+        let current = created[i].def["uuid"].as_str().unwrap_or_default().to_string();
+        if sent_uuid != current {
+            return fail(format!(
+                "rest_create_index: error creating index: {bucket}.{scope}.{name}, err: manager_api: cannot create index because an index with the same name already exists: {bucket}.{scope}.{name}"
+            ));
+        }
+        created.remove(i);
+    }
+    let uuid = uuid_for(&format!("created/{bucket}/{scope}/{name}/{}", state.next_uuid()))[..16].to_string();
+    let mut def = body.clone();
+    def["name"] =
+        json!(if state.spec.qualified_scoped_names { format!("{bucket}.{scope}.{name}") } else { name.to_string() });
+    def["uuid"] = json!(uuid);
+    def["sourceUUID"] = json!(uuid_for(bucket));
+    created.push(CreatedIndex { bucket: bucket.into(), scope: scope.into(), name: name.into(), def });
+    reply_json(200, &json!({"status": "ok", "name": name, "uuid": uuid}))
 }
 
 fn index_not_found() -> Response<ReplyBody> {
@@ -64,38 +202,52 @@ pub(super) async fn fts(state: &State, method: &str, segs: &[&str], body: &Value
                     &json!({"error": format!("rest_auth: preparePerms, err: bucket: {b}, scope: {s}, requested resource not found"), "status": "fail"}),
                 );
             }
-            let defs: Map<String, Value> = state
+            let mut defs: Map<String, Value> = state
                 .spec
                 .indexes
                 .iter()
                 .filter(|i| i.bucket == *b && i.scope.as_deref() == Some(*s))
                 .map(|i| (listed_name(state, i), index_def(state, i)))
                 .collect();
+            for c in state.created.lock().iter().filter(|c| c.bucket == *b && c.scope == *s) {
+                defs.insert(c.def["name"].as_str().unwrap_or_default().to_string(), c.def.clone());
+            }
             reply_json(200, &json!({"status": "ok", "indexDefs": {"implVersion": "5.5.0", "indexDefs": defs}}))
         }
         ("GET", ["api", "index", i]) => match find_cluster(state, i) {
-            Some(idx) => reply_json(200, &json!({"status": "ok", "indexDef": index_def(state, idx)})),
+            Some(f) => reply_json(200, &json!({"status": "ok", "indexDef": definition(state, &f)})),
             None => index_not_found(),
         },
         ("GET", ["api", "bucket", b, "scope", s, "index", i]) => match find_scoped(state, b, s, i) {
-            Some(idx) => reply_json(200, &json!({"status": "ok", "indexDef": index_def(state, idx)})),
+            Some(f) => reply_json(200, &json!({"status": "ok", "indexDef": definition(state, &f)})),
             None => index_not_found(),
         },
+        ("PUT", ["api", "bucket", b, "scope", s, "index", i]) => put_index(state, b, s, i, body),
+        ("DELETE", ["api", "bucket", b, "scope", s, "index", i]) => {
+            let mut created = state.created.lock();
+            match created.iter().position(|c| c.bucket == *b && c.scope == *s && c.name == *i) {
+                Some(at) => {
+                    let gone = created.remove(at);
+                    reply_json(200, &json!({"status": "ok", "uuid": gone.def["uuid"]}))
+                }
+                None => index_not_found(),
+            }
+        }
         ("GET", ["api", "index", i, "count"]) => match find_cluster(state, i) {
-            Some(idx) => reply_json(200, &json!({"status": "ok", "count": idx.docs.len()})),
+            Some(f) => reply_json(200, &json!({"status": "ok", "count": f.spec.docs.len()})),
             None => index_not_found(),
         },
         ("GET", ["api", "bucket", b, "scope", s, "index", i, "count"]) => match find_scoped(state, b, s, i) {
-            Some(idx) => reply_json(200, &json!({"status": "ok", "count": idx.docs.len()})),
+            Some(f) => reply_json(200, &json!({"status": "ok", "count": f.spec.docs.len()})),
             None => index_not_found(),
         },
         ("POST", ["api", "index", i, "query"]) => {
             let idx = find_cluster(state, i);
-            query_endpoint(state, idx, body).await
+            query_endpoint(state, idx.map(|f| f.spec).as_ref(), body).await
         }
         ("POST", ["api", "bucket", b, "scope", s, "index", i, "query"]) => {
             let idx = find_scoped(state, b, s, i);
-            query_endpoint(state, idx, body).await
+            query_endpoint(state, idx.map(|f| f.spec).as_ref(), body).await
         }
         ("GET", ["api", "ping"]) => reply_json(200, &json!({"status": "ok"})),
         _ => reply_text(404, "404 page not found\n"),
@@ -137,6 +289,11 @@ async fn query_endpoint(state: &State, idx: Option<&IndexSpec>, body: &Value) ->
             &json!({"error": format!("rest_index: Query, indexName: {}, err: {message}", listed_name(state, idx)), "status": "fail"}),
         ),
     }
+}
+
+/// What `GET .../index/NAME` answers: a created index's stored definition, or the spec's.
+fn definition(state: &State, f: &Found) -> Value {
+    f.def.clone().unwrap_or_else(|| index_def(state, &f.spec))
 }
 
 /// A 7.6 vector index definition: the vector field, plus a stored mapping for every field the

@@ -1,15 +1,22 @@
-//! The fake cluster's documents, driven by the official SDK (couchbase 1.1) the way the host's
-//! Couchbase corpus will: each behaviour here is what the SDK sends and what it makes of the
-//! answer (its typed error kinds), so that a difference from a real data node shows as a
-//! failing test here, not as a silent pass elsewhere.
+//! The fake cluster as a store: its documents (KV) and the Search indexes created over them,
+//! driven by the official SDK (couchbase 1.1) the way the host's Couchbase corpus will. Each
+//! behaviour here is what the SDK sends and what it makes of the answer (its typed error kinds),
+//! so that a difference from a real cluster shows as a failing test here, not as a silent pass
+//! elsewhere.
 
 use std::time::Duration;
 
 use couchbase::authenticator::PasswordAuthenticator;
 use couchbase::cluster::Cluster;
 use couchbase::collection::Collection;
+use couchbase::management::search::index::SearchIndex;
 use couchbase::options::cluster_options::ClusterOptions;
 use couchbase::options::kv_options::{RemoveOptions, ReplaceOptions, UpsertOptions};
+use couchbase::options::search_options::SearchOptions;
+use couchbase::search::queries::{ConjunctionQuery, MatchQuery, NumericRangeQuery, Query, TermQuery};
+use couchbase::search::request::SearchRequest;
+use couchbase::search::vector::{VectorQuery, VectorSearch};
+use futures::StreamExt;
 use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
 use serde_json::{Value, json};
 
@@ -121,4 +128,105 @@ async fn an_unknown_collection_is_asked_for_again_and_nothing_is_written() {
     .await;
     assert!(e.is_err());
     assert!(fake.seen().iter().any(|s| s.method == "GET_COLLECTION_ID" && s.body["status"] == 0x8c), "unknown scope");
+}
+
+/// A scoped vector index as LangChain's Couchbase store defines one: `text`, a 4-dimensional
+/// `embedding` and `metadata`, in collection `inventory.hotels`.
+fn langchain_index(name: &str) -> SearchIndex {
+    let mapping = json!({
+        "default_mapping": {"enabled": false, "dynamic": true},
+        "default_type": "_default",
+        "type_field": "_type",
+        "types": {"inventory.hotels": {"enabled": true, "dynamic": true, "properties": {
+            "embedding": {"enabled": true, "dynamic": false, "fields": [
+                {"name": "embedding", "type": "vector", "dims": 4, "similarity": "dot_product", "index": true}
+            ]},
+            "text": {"enabled": true, "dynamic": false, "fields": [
+                {"name": "text", "type": "text", "index": true, "store": true}
+            ]},
+            "metadata": {"enabled": true, "dynamic": true}
+        }}}
+    });
+    let params: std::collections::HashMap<String, Value> = [
+        ("doc_config".to_string(), json!({"mode": "scope.collection.type_field", "type_field": "type"})),
+        ("mapping".to_string(), mapping),
+    ]
+    .into();
+    SearchIndex::new(name, "fulltext-index").source_name("travel".to_string()).params(params)
+}
+
+async fn ids_of(res: &mut couchbase::results::search_results::SearchResult) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut rows = res.rows();
+    while let Some(row) = rows.next().await {
+        ids.push(row.expect("a row").id);
+    }
+    ids
+}
+
+/// An index created through the SDK's index manager is listed, replaced only by its uuid, and
+/// searched over the documents written after it: kNN with a prefilter on metadata (a term and a
+/// numeric range), and a text match; dropped, it is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_made_through_the_sdk_searches_the_documents() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let cluster = connect(&fake).await;
+    let scope = cluster.bucket("travel").scope("inventory");
+    let manager = scope.search_indexes();
+    bounded(manager.upsert_index(langchain_index("corpus-vec"), None)).await.expect("create");
+    let def = bounded(manager.get_index("corpus-vec", None)).await.expect("get");
+    let uuid = def.uuid.clone().expect("the server gave it a uuid");
+    let listed = bounded(manager.get_all_indexes(None)).await.expect("list");
+    assert!(
+        listed.iter().any(|i| i.name.ends_with("corpus-vec")),
+        "{:?}",
+        listed.iter().map(|i| &i.name).collect::<Vec<_>>()
+    );
+    // Creating it again without its uuid is refused. The SDK 1.1.0 reports the core's
+    // IndexExists as `IndexNotFound` (couchbase/src/error.rs maps one to the other): only the
+    // server's text tells them apart, so the corpus looks an index up before it creates one.
+    let again = bounded(manager.upsert_index(langchain_index("corpus-vec"), None)).await.unwrap_err();
+    assert_eq!(kind(&again), "IndexNotFound", "{again}");
+    assert!(again.to_string().contains("an index with the same name already exists"), "{again}");
+    bounded(manager.upsert_index(langchain_index("corpus-vec").uuid(uuid.clone()), None))
+        .await
+        .expect("replace by uuid");
+    assert_ne!(bounded(manager.get_index("corpus-vec", None)).await.unwrap().uuid, Some(uuid));
+
+    let c = hotels(&cluster);
+    let doc = |text: &str, v: [f32; 4], chapter: &str, generation: u32| json!({"text": text, "embedding": v, "metadata": {"chapter": chapter, "generation": generation}});
+    for (id, d) in [
+        ("a", doc("bandwidth limits by timetable", [1.0, 0.0, 0.0, 0.0], "90.10", 1)),
+        ("b", doc("bandwidth of the connection", [0.9, 0.1, 0.0, 0.0], "90.11", 1)),
+        ("c", doc("checksums and hashes", [0.0, 1.0, 0.0, 0.0], "12.1", 2)),
+    ] {
+        bounded(c.upsert(id, &d, None)).await.unwrap();
+    }
+    let knn = |filter: Option<Query>| {
+        let mut vq = VectorQuery::with_vector("embedding", vec![1.0, 0.0, 0.0, 0.0]).num_candidates(3);
+        if let Some(f) = filter {
+            vq = vq.prefilter(f);
+        }
+        SearchRequest::with_vector_search(VectorSearch::new(vec![vq], None))
+    };
+    let mut all = bounded(scope.search("corpus-vec", knn(None), SearchOptions::new().limit(3))).await.unwrap();
+    assert_eq!(ids_of(&mut all).await, ["a", "b", "c"]);
+    let generation_1 = NumericRangeQuery::new().field("metadata.generation").max(1.0).inclusive_max(1.0, true);
+    let filter = ConjunctionQuery::new(vec![
+        Query::Term(TermQuery::new("90.11").field("metadata.chapter")),
+        Query::NumericRange(generation_1),
+    ]);
+    let mut some =
+        bounded(scope.search("corpus-vec", knn(Some(Query::Conjunction(filter))), SearchOptions::new().limit(3)))
+            .await
+            .unwrap();
+    assert_eq!(ids_of(&mut some).await, ["b"]);
+    let text = SearchRequest::with_search_query(Query::Match(MatchQuery::new("checksums").field("text")));
+    let mut words = bounded(scope.search("corpus-vec", text, SearchOptions::new().limit(3))).await.unwrap();
+    assert_eq!(ids_of(&mut words).await, ["c"]);
+    assert_eq!(bounded(manager.get_indexed_documents_count("corpus-vec", None)).await.unwrap(), 3);
+
+    bounded(manager.drop_index("corpus-vec", None)).await.expect("drop");
+    let gone = bounded(manager.get_index("corpus-vec", None)).await.unwrap_err();
+    assert_eq!(kind(&gone), "IndexNotFound", "{gone}");
 }
