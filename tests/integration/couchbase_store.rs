@@ -4,6 +4,7 @@
 //! so that a difference from a real cluster shows as a failing test here, not as a silent pass
 //! elsewhere.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use couchbase::authenticator::PasswordAuthenticator;
@@ -17,6 +18,8 @@ use couchbase::search::queries::{ConjunctionQuery, MatchQuery, NumericRangeQuery
 use couchbase::search::request::SearchRequest;
 use couchbase::search::vector::{VectorQuery, VectorSearch};
 use futures::StreamExt;
+use quarry::capability::couchbase::RawConnection;
+use quarry::capability::couchbase::store::{Store, StoreError, VectorField};
 use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
 use serde_json::{Value, json};
 
@@ -229,4 +232,120 @@ async fn an_index_made_through_the_sdk_searches_the_documents() {
     bounded(manager.drop_index("corpus-vec", None)).await.expect("drop");
     let gone = bounded(manager.get_index("corpus-vec", None)).await.unwrap_err();
     assert_eq!(kind(&gone), "IndexNotFound", "{gone}");
+}
+
+/// [`store`] of `travel.inventory.COLLECTION`, each call bounded by `timeout`.
+fn store_with_timeout(fake: &FakeCluster, collection: &str, timeout: Duration) -> Store {
+    let raw: RawConnection = serde_json::from_value(json!({
+        "connection_string": fake.connection_string(), "username": fc::USERNAME, "password": fc::PASSWORD
+    }))
+    .unwrap();
+    let connection = Arc::new(quarry::capability::couchbase::connection(std::path::Path::new("/"), raw).unwrap());
+    Store::new(connection, "travel", "inventory", collection, timeout)
+}
+
+/// The host's own handle on a collection (the Couchbase corpus's), on the real SDK.
+fn store(fake: &FakeCluster, bucket: &str, scope: &str, collection: &str) -> Store {
+    let raw: RawConnection = serde_json::from_value(json!({
+        "connection_string": fake.connection_string(), "username": fc::USERNAME, "password": fc::PASSWORD
+    }))
+    .unwrap();
+    let connection = Arc::new(quarry::capability::couchbase::connection(std::path::Path::new("/"), raw).unwrap());
+    Store::new(connection, bucket, scope, collection, Duration::from_secs(5))
+}
+
+/// A missing bucket, scope or collection is named at once (a document call on one would retry
+/// until its timeout); a cluster that is not there is `unavailable` within the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_names_what_is_missing() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    store(&fake, "travel", "inventory", "hotels").check().await.expect("all there");
+    for ((b, s, c), want) in [
+        (("nope", "inventory", "hotels"), "bucket \"nope\" does not exist"),
+        (("travel", "nope", "hotels"), "bucket \"travel\" has no scope \"nope\""),
+        (("travel", "inventory", "nope"), "scope travel.inventory has no collection \"nope\""),
+    ] {
+        let e = store(&fake, b, s, c).check().await.unwrap_err();
+        assert!(matches!(&e, StoreError::NotFound(m) if m.contains(want)), "{e:?}");
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let raw: RawConnection = serde_json::from_value(json!({
+        "connection_string": format!("couchbase://127.0.0.1:{port}"), "username": "u", "password": "p"
+    }))
+    .unwrap();
+    let connection = Arc::new(quarry::capability::couchbase::connection(std::path::Path::new("/"), raw).unwrap());
+    let nowhere = Store::new(connection, "travel", "inventory", "hotels", Duration::from_secs(1));
+    let started = std::time::Instant::now();
+    let e = nowhere.get("k").await.unwrap_err();
+    assert!(matches!(&e, StoreError::Unavailable(m) if m.contains("within 1s while connecting")), "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// Batches are written and read back in order; a write the cluster refuses for now is tried
+/// again (by the SDK, until the timeout); removing what is not there is no error; CAS guards a
+/// replace and a remove.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_writes_in_batches_and_retries_what_can_wait() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let s = store(&fake, "travel", "inventory", "hotels");
+    let docs: Vec<(String, Value)> =
+        (0..100).map(|i| (format!("chunk-{i:03}"), json!({"text": format!("t{i}")}))).collect();
+    fake.fail_writes(3);
+    s.upsert_many(&docs).await.expect("temporary failures are tried again");
+    assert_eq!(fake.documents("travel", "inventory", "hotels").len(), 100);
+    let keys: Vec<String> = ["chunk-007", "missing", "chunk-099"].map(String::from).to_vec();
+    let got = s.get_many(&keys).await.unwrap();
+    assert_eq!(got[0].as_ref().unwrap().value, json!({"text": "t7"}));
+    assert!(got[1].is_none());
+    assert_eq!(got[2].as_ref().unwrap().value, json!({"text": "t99"}));
+
+    // Refused for good: the SDK tries again until the timeout, and the store then says so.
+    fake.fail_writes(usize::MAX);
+    let impatient = store_with_timeout(&fake, "hotels", Duration::from_secs(1));
+    let e = impatient.upsert_many(&docs[..1]).await.unwrap_err();
+    assert!(matches!(&e, StoreError::Unavailable(m) if m.contains("within 1s while writing")), "{e:?}");
+    assert!(fake.seen().iter().filter(|x| x.method == "SET" && x.body["status"] == 0x86).count() > 3);
+    fake.fail_writes(0);
+
+    let removed: Vec<String> = (0..50).map(|i| format!("chunk-{i:03}")).chain(["never-there".to_string()]).collect();
+    s.remove_many(&removed).await.unwrap();
+    assert_eq!(fake.documents("travel", "inventory", "hotels").len(), 50);
+
+    let cas = s.insert("lease", &json!({"holder": "a"}), Some(Duration::from_secs(30))).await.unwrap();
+    assert!(matches!(s.insert("lease", &json!({"holder": "b"}), None).await, Err(StoreError::Exists(_))));
+    let renewed = s.replace("lease", &json!({"holder": "a"}), cas, Some(Duration::from_secs(30))).await.unwrap();
+    assert!(matches!(s.replace("lease", &json!({}), cas, None).await, Err(StoreError::CasMismatch(_))));
+    assert!(matches!(s.remove("lease", Some(cas)).await, Err(StoreError::CasMismatch(_))));
+    s.remove("lease", Some(renewed)).await.unwrap();
+    assert!(matches!(s.remove("lease", None).await, Err(StoreError::NotFound(_))));
+    assert_eq!(s.get("lease").await.unwrap(), None);
+}
+
+/// The index is made once, found the next time, and refused when it maps another dimension;
+/// a search through it finds the written documents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_makes_its_index_once_and_checks_it() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let s = store(&fake, "travel", "inventory", "hotels");
+    let params = |dims: u32| -> std::collections::HashMap<String, Value> {
+        let mut p = langchain_index("x").params.unwrap();
+        p.get_mut("mapping").unwrap()["types"]["inventory.hotels"]["properties"]["embedding"]["fields"][0]["dims"] =
+            json!(dims);
+        p
+    };
+    let vector = |dims: u32| VectorField { path: "embedding".into(), dims, similarity: "dot_product".into() };
+    assert!(s.ensure_index("corpus-vec", params(4), &vector(4)).await.unwrap(), "created");
+    assert!(!s.ensure_index("corpus-vec", params(4), &vector(4)).await.unwrap(), "found");
+    let e = s.ensure_index("corpus-vec", params(8), &vector(8)).await.unwrap_err();
+    assert!(matches!(&e, StoreError::Invalid(m) if m.contains("as 4 dimensions by dot_product, not 8")), "{e:?}");
+    s.upsert_many(&[
+        ("a".to_string(), json!({"text": "alpha", "embedding": [1.0, 0.0, 0.0, 0.0]})),
+        ("b".to_string(), json!({"text": "beta", "embedding": [0.0, 1.0, 0.0, 0.0]})),
+    ])
+    .await
+    .unwrap();
+    let vq = VectorQuery::with_vector("embedding", vec![0.0, 1.0, 0.0, 0.0]).num_candidates(2);
+    let hits = s.search("corpus-vec", SearchRequest::with_vector_search(VectorSearch::new(vec![vq], None)), 2).await;
+    let ids: Vec<String> = hits.unwrap().into_iter().map(|(id, _)| id).collect();
+    assert_eq!(ids, ["b", "a"]);
 }

@@ -4,6 +4,7 @@
 //! (GET, SET, ADD, REPLACE, DELETE, TOUCH, with CAS and expiry, over `docs`), and the terse
 //! cluster and bucket configs it hands out.
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Instant;
 
 use base64::Engine;
@@ -40,6 +41,7 @@ const ST_EACCESS: u16 = 0x24;
 const ST_INVALID_ARGS: u16 = 0x04;
 const ST_UNKNOWN_COMMAND: u16 = 0x81;
 const ST_NO_BUCKET: u16 = 0x08;
+const ST_TMPFAIL: u16 = 0x86;
 const ST_UNKNOWN_COLLECTION: u16 = 0x88;
 const ST_UNKNOWN_SCOPE: u16 = 0x8c;
 
@@ -235,6 +237,12 @@ fn kv_data(state: &State, conn: &KvConn, r: &KvRequest<'_>) -> KvReply {
         let why = if status == super::docs::ST_KEY_EXISTS { "CAS mismatch or key exists" } else { "Not found" };
         kv_error(conn, status, why)
     };
+    let failing = &state.failing_writes;
+    if matches!(r.opcode, OP_SET | OP_ADD | OP_REPLACE | OP_DELETE)
+        && failing.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
+    {
+        return kv_error(conn, ST_TMPFAIL, "Temporary failure");
+    }
     match r.opcode {
         OP_GET => match state.docs.get(bucket, collection, key) {
             Ok(d) => KvReply {

@@ -170,6 +170,8 @@ struct State {
     docs: docs::Docs,
     /// Search indexes created through the API.
     created: Mutex<Vec<search::CreatedIndex>>,
+    /// Writes still to be answered with a temporary failure (TMPFAIL, 0x86).
+    failing_writes: std::sync::atomic::AtomicUsize,
     /// Bumped for each uuid the fake hands out.
     uuids: std::sync::atomic::AtomicU64,
     ports: (u16, u16, u16),
@@ -196,6 +198,7 @@ impl FakeCluster {
             spec,
             docs: docs::Docs::default(),
             created: Mutex::default(),
+            failing_writes: Default::default(),
             uuids: Default::default(),
             ports: (kv_port, mgmt_port, fts_port),
             seen: Mutex::default(),
@@ -252,6 +255,12 @@ impl FakeCluster {
             .into_iter()
             .map(|(k, d)| (k, serde_json::from_slice(&d.value).unwrap_or(Value::Null)))
             .collect()
+    }
+
+    /// Answers the next `n` document writes (SET, ADD, REPLACE, DELETE) with a temporary
+    /// failure (TMPFAIL, as a data node short of memory does), writing nothing.
+    pub fn fail_writes(&self, n: usize) {
+        self.state.failing_writes.store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Changes how the FTS query endpoints answer from now on.

@@ -9,7 +9,7 @@ use couchbase::error::ErrorKind;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use super::connection::rustls_config;
+use super::connection::{connect, rustls_config};
 use super::errors::{Result, sdk_error};
 use super::grant::{CouchbaseGrant, check_bucket_name};
 use crate::wit::{CouchbaseError, ScopeInfo};
@@ -78,22 +78,7 @@ impl Client {
     }
 
     async fn cluster(&self) -> Result<&Cluster> {
-        self.cluster
-            .get_or_try_init(|| async {
-                let c = &self.grant.connection;
-                let auth = couchbase::authenticator::PasswordAuthenticator::new(&c.username, &c.password.0);
-                let mut opts = couchbase::options::cluster_options::ClusterOptions::new(auth.into());
-                if c.connection_string.starts_with("couchbases://") {
-                    let mut tls = couchbase::options::cluster_options::TlsOptions::new()
-                        .danger_accept_invalid_certs(c.accept_invalid_certs);
-                    if let Some(certs) = &c.ca_certs {
-                        tls = tls.add_ca_certificates(certs.clone());
-                    }
-                    opts = opts.tls_options(tls);
-                }
-                Cluster::connect(&c.connection_string, opts).await.map_err(|e| sdk_error(&e))
-            })
-            .await
+        self.cluster.get_or_try_init(|| connect(&self.grant.connection)).await
     }
 
     async fn agent(&self) -> Result<&couchbase_core::agent::Agent> {

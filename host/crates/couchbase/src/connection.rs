@@ -124,6 +124,22 @@ fn ca_certificates(pem: &[u8]) -> std::result::Result<Vec<CertificateDer<'static
     Ok(certs)
 }
 
+/// The SDK's cluster for connection `c`. Unbounded (the SDK retries a refused password or a
+/// closed port until it is dropped): callers bound it.
+pub(super) async fn connect(c: &Connection) -> Result<couchbase::cluster::Cluster> {
+    let auth = couchbase::authenticator::PasswordAuthenticator::new(&c.username, &c.password.0);
+    let mut opts = couchbase::options::cluster_options::ClusterOptions::new(auth.into());
+    if c.connection_string.starts_with("couchbases://") {
+        let mut tls =
+            couchbase::options::cluster_options::TlsOptions::new().danger_accept_invalid_certs(c.accept_invalid_certs);
+        if let Some(certs) = &c.ca_certs {
+            tls = tls.add_ca_certificates(certs.clone());
+        }
+        opts = opts.tls_options(tls);
+    }
+    couchbase::cluster::Cluster::connect(&c.connection_string, opts).await.map_err(|e| super::errors::sdk_error(&e))
+}
+
 /// The TLS settings of the core agent, as the SDK derives its own from `TlsOptions`.
 pub(super) fn rustls_config(c: &Connection) -> Result<Arc<rustls::ClientConfig>> {
     let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

@@ -13,7 +13,8 @@
 //! Files: `connection` (`[couchbase.NAME]`), `grant` (`grants.couchbase`, name rules), `client`
 //! (the SDK cluster and core agent of one instance, bucket and scope lookups, bounded calls),
 //! `search` (search indexes, vector searches, index definitions), `errors` (SDK errors to the
-//! WIT's), `calls` (what was called, for `/metrics`); here, the per-store [`State`] and the WIT
+//! WIT's), `calls` (what was called, for `/metrics`), `store` (a collection the host itself keeps
+//! data in: documents and a Search index, for the Couchbase corpus); here, the per-store [`State`] and the WIT
 //! `Host` impl.
 
 #![deny(missing_docs)]
@@ -24,6 +25,7 @@ mod connection;
 mod errors;
 mod grant;
 mod search;
+pub mod store;
 
 /// The `quarry:retrieval/couchbase` interface's host bindings, generated here from the project's WIT
 /// (a world that imports it alone).

@@ -1,0 +1,402 @@
+//! One collection of a cluster as the host itself keeps data in it (a corpus): documents by key
+//! with their CAS and expiry, written in bounded batches and retried when the cluster says
+//! "later", and a scoped Search index over them. Guests never reach this: it serves host code,
+//! with the host's connection (`[couchbase.NAME]`).
+//!
+//! Every call is bounded by the store's timeout, connecting included (the SDK retries a closed
+//! port or a refused password forever, and an operation on a missing collection until its own
+//! timeout: [`Store::check`] looks the bucket, scope and collection up first, to say which is
+//! missing).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use couchbase::cluster::Cluster;
+use couchbase::collection::Collection;
+use couchbase::error::ErrorKind;
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::OnceCell;
+
+use super::connection::{Connection, connect};
+
+/// Documents written or read at once, at most.
+pub const BATCH: usize = 32;
+
+/// Why a store call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// The bucket, scope, collection, index or document is not there.
+    #[error("{0}")]
+    NotFound(String),
+    /// An insert found the key taken.
+    #[error("{0}")]
+    Exists(String),
+    /// The document changed since its CAS was read.
+    #[error("{0}")]
+    CasMismatch(String),
+    /// No answer within the timeout, or the cluster is unreachable or refused the credentials.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The cluster said to try again later (busy, a temporary failure) and the SDK gave up
+    /// trying.
+    #[error("{0}")]
+    Temporary(String),
+    /// The request cannot be served as it is (a key too long, a value too large).
+    #[error("{0}")]
+    Invalid(String),
+    /// The cluster answered with another error.
+    #[error("{0}")]
+    Service(String),
+}
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+fn from_sdk(what: &str, e: &couchbase::error::Error) -> StoreError {
+    let m = format!("{what}: {e}");
+    match e.kind() {
+        ErrorKind::DocumentNotFound
+        | ErrorKind::BucketNotFound
+        | ErrorKind::ScopeNotFound
+        | ErrorKind::CollectionNotFound
+        | ErrorKind::IndexNotFound => StoreError::NotFound(m),
+        ErrorKind::DocumentExists => StoreError::Exists(m),
+        ErrorKind::CasMismatch => StoreError::CasMismatch(m),
+        ErrorKind::TemporaryFailure
+        | ErrorKind::ServerTimeout
+        | ErrorKind::DocumentLocked
+        | ErrorKind::RateLimitedFailure
+        | ErrorKind::DurabilityWriteInProgress => StoreError::Temporary(m),
+        ErrorKind::AuthenticationFailure
+        | ErrorKind::ServiceNotAvailable(_)
+        | ErrorKind::RequestCanceled
+        | ErrorKind::ClusterDropped => StoreError::Unavailable(m),
+        ErrorKind::InvalidArgument(_) | ErrorKind::ValueTooLarge | ErrorKind::EncodingFailure(_) => {
+            StoreError::Invalid(m)
+        }
+        _ => StoreError::Service(m),
+    }
+}
+
+/// A document as read: its body and CAS.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Doc {
+    /// The body.
+    pub value: Value,
+    /// Its CAS: the version a guarded write names.
+    pub cas: u64,
+}
+
+/// One collection (`bucket.scope.collection`) of the cluster a [`Connection`] reaches.
+pub struct Store {
+    connection: Arc<Connection>,
+    /// `bucket`, `scope`, `collection`.
+    path: [String; 3],
+    timeout: Duration,
+    cluster: OnceCell<Cluster>,
+}
+
+impl Store {
+    /// The store for `bucket.scope.collection` over `connection`; each call bounded by `timeout`.
+    pub fn new(connection: Arc<Connection>, bucket: &str, scope: &str, collection: &str, timeout: Duration) -> Self {
+        Store {
+            connection,
+            path: [bucket.to_string(), scope.to_string(), collection.to_string()],
+            timeout,
+            cluster: OnceCell::new(),
+        }
+    }
+
+    /// `bucket.scope.collection`.
+    pub fn path(&self) -> String {
+        self.path.join(".")
+    }
+
+    fn no_answer(&self, what: &str) -> StoreError {
+        StoreError::Unavailable(format!(
+            "no answer from Couchbase ({}) within {:?} while {what} in {}",
+            self.connection.connection_string,
+            self.timeout,
+            self.path()
+        ))
+    }
+
+    /// The SDK's cluster, connected by `deadline`.
+    async fn cluster_by(&self, deadline: tokio::time::Instant) -> Result<&Cluster> {
+        let connecting = self.cluster.get_or_try_init(|| connect(&self.connection));
+        match tokio::time::timeout_at(deadline, connecting).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(_)) | Err(_) => Err(self.no_answer("connecting")),
+        }
+    }
+
+    /// Runs `op` on the collection within the timeout, connecting first if needed.
+    async fn bounded<T, F>(&self, what: &str, op: impl FnOnce(Collection) -> F) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let cluster = self.cluster_by(deadline).await?;
+        let [b, s, c] = &self.path;
+        let collection = cluster.bucket(b).scope(s).collection(c);
+        tokio::time::timeout_at(deadline, op(collection)).await.map_err(|_| self.no_answer(what))?
+    }
+
+    /// Checks that the bucket, the scope and the collection exist (through the management API,
+    /// which answers at once where a document call on a missing one retries until it times out).
+    pub async fn check(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let cluster = self.cluster_by(deadline).await?;
+        let [b, s, c] = &self.path;
+        let look = async {
+            match cluster.buckets().get_bucket(b, None).await {
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::BucketNotFound) => {
+                    return Err(StoreError::NotFound(format!(
+                        "bucket {b:?} does not exist; create it, or name another"
+                    )));
+                }
+                Err(e) => return Err(from_sdk("looking up the bucket", &e)),
+            }
+            let scopes = cluster
+                .bucket(b)
+                .collections()
+                .get_all_scopes(None)
+                .await
+                .map_err(|e| from_sdk("listing the scopes", &e))?;
+            let Some(scope) = scopes.iter().find(|x| x.name() == s) else {
+                return Err(StoreError::NotFound(format!(
+                    "bucket {b:?} has no scope {s:?}; create it, or name another"
+                )));
+            };
+            if !scope.collections().iter().any(|x| x.name() == c) {
+                return Err(StoreError::NotFound(format!(
+                    "scope {b}.{s} has no collection {c:?}; create it, or name another"
+                )));
+            }
+            Ok(())
+        };
+        tokio::time::timeout_at(deadline, look).await.map_err(|_| self.no_answer("looking up the collection"))?
+    }
+
+    /// The document at `key`, if there is one.
+    pub async fn get(&self, key: &str) -> Result<Option<Doc>> {
+        self.bounded("reading a document", |c| async move {
+            match c.get(key, None).await {
+                Ok(r) => {
+                    let value = r.content_as::<Value>().map_err(|e| from_sdk("decoding a document", &e))?;
+                    Ok(Some(Doc { value, cas: r.cas() }))
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::DocumentNotFound) => Ok(None),
+                Err(e) => Err(from_sdk(&format!("reading {key:?}"), &e)),
+            }
+        })
+        .await
+    }
+
+    /// The documents at `keys`, in order, [`BATCH`] at a time.
+    pub async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Doc>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        for batch in keys.chunks(BATCH) {
+            let read: Vec<Result<Option<Doc>>> =
+                futures::stream::iter(batch.iter().map(|k| self.get(k))).buffered(BATCH).collect().await;
+            for r in read {
+                out.push(r?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes every document (created or replaced, whatever is there), [`BATCH`] at a time.
+    /// A data node's temporary failure (TMPFAIL, a locked document) the SDK tries again itself,
+    /// with a growing pause, until the timeout. Idempotent: writing a batch again writes the
+    /// same documents.
+    pub async fn upsert_many(&self, docs: &[(String, Value)]) -> Result<()> {
+        for batch in docs.chunks(BATCH) {
+            let written: Vec<Result<u64>> = futures::stream::iter(batch.iter().map(|(k, v)| self.upsert(k, v, None)))
+                .buffer_unordered(BATCH)
+                .collect()
+                .await;
+            written.into_iter().collect::<Result<Vec<u64>>>()?;
+        }
+        Ok(())
+    }
+
+    /// Writes `value` at `key`, whatever is there; with `expiry`, the document ends after it.
+    pub async fn upsert(&self, key: &str, value: &Value, expiry: Option<Duration>) -> Result<u64> {
+        self.bounded("writing a document", |c| async move {
+            let mut opts = couchbase::options::kv_options::UpsertOptions::new();
+            if let Some(e) = expiry {
+                opts = opts.expiry(e);
+            }
+            c.upsert(key, value, opts).await.map(|r| r.cas()).map_err(|e| from_sdk(&format!("writing {key:?}"), &e))
+        })
+        .await
+    }
+
+    /// Creates the document at `key`; [`StoreError::Exists`] when there is one.
+    pub async fn insert(&self, key: &str, value: &Value, expiry: Option<Duration>) -> Result<u64> {
+        self.bounded("creating a document", |c| async move {
+            let mut opts = couchbase::options::kv_options::InsertOptions::new();
+            if let Some(e) = expiry {
+                opts = opts.expiry(e);
+            }
+            c.insert(key, value, opts).await.map(|r| r.cas()).map_err(|e| from_sdk(&format!("creating {key:?}"), &e))
+        })
+        .await
+    }
+
+    /// Replaces the document at `key` if it is still at `cas`; [`StoreError::CasMismatch`]
+    /// when it changed, [`StoreError::NotFound`] when it is gone.
+    pub async fn replace(&self, key: &str, value: &Value, cas: u64, expiry: Option<Duration>) -> Result<u64> {
+        self.bounded("replacing a document", |c| async move {
+            let mut opts = couchbase::options::kv_options::ReplaceOptions::new().cas(cas);
+            if let Some(e) = expiry {
+                opts = opts.expiry(e);
+            }
+            c.replace(key, value, opts).await.map(|r| r.cas()).map_err(|e| from_sdk(&format!("replacing {key:?}"), &e))
+        })
+        .await
+    }
+
+    /// Removes the document at `key` (only if it is at `cas`, when given). A missing document is
+    /// [`StoreError::NotFound`].
+    pub async fn remove(&self, key: &str, cas: Option<u64>) -> Result<()> {
+        self.bounded("removing a document", |c| async move {
+            let mut opts = couchbase::options::kv_options::RemoveOptions::new();
+            if let Some(cas) = cas {
+                opts = opts.cas(cas);
+            }
+            c.remove(key, opts).await.map(|_| ()).map_err(|e| from_sdk(&format!("removing {key:?}"), &e))
+        })
+        .await
+    }
+
+    /// Removes every document of `keys` that is there, [`BATCH`] at a time; a missing one is
+    /// no error (removing twice removes the same).
+    pub async fn remove_many(&self, keys: &[String]) -> Result<()> {
+        for batch in keys.chunks(BATCH) {
+            let removed: Vec<Result<()>> = futures::stream::iter(batch.iter().map(|k| async move {
+                match self.remove(k, None).await {
+                    Err(StoreError::NotFound(_)) => Ok(()),
+                    r => r,
+                }
+            }))
+            .buffer_unordered(BATCH)
+            .collect()
+            .await;
+            removed.into_iter().collect::<Result<Vec<()>>>()?;
+        }
+        Ok(())
+    }
+}
+
+/// A vector field a Search index must map for the store's use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorField {
+    /// Its path in the documents (`embedding`).
+    pub path: String,
+    /// Its dimension.
+    pub dims: u32,
+    /// `dot_product` or `l2_norm`.
+    pub similarity: String,
+}
+
+impl Store {
+    /// Runs `op` on the scope within the timeout, connecting first if needed.
+    async fn scope_bounded<T, F>(&self, what: &str, op: impl FnOnce(couchbase::scope::Scope) -> F) -> Result<T>
+    where
+        F: Future<Output = Result<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let cluster = self.cluster_by(deadline).await?;
+        let [b, s, _] = &self.path;
+        tokio::time::timeout_at(deadline, op(cluster.bucket(b).scope(s))).await.map_err(|_| self.no_answer(what))?
+    }
+
+    /// Makes sure the scope has Search index `name` mapping `vector`: creates it from `params`
+    /// (its `doc_config` and `mapping`) when it is missing, and checks an existing one maps the
+    /// same dimension and similarity at the same path (an index made for another model would
+    /// answer nonsense). Returns whether it created the index. Two hosts creating it at once is
+    /// no error: the one that loses checks the winner's.
+    pub async fn ensure_index(
+        &self,
+        name: &str,
+        params: std::collections::HashMap<String, Value>,
+        vector: &VectorField,
+    ) -> Result<bool> {
+        use couchbase::management::search::index::SearchIndex;
+        let [bucket, ..] = &self.path;
+        if let Some(existing) = self.index_definition(name).await? {
+            return self.check_index(name, &existing, vector).map(|()| false);
+        }
+        let index = SearchIndex::new(name, "fulltext-index").source_name(bucket.clone()).params(params);
+        let created = self
+            .scope_bounded("creating a search index", |s| async move {
+                s.search_indexes()
+                    .upsert_index(index, None)
+                    .await
+                    .map_err(|e| from_sdk(&format!("creating search index {name:?}"), &e))
+            })
+            .await;
+        match created {
+            Ok(()) => Ok(true),
+            // The SDK 1.1 reports "already exists" as IndexNotFound: look again.
+            Err(StoreError::NotFound(_)) | Err(StoreError::Service(_)) => match self.index_definition(name).await? {
+                Some(existing) => self.check_index(name, &existing, vector).map(|()| false),
+                None => Err(StoreError::Service(format!("search index {name:?} could not be created"))),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Index `name`'s definition, if the scope has it.
+    async fn index_definition(&self, name: &str) -> Result<Option<Value>> {
+        self.scope_bounded("reading a search index", |s| async move {
+            match s.search_indexes().get_index(name, None).await {
+                Ok(i) => serde_json::to_value(&i).map(Some).map_err(|e| StoreError::Service(e.to_string())),
+                Err(e) if matches!(e.kind(), ErrorKind::IndexNotFound) => Ok(None),
+                Err(e) => Err(from_sdk(&format!("reading search index {name:?}"), &e)),
+            }
+        })
+        .await
+    }
+
+    fn check_index(&self, name: &str, def: &Value, want: &VectorField) -> Result<()> {
+        let fields = super::search::vector_fields(def);
+        let found = fields.iter().find(|f| f.path == want.path);
+        match found {
+            Some(f) if f.dims == want.dims && f.similarity == want.similarity => Ok(()),
+            Some(f) => Err(StoreError::Invalid(format!(
+                "search index {name:?} maps {} as {} dimensions by {}, not {} by {}: drop the index (the corpus makes it again), or give the corpus another index name",
+                want.path, f.dims, f.similarity, want.dims, want.similarity
+            ))),
+            None => Err(StoreError::Invalid(format!(
+                "search index {name:?} maps no vector field {}: drop it (the corpus makes it again), or give the corpus another index name",
+                want.path
+            ))),
+        }
+    }
+
+    /// The hits of `request` on index `name` (at most `limit`), as `(document key, score)`.
+    pub async fn search(
+        &self,
+        name: &str,
+        request: couchbase::search::request::SearchRequest,
+        limit: u32,
+    ) -> Result<Vec<(String, f64)>> {
+        self.scope_bounded("searching", |s| async move {
+            let opts = couchbase::options::search_options::SearchOptions::new().limit(limit);
+            let mut res =
+                s.search(name, request, opts).await.map_err(|e| from_sdk(&format!("searching index {name:?}"), &e))?;
+            let mut hits = Vec::new();
+            let mut rows = res.rows();
+            while let Some(row) = rows.next().await {
+                let row = row.map_err(|e| from_sdk(&format!("reading the hits of index {name:?}"), &e))?;
+                hits.push((row.id, row.score));
+            }
+            Ok(hits)
+        })
+        .await
+    }
+}
