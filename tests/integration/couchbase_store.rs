@@ -345,7 +345,8 @@ async fn the_store_makes_its_index_once_and_checks_it() {
     .await
     .unwrap();
     let vq = VectorQuery::with_vector("embedding", vec![0.0, 1.0, 0.0, 0.0]).num_candidates(2);
-    let hits = s.search("corpus-vec", SearchRequest::with_vector_search(VectorSearch::new(vec![vq], None)), 2).await;
+    let request = SearchRequest::with_vector_search(VectorSearch::new(vec![vq], None));
+    let hits = s.search("corpus-vec", request, SearchOptions::new().limit(2)).await;
     let ids: Vec<String> = hits.unwrap().into_iter().map(|(id, _)| id).collect();
     assert_eq!(ids, ["b", "a"]);
 }

@@ -8,6 +8,7 @@ mod cli;
 mod config_errors;
 mod conformance;
 mod corpus;
+mod corpus_couchbase;
 mod couchbase;
 mod couchbase_store;
 mod crew;

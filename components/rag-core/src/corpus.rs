@@ -245,7 +245,7 @@ impl std::fmt::Debug for Collection {
 
 /// `v` scaled to length 1, unless it is that already (to float precision): an embedder's
 /// normalised vectors are kept bit for bit, so that scores do not move.
-fn normalised(mut v: Vec<f32>) -> Vec<f32> {
+pub fn normalised(mut v: Vec<f32>) -> Vec<f32> {
     let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
     if norm > 0.0 && (norm - 1.0).abs() > 1e-6 {
         v.iter_mut().for_each(|x| *x /= norm);

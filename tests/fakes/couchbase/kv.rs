@@ -238,8 +238,10 @@ fn kv_data(state: &State, conn: &KvConn, r: &KvRequest<'_>) -> KvReply {
         kv_error(conn, status, why)
     };
     let failing = &state.failing_writes;
-    if matches!(r.opcode, OP_SET | OP_ADD | OP_REPLACE | OP_DELETE)
-        && failing.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
+    let write = matches!(r.opcode, OP_SET | OP_ADD | OP_REPLACE | OP_DELETE | OP_TOUCH);
+    if write
+        && (state.failing_key.lock().as_deref() == Some(key)
+            || failing.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok())
     {
         return kv_error(conn, ST_TMPFAIL, "Temporary failure");
     }

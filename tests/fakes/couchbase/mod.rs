@@ -172,6 +172,8 @@ struct State {
     created: Mutex<Vec<search::CreatedIndex>>,
     /// Writes still to be answered with a temporary failure (TMPFAIL, 0x86).
     failing_writes: std::sync::atomic::AtomicUsize,
+    /// A key every write to is answered with a temporary failure.
+    failing_key: Mutex<Option<Vec<u8>>>,
     /// Bumped for each uuid the fake hands out.
     uuids: std::sync::atomic::AtomicU64,
     ports: (u16, u16, u16),
@@ -199,6 +201,7 @@ impl FakeCluster {
             docs: docs::Docs::default(),
             created: Mutex::default(),
             failing_writes: Default::default(),
+            failing_key: Mutex::default(),
             uuids: Default::default(),
             ports: (kv_port, mgmt_port, fts_port),
             seen: Mutex::default(),
@@ -261,6 +264,12 @@ impl FakeCluster {
     /// failure (TMPFAIL, as a data node short of memory does), writing nothing.
     pub fn fail_writes(&self, n: usize) {
         self.state.failing_writes.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Answers every write to document `key` (in any collection) with a temporary failure from
+    /// now on; `None` ends it.
+    pub fn fail_writes_to(&self, key: Option<&str>) {
+        *self.state.failing_key.lock() = key.map(|k| k.as_bytes().to_vec());
     }
 
     /// Changes how the FTS query endpoints answer from now on.

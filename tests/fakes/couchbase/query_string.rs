@@ -10,17 +10,59 @@ use super::Doc;
 pub(super) enum Query {
     All,
     None,
-    Term { field: Option<String>, term: String },
-    Match { field: Option<String>, text: String, all: bool },
-    Phrase { field: Option<String>, text: String },
-    Prefix { field: Option<String>, prefix: String },
-    NumRange { field: Option<String>, min: Option<f64>, max: Option<f64>, incl_min: bool, incl_max: bool },
-    TermRange { field: Option<String>, min: Option<String>, max: Option<String>, incl_min: bool, incl_max: bool },
-    Bool { field: Option<String>, value: bool },
+    Term {
+        field: Option<String>,
+        term: String,
+    },
+    Match {
+        field: Option<String>,
+        text: String,
+        all: bool,
+    },
+    Phrase {
+        field: Option<String>,
+        text: String,
+    },
+    Prefix {
+        field: Option<String>,
+        prefix: String,
+    },
+    NumRange {
+        field: Option<String>,
+        min: Option<f64>,
+        max: Option<f64>,
+        incl_min: bool,
+        incl_max: bool,
+    },
+    TermRange {
+        field: Option<String>,
+        min: Option<String>,
+        max: Option<String>,
+        incl_min: bool,
+        incl_max: bool,
+    },
+    Bool {
+        field: Option<String>,
+        value: bool,
+    },
     Ids(Vec<String>),
+    /// A term on a field the index analyses with the `keyword` analyzer: the whole value.
+    WholeTerm {
+        field: String,
+        term: String,
+    },
+    /// A prefix on such a field: of the whole value.
+    WholePrefix {
+        field: String,
+        prefix: String,
+    },
     Conj(Vec<Query>),
     Disj(Vec<Query>, usize),
-    Boolean { must: Option<Box<Query>>, should: Option<Box<Query>>, must_not: Option<Box<Query>> },
+    Boolean {
+        must: Option<Box<Query>>,
+        should: Option<Box<Query>>,
+        must_not: Option<Box<Query>>,
+    },
 }
 
 pub(super) fn parse_query(v: &Value) -> Result<Query, String> {
@@ -217,8 +259,36 @@ fn text_tokens(doc: &Doc, field: &Option<String>) -> Vec<String> {
     values(doc, field).into_iter().filter_map(Value::as_str).flat_map(tokens).collect()
 }
 
+/// `q` as an index analyses it: terms and prefixes on a field under one of `keyword` (the paths
+/// the index maps with the `keyword` analyzer) compare whole values, not words.
+pub(super) fn analysed(q: Query, keyword: &[String]) -> Query {
+    let under = |f: &Option<String>| {
+        f.as_ref().is_some_and(|f| keyword.iter().any(|k| f == k || f.starts_with(&format!("{k}."))))
+    };
+    let all = |qs: Vec<Query>| qs.into_iter().map(|q| analysed(q, keyword)).collect();
+    let boxed = |q: Option<Box<Query>>| q.map(|q| Box::new(analysed(*q, keyword)));
+    match q {
+        Query::Term { field, term } if under(&field) => Query::WholeTerm { field: field.unwrap_or_default(), term },
+        Query::Prefix { field, prefix } if under(&field) => {
+            Query::WholePrefix { field: field.unwrap_or_default(), prefix }
+        }
+        Query::Conj(qs) => Query::Conj(all(qs)),
+        Query::Disj(qs, min) => Query::Disj(all(qs), min),
+        Query::Boolean { must, should, must_not } => {
+            Query::Boolean { must: boxed(must), should: boxed(should), must_not: boxed(must_not) }
+        }
+        q => q,
+    }
+}
+
 pub(super) fn matches(q: &Query, doc: &Doc) -> bool {
     match q {
+        Query::WholeTerm { field, term } => {
+            values(doc, &Some(field.clone())).iter().any(|v| v.as_str() == Some(term.as_str()))
+        }
+        Query::WholePrefix { field, prefix } => {
+            values(doc, &Some(field.clone())).iter().any(|v| v.as_str().is_some_and(|s| s.starts_with(prefix.as_str())))
+        }
         Query::All => true,
         Query::None => false,
         Query::Term { field, term } => {

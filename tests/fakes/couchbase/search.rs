@@ -12,7 +12,7 @@ use hyper::Response;
 use serde_json::{Map, Value, json};
 
 use super::mgmt::{ReplyBody, reply_json, reply_text};
-use super::query_string::{Query, matches, parse_query};
+use super::query_string::{Query, analysed, matches, parse_query};
 use super::{Doc, IndexSpec, QueryBehaviour, State, uuid_for};
 
 /// The index's name as 7.6 lists it.
@@ -89,6 +89,30 @@ fn mapped_vectors(def: &Value) -> Vec<(String, String, usize)> {
     let mut out = Vec::new();
     for (ty, m) in def.pointer("/params/mapping/types").and_then(Value::as_object).into_iter().flatten() {
         walk(m, "", ty, &mut out);
+    }
+    out
+}
+
+/// The paths a definition's type mappings analyse with the `keyword` analyzer (a mapping's
+/// `default_analyzer`, or a field's `analyzer`): their values are indexed whole.
+fn keyword_paths(def: &Value) -> Vec<String> {
+    fn walk(m: &Value, prefix: &str, out: &mut Vec<String>) {
+        if m.get("default_analyzer").and_then(Value::as_str) == Some("keyword") && !prefix.is_empty() {
+            out.push(prefix.to_string());
+        }
+        for f in m.get("fields").and_then(Value::as_array).into_iter().flatten() {
+            if f.get("analyzer").and_then(Value::as_str) == Some("keyword") {
+                out.push(prefix.to_string());
+            }
+        }
+        for (name, sub) in m.get("properties").and_then(Value::as_object).into_iter().flatten() {
+            let p = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+            walk(sub, &p, out);
+        }
+    }
+    let mut out = Vec::new();
+    for m in def.pointer("/params/mapping/types").and_then(Value::as_object).into_iter().flatten().map(|(_, m)| m) {
+        walk(m, "", &mut out);
     }
     out
 }
@@ -241,20 +265,16 @@ pub(super) async fn fts(state: &State, method: &str, segs: &[&str], body: &Value
             Some(f) => reply_json(200, &json!({"status": "ok", "count": f.spec.docs.len()})),
             None => index_not_found(),
         },
-        ("POST", ["api", "index", i, "query"]) => {
-            let idx = find_cluster(state, i);
-            query_endpoint(state, idx.map(|f| f.spec).as_ref(), body).await
-        }
+        ("POST", ["api", "index", i, "query"]) => query_endpoint(state, find_cluster(state, i).as_ref(), body).await,
         ("POST", ["api", "bucket", b, "scope", s, "index", i, "query"]) => {
-            let idx = find_scoped(state, b, s, i);
-            query_endpoint(state, idx.map(|f| f.spec).as_ref(), body).await
+            query_endpoint(state, find_scoped(state, b, s, i).as_ref(), body).await
         }
         ("GET", ["api", "ping"]) => reply_json(200, &json!({"status": "ok"})),
         _ => reply_text(404, "404 page not found\n"),
     }
 }
 
-async fn query_endpoint(state: &State, idx: Option<&IndexSpec>, body: &Value) -> Response<ReplyBody> {
+async fn query_endpoint(state: &State, found: Option<&Found>, body: &Value) -> Response<ReplyBody> {
     let behaviour = *state.behaviour.lock();
     match behaviour {
         QueryBehaviour::Normal => {}
@@ -277,9 +297,11 @@ async fn query_endpoint(state: &State, idx: Option<&IndexSpec>, body: &Value) ->
                 .expect("valid response");
         }
     }
-    let Some(idx) = idx else { return index_not_found() };
+    let Some(found) = found else { return index_not_found() };
+    let idx = &found.spec;
+    let keyword = found.def.as_ref().map(keyword_paths).unwrap_or_default();
     let started = Instant::now();
-    match run_query(state, idx, body) {
+    match run_query(state, idx, body, &keyword) {
         Ok(mut result) => {
             result["took"] = json!(started.elapsed().as_nanos() as u64);
             reply_json(200, &result)
@@ -394,12 +416,12 @@ fn knn_vector(k: &Value) -> Result<Vec<f32>, String> {
     Ok(vec![])
 }
 
-fn run_query(state: &State, idx: &IndexSpec, body: &Value) -> Result<Value, String> {
+fn run_query(state: &State, idx: &IndexSpec, body: &Value, keyword: &[String]) -> Result<Value, String> {
     let size = body.get("size").and_then(Value::as_i64).filter(|s| *s >= 0).unwrap_or(10) as usize;
     let from = body.get("from").and_then(Value::as_i64).filter(|f| *f >= 0).unwrap_or(0) as usize;
     let query = match body.get("query") {
         Some(q) if !q.is_null() => {
-            parse_query(q).map_err(|e| format!("bleve: QueryBleve parsing searchRequest, err: {e}"))?
+            analysed(parse_query(q).map_err(|e| format!("bleve: QueryBleve parsing searchRequest, err: {e}"))?, keyword)
         }
         _ => Query::None,
     };
@@ -434,9 +456,10 @@ fn run_query(state: &State, idx: &IndexSpec, body: &Value) -> Result<Value, Stri
             return Err("bleve: QueryBleve validating request, err: knn query field must be non-empty".into());
         }
         let filter = match k.get("filter") {
-            Some(f) if !f.is_null() => {
-                Some(parse_query(f).map_err(|e| format!("bleve: QueryBleve parsing searchRequest, err: {e}"))?)
-            }
+            Some(f) if !f.is_null() => Some(analysed(
+                parse_query(f).map_err(|e| format!("bleve: QueryBleve parsing searchRequest, err: {e}"))?,
+                keyword,
+            )),
             _ => None,
         };
         if field != idx.field {

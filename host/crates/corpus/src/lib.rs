@@ -21,6 +21,8 @@
 //! built once per generation and shared by every reader.
 
 pub mod config;
+#[cfg(feature = "couchbase")]
+pub mod couchbase;
 mod file;
 pub mod host;
 

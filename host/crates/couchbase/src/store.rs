@@ -87,7 +87,9 @@ pub struct Doc {
     pub cas: u64,
 }
 
-/// One collection (`bucket.scope.collection`) of the cluster a [`Connection`] reaches.
+/// One collection (`bucket.scope.collection`) of the cluster a [`Connection`] reaches. A clone
+/// shares the connection once it is made.
+#[derive(Clone)]
 pub struct Store {
     connection: Arc<Connection>,
     /// `bucket`, `scope`, `collection`.
@@ -378,15 +380,15 @@ impl Store {
         }
     }
 
-    /// The hits of `request` on index `name` (at most `limit`), as `(document key, score)`.
+    /// The hits of `request` on index `name` (as many as `opts` asks for), as `(document key,
+    /// score)`.
     pub async fn search(
         &self,
         name: &str,
         request: couchbase::search::request::SearchRequest,
-        limit: u32,
+        opts: couchbase::options::search_options::SearchOptions,
     ) -> Result<Vec<(String, f64)>> {
         self.scope_bounded("searching", |s| async move {
-            let opts = couchbase::options::search_options::SearchOptions::new().limit(limit);
             let mut res =
                 s.search(name, request, opts).await.map_err(|e| from_sdk(&format!("searching index {name:?}"), &e))?;
             let mut hits = Vec::new();

@@ -1,0 +1,661 @@
+//! The Couchbase corpus backend: the same corpus (chunks, vectors, filter fields, generations,
+//! one writer at a time) kept in one Couchbase collection, so that every host of a fleet serves
+//! it and none keeps it.
+//!
+//! **Documents.** A chunk is a document keyed by its id, in the shape LangChain's and
+//! LlamaIndex's Couchbase vector stores write (`text`, `embedding`, `metadata`), so those stores
+//! and the couchbase-search tool can search a corpus Quarry wrote. Quarry's own part sits under
+//! `quarry`: the chunk id, the generation that wrote it (`gen`), the generation that removed it
+//! (`until`, once removed), the filter fields and the metadata as given. Three documents beside
+//! the chunks run the corpus: `_quarry::manifest` (generation, shape, chunk count, notes, the
+//! keys of chunks moved by a rewrite), `_quarry::lease` (the writer, with an expiry it renews)
+//! and `_quarry::attempt` (what a commit in progress has touched).
+//!
+//! **Generations, never a mix.** Readers read the manifest's generation `G` and search for
+//! chunks with `gen <= G` and no `until <= G`. A commit of `G + 1` writes its new chunks with
+//! `gen = G + 1` and marks the chunks it removes with `until = G + 1` (invisible to readers of
+//! `G` either way), then flips the manifest to `G + 1` with its CAS: readers see all of the
+//! commit or none of it. A chunk rewritten with other content goes to a new key (`id@@G+1`,
+//! recorded in the manifest) so that both versions exist until the flip. Removed chunks are
+//! deleted one commit later, when no reader can still be on the generation that had them.
+//!
+//! **A writer that dies.** The lease expires and another host takes it. Before the commit
+//! writes a chunk, `_quarry::attempt` lists it; the next commit reads that list, keeps what it
+//! writes again unchanged (resuming from the chunks already written), deletes the rest and
+//! clears the dead commit's marks, before its own flip.
+//!
+//! **Reads.** kNN and keyword searches go to the collection's Search index (made if missing,
+//! checked against the dimension and similarity), with the filter and the generation as a
+//! prefilter; `get` reads documents by key. Each call reads the manifest first: a host caches
+//! nothing of the corpus.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use couchbase::options::search_options::SearchOptions;
+use couchbase::search::queries::{
+    BooleanQuery, ConjunctionQuery, DisjunctionQuery, MatchAllQuery, MatchQuery, NumericRangeQuery, PrefixQuery, Query,
+    TermQuery,
+};
+use couchbase::search::request::SearchRequest;
+use couchbase::search::vector::{VectorQuery, VectorSearch};
+use quarry_couchbase::store::{Store, StoreError, VectorField};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::{Change, Filter, Found, Info, Match, Metric, Record, Shape};
+/// Why a call failed: the errors of the `corpus` interface (shape, invalid, busy, unavailable).
+pub use rag_core::corpus::CorpusError;
+
+const MANIFEST: &str = "_quarry::manifest";
+const LEASE: &str = "_quarry::lease";
+const ATTEMPT: &str = "_quarry::attempt";
+/// The longest chunk id kept as a key (Couchbase keys have at most 250 bytes; a rewritten chunk's
+/// key has a suffix).
+pub const MAX_ID_BYTES: usize = 200;
+/// The Search service's result window: a search or a listing reaches at most this far.
+pub const MAX_WINDOW: usize = 10_000;
+
+/// The manifest: what a reader needs before it searches.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Manifest {
+    generation: u64,
+    dimension: usize,
+    metric: Metric,
+    chunks: u64,
+    notes: String,
+    /// Chunks whose key is not their id (rewritten with other content): id -> key.
+    #[serde(default)]
+    moved: BTreeMap<String, String>,
+    /// Keys removed by the last commit, deleted by the next.
+    #[serde(default)]
+    retired: Vec<String>,
+}
+
+/// What a commit in progress has touched.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Attempt {
+    generation: u64,
+    written: BTreeSet<String>,
+    marked: BTreeSet<String>,
+}
+
+/// A corpus in a Couchbase collection.
+pub struct CouchbaseCorpus {
+    name: String,
+    store: Store,
+    index: String,
+    shape: Shape,
+}
+
+fn unavailable(name: &str, e: StoreError) -> CorpusError {
+    match e {
+        StoreError::Invalid(m) => CorpusError::Invalid(format!("corpus {name}: {m}")),
+        e => CorpusError::Unavailable(format!("corpus {name}: {e}")),
+    }
+}
+
+fn metric_name(m: Metric) -> &'static str {
+    match m {
+        Metric::Cosine => "cosine",
+        Metric::Dot => "dot",
+    }
+}
+
+/// A chunk's content, hashed: a commit that writes the same chunk again leaves it be.
+fn content_hash(r: &Record) -> String {
+    let mut h = Sha256::new();
+    h.update(r.text.as_bytes());
+    h.update([0]);
+    for x in &r.vector {
+        h.update(x.to_le_bytes());
+    }
+    h.update(r.metadata.as_bytes());
+    h.update([0]);
+    h.update(serde_json::to_vec(&r.fields).unwrap_or_default());
+    hex(&h.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A chunk as the document the stores of LangChain and LlamaIndex read.
+fn document(r: &Record, generation: u64, hash: &str) -> Value {
+    let metadata = match serde_json::from_str::<Value>(&r.metadata) {
+        Ok(Value::Object(o)) => Value::Object(o),
+        _ => json!({}),
+    };
+    json!({
+        "text": r.text,
+        "embedding": r.vector,
+        "metadata": metadata,
+        "quarry": {"id": r.id, "gen": generation, "fields": r.fields, "metadata": r.metadata, "hash": hash},
+    })
+}
+
+/// A chunk document's record, and the generations it lives in.
+fn record(doc: &Value) -> Option<(Record, u64, Option<u64>)> {
+    let q = doc.get("quarry")?;
+    let vector =
+        doc.get("embedding")?.as_array()?.iter().map(|x| x.as_f64().map(|f| f as f32)).collect::<Option<_>>()?;
+    let r = Record {
+        id: q.get("id")?.as_str()?.to_string(),
+        text: doc.get("text")?.as_str()?.to_string(),
+        vector,
+        metadata: q.get("metadata")?.as_str()?.to_string(),
+        fields: serde_json::from_value(q.get("fields")?.clone()).ok()?,
+    };
+    Some((r, q.get("gen")?.as_u64()?, q.get("until").and_then(Value::as_u64)))
+}
+
+fn visible(doc: &Value, generation: u64) -> bool {
+    let q = &doc["quarry"];
+    q["gen"].as_u64().is_some_and(|g| g <= generation) && q["until"].as_u64().is_none_or(|u| u > generation)
+}
+
+/// What the search sees of generation `g`, and `filter`: the chunks written by then and not yet
+/// removed, whose fields pass every clause.
+fn prefilter(filter: &Filter, g: u64) -> Query {
+    let mut must = vec![Query::NumericRange(
+        NumericRangeQuery::new().field("quarry.gen").max(g as f32).inclusive_max(g as f32, true),
+    )];
+    for clause in &filter.0 {
+        let field = format!("quarry.fields.{}", clause.field);
+        let any: Vec<Query> = clause
+            .values
+            .iter()
+            .map(|v| match clause.how {
+                Match::Exact => Query::Term(TermQuery::new(v.as_str()).field(field.as_str())),
+                Match::Prefix => Query::Prefix(PrefixQuery::new(v.as_str()).field(field.as_str())),
+            })
+            .collect();
+        must.push(Query::Disjunction(DisjunctionQuery::new(any)));
+    }
+    let removed =
+        Query::NumericRange(NumericRangeQuery::new().field("quarry.until").max(g as f32).inclusive_max(g as f32, true));
+    Query::Boolean(BooleanQuery::new().must(ConjunctionQuery::new(must)).must_not(DisjunctionQuery::new(vec![removed])))
+}
+
+/// The index's parameters: the LangChain fields, and Quarry's (numbers for the generations,
+/// untokenised strings for the filter fields, so that a term is a whole value and a prefix a
+/// prefix of one).
+fn index_params(scope: &str, collection: &str, shape: Shape) -> HashMap<String, Value> {
+    let mapping = json!({
+        "default_analyzer": "standard",
+        "default_mapping": {"enabled": false, "dynamic": true},
+        "default_type": "_default",
+        "type_field": "_type",
+        "types": {format!("{scope}.{collection}"): {"enabled": true, "dynamic": false, "properties": {
+            "embedding": {"enabled": true, "dynamic": false, "fields": [
+                {"name": "embedding", "type": "vector", "dims": shape.dimension, "similarity": "dot_product",
+                 "vector_index_optimized_for": "recall", "index": true}
+            ]},
+            "text": {"enabled": true, "dynamic": false, "fields": [
+                {"name": "text", "type": "text", "analyzer": "standard", "index": true, "store": false}
+            ]},
+            "metadata": {"enabled": true, "dynamic": true},
+            "quarry": {"enabled": true, "dynamic": false, "properties": {
+                "gen": {"enabled": true, "dynamic": false, "fields": [{"name": "gen", "type": "number", "index": true}]},
+                "until": {"enabled": true, "dynamic": false, "fields": [{"name": "until", "type": "number", "index": true}]},
+                "fields": {"enabled": true, "dynamic": true, "default_analyzer": "keyword"}
+            }}
+        }}}
+    });
+    [
+        ("doc_config".to_string(), json!({"mode": "scope.collection.type_field", "type_field": "type"})),
+        ("mapping".to_string(), mapping),
+    ]
+    .into()
+}
+
+impl CouchbaseCorpus {
+    /// Opens corpus `name` in `store`'s collection for vectors of `shape`, searched through
+    /// index `index`: checks the collection is there, makes the manifest when there is none
+    /// (checks its shape when there is), and makes or checks the index.
+    pub async fn open(name: &str, store: Store, index: &str, shape: Shape) -> Result<Self, CorpusError> {
+        rag_core::corpus::check_shape(shape)?;
+        let fail = |e| unavailable(name, e);
+        store.check().await.map_err(fail)?;
+        let fresh = Manifest {
+            generation: 0,
+            dimension: shape.dimension,
+            metric: shape.metric,
+            chunks: 0,
+            notes: "{}".into(),
+            moved: BTreeMap::new(),
+            retired: Vec::new(),
+        };
+        let stored = match store.insert(MANIFEST, &serde_json::to_value(&fresh).expect("plain data"), None).await {
+            Ok(_) => fresh,
+            Err(StoreError::Exists(_)) => {
+                let doc = store.get(MANIFEST).await.map_err(fail)?.ok_or_else(|| {
+                    CorpusError::Unavailable(format!("corpus {name}: its manifest vanished while it was opened"))
+                })?;
+                serde_json::from_value(doc.value).map_err(|e| {
+                    CorpusError::Unavailable(format!("corpus {name}: its manifest is not Quarry's ({e})"))
+                })?
+            }
+            Err(e) => return Err(fail(e)),
+        };
+        if stored.dimension != shape.dimension || stored.metric != shape.metric {
+            return Err(CorpusError::Shape(format!(
+                "corpus {name} ({}) holds {}-dimensional vectors compared by {}, not {}-dimensional by {}; use another corpus, or empty this one to rebuild it",
+                store.path(),
+                stored.dimension,
+                metric_name(stored.metric),
+                shape.dimension,
+                metric_name(shape.metric)
+            )));
+        }
+        let path = store.path();
+        let mut parts = path.split('.').skip(1);
+        let (scope, collection) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+        let vector =
+            VectorField { path: "embedding".into(), dims: shape.dimension as u32, similarity: "dot_product".into() };
+        store.ensure_index(index, index_params(scope, collection, shape), &vector).await.map_err(fail)?;
+        Ok(CouchbaseCorpus { name: name.to_string(), store, index: index.to_string(), shape })
+    }
+
+    /// Its vectors' shape.
+    pub fn shape(&self) -> Shape {
+        self.shape
+    }
+
+    async fn manifest(&self) -> Result<(Manifest, u64), CorpusError> {
+        let doc = self.store.get(MANIFEST).await.map_err(|e| unavailable(&self.name, e))?.ok_or_else(|| {
+            CorpusError::Unavailable(format!(
+                "corpus {}: its manifest is gone from {}; reopen the corpus to start it again",
+                self.name,
+                self.store.path()
+            ))
+        })?;
+        let m = serde_json::from_value(doc.value).map_err(|e| {
+            CorpusError::Unavailable(format!("corpus {}: its manifest is not Quarry's ({e})", self.name))
+        })?;
+        Ok((m, doc.cas))
+    }
+
+    /// The committed generation, its size and notes.
+    pub async fn info(&self) -> Result<Info, CorpusError> {
+        let (m, _) = self.manifest().await?;
+        Ok(Info { generation: m.generation, chunks: m.chunks, notes: m.notes })
+    }
+
+    fn query_vector(&self, v: &[f32]) -> Result<Vec<f32>, CorpusError> {
+        rag_core::corpus::check_vector(self.shape, None, v)?;
+        Ok(match self.shape.metric {
+            Metric::Cosine => rag_core::corpus::normalised(v.to_vec()),
+            Metric::Dot => v.to_vec(),
+        })
+    }
+
+    /// Chunk ids of document keys (a moved chunk's key is not its id).
+    fn ids_of(m: &Manifest, hits: Vec<(String, f64)>) -> Vec<(String, f64)> {
+        let by_key: HashMap<&str, &str> = m.moved.iter().map(|(id, key)| (key.as_str(), id.as_str())).collect();
+        hits.into_iter()
+            .map(|(key, s)| (by_key.get(key.as_str()).map_or(key.clone(), |id| id.to_string()), s))
+            .collect()
+    }
+
+    /// The `k` chunks nearest `vector` among those `filter` lets through, best first.
+    pub async fn nearest(&self, vector: &[f32], k: usize, filter: &Filter) -> Result<Vec<Found>, CorpusError> {
+        let v = self.query_vector(vector)?;
+        let k = k.min(MAX_WINDOW);
+        let (m, _) = self.manifest().await?;
+        let vq = VectorQuery::with_vector("embedding", v)
+            .num_candidates(k as u32)
+            .prefilter(prefilter(filter, m.generation));
+        let request = SearchRequest::with_vector_search(VectorSearch::new(vec![vq], None));
+        let hits = self
+            .store
+            .search(&self.index, request, SearchOptions::new().limit(k as u32))
+            .await
+            .map_err(|e| unavailable(&self.name, e))?;
+        Ok(Self::ids_of(&m, hits).into_iter().map(|(id, s)| Found { id, score: s as f32, similarity: None }).collect())
+    }
+
+    /// The `k` best chunks for `query` by the Search service's text scoring among those `filter`
+    /// lets through; each with its similarity to `similar_to` when given (its vector read).
+    pub async fn keyword(
+        &self,
+        query: &str,
+        similar_to: Option<&[f32]>,
+        k: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Found>, CorpusError> {
+        let similar_to = similar_to.map(|v| self.query_vector(v)).transpose()?;
+        let (m, _) = self.manifest().await?;
+        let text = Query::Match(MatchQuery::new(query).field("text"));
+        let request = SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![
+            text,
+            prefilter(filter, m.generation),
+        ])));
+        let opts = SearchOptions::new().limit(k.min(MAX_WINDOW) as u32);
+        let hits = self.store.search(&self.index, request, opts).await.map_err(|e| unavailable(&self.name, e))?;
+        let hits = Self::ids_of(&m, hits);
+        let similarity = match &similar_to {
+            None => vec![None; hits.len()],
+            Some(q) => {
+                let ids: Vec<String> = hits.iter().map(|(id, _)| id.clone()).collect();
+                self.read(&m, &ids)
+                    .await?
+                    .into_iter()
+                    .map(|r| r.map(|r| r.vector.iter().zip(q).map(|(a, b)| a * b).sum::<f32>()))
+                    .collect()
+            }
+        };
+        Ok(hits
+            .into_iter()
+            .zip(similarity)
+            .map(|((id, s), similarity)| Found { id, score: s as f32, similarity })
+            .collect())
+    }
+
+    /// The chunks of `ids` in the committed generation, in order.
+    pub async fn get(&self, ids: &[String]) -> Result<Vec<Option<Record>>, CorpusError> {
+        let (m, _) = self.manifest().await?;
+        self.read(&m, ids).await
+    }
+
+    async fn read(&self, m: &Manifest, ids: &[String]) -> Result<Vec<Option<Record>>, CorpusError> {
+        let keys: Vec<String> = ids.iter().map(|id| m.moved.get(id).cloned().unwrap_or_else(|| id.clone())).collect();
+        let docs = self.store.get_many(&keys).await.map_err(|e| unavailable(&self.name, e))?;
+        Ok(docs
+            .into_iter()
+            .map(|d| d.filter(|d| visible(&d.value, m.generation)).and_then(|d| record(&d.value)).map(|(r, ..)| r))
+            .collect())
+    }
+
+    /// Ids of chunks `filter` lets through, in key order, from `offset`, at most `limit`.
+    pub async fn list(&self, filter: &Filter, offset: usize, limit: usize) -> Result<Vec<String>, CorpusError> {
+        if offset >= MAX_WINDOW {
+            return Err(CorpusError::Invalid(format!(
+                "corpus {}: the Search service lists at most {MAX_WINDOW} chunks of one query; narrow the filter",
+                self.name
+            )));
+        }
+        let (m, _) = self.manifest().await?;
+        let limit = limit.min(MAX_WINDOW - offset);
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let all = Query::Conjunction(ConjunctionQuery::new(vec![
+            Query::MatchAll(MatchAllQuery::new()),
+            prefilter(filter, m.generation),
+        ]));
+        let opts = SearchOptions::new()
+            .limit(limit as u32)
+            .skip(offset as u32)
+            .sort(vec![couchbase::search::sort::Sort::Id(couchbase::search::sort::SortId::new())]);
+        let hits = self
+            .store
+            .search(&self.index, SearchRequest::with_search_query(all), opts)
+            .await
+            .map_err(|e| unavailable(&self.name, e))?;
+        Ok(Self::ids_of(&m, hits).into_iter().map(|(id, _)| id).collect())
+    }
+
+    /// Takes the write lease for `holder`, waiting at most `wait` while another holds it. The
+    /// lease lasts `ttl` and renews itself while held; a holder that dies loses it after `ttl`.
+    pub async fn lease(&self, holder: &str, ttl: Duration, wait: Duration) -> Result<Lease, CorpusError> {
+        let started = tokio::time::Instant::now();
+        let body = json!({"holder": holder, "ttl_s": ttl.as_secs()});
+        loop {
+            match self.store.insert(LEASE, &body, Some(ttl)).await {
+                Ok(cas) => return Ok(Lease::start(self.store.clone(), body, ttl, cas)),
+                Err(StoreError::Exists(_)) if started.elapsed() < wait => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(StoreError::Exists(_)) => {
+                    let by = self
+                        .store
+                        .get(LEASE)
+                        .await
+                        .ok()
+                        .flatten()
+                        .and_then(|d| d.value["holder"].as_str().map(String::from));
+                    return Err(CorpusError::Busy(format!(
+                        "corpus {} is being written by {}; it did not let go within {} s",
+                        self.name,
+                        by.unwrap_or_else(|| "another host".into()),
+                        wait.as_secs()
+                    )));
+                }
+                Err(e) => return Err(unavailable(&self.name, e)),
+            }
+        }
+    }
+}
+
+/// The write lease, renewed every third of its time to live while held, given back when
+/// dropped.
+pub struct Lease {
+    lost: Arc<AtomicBool>,
+    cas: Arc<AtomicU64>,
+    renew: tokio::task::JoinHandle<()>,
+    store: Store,
+}
+
+impl Lease {
+    fn start(store: Store, body: Value, ttl: Duration, cas: u64) -> Lease {
+        let lost = Arc::new(AtomicBool::new(false));
+        let cas = Arc::new(AtomicU64::new(cas));
+        let (l, c, s) = (lost.clone(), cas.clone(), store.clone());
+        let renew = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                match s.replace(LEASE, &body, c.load(Ordering::Acquire), Some(ttl)).await {
+                    Ok(next) => c.store(next, Ordering::Release),
+                    // Taken over or gone: the holder must not commit.
+                    Err(StoreError::CasMismatch(_)) | Err(StoreError::NotFound(_)) => {
+                        l.store(true, Ordering::Release);
+                        return;
+                    }
+                    // The cluster did not answer: try again, the lease may still be ours.
+                    Err(e) => tracing::warn!(target: "quarry::corpus", "renewing the write lease: {e}"),
+                }
+            }
+        });
+        Lease { lost, cas, renew, store }
+    }
+
+    fn check(&self, name: &str) -> Result<(), CorpusError> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(CorpusError::Busy(format!(
+                "corpus {name}: this writer's lease expired (the host was too slow or cut off) and another may hold it; write again"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renew.abort();
+        if self.lost.load(Ordering::Acquire) {
+            return;
+        }
+        let (store, cas) = (self.store.clone(), self.cas.load(Ordering::Acquire));
+        // Given back in the background: the lease expires anyway if this does not get through.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = store.remove(LEASE, Some(cas)).await;
+            });
+        }
+    }
+}
+
+impl CouchbaseCorpus {
+    /// Applies `changes` (and `notes`, when given) as the next generation under `lease`, and
+    /// returns its number. See the module docs for the steps; on an error nothing is flipped:
+    /// readers keep the generation they had, and the next commit clears what this one wrote.
+    pub async fn commit(&self, lease: &Lease, changes: Vec<Change>, notes: Option<String>) -> Result<u64, CorpusError> {
+        let fail = |e| unavailable(&self.name, e);
+        lease.check(&self.name)?;
+        let (mut m, cas) = self.manifest().await?;
+        let next = m.generation + 1;
+        // What a commit that died left behind (or this one's own, on a retry).
+        let dead: Attempt = match self.store.get(ATTEMPT).await.map_err(fail)? {
+            Some(d) => serde_json::from_value(d.value).unwrap_or_default(),
+            None => Attempt::default(),
+        };
+        let dead = if dead.generation == next { dead } else { Attempt { generation: next, ..Attempt::default() } };
+
+        // The last write of each id wins, as in a local commit.
+        let mut upserts: BTreeMap<String, Record> = BTreeMap::new();
+        let mut removals: BTreeSet<String> = BTreeSet::new();
+        for c in changes {
+            match c {
+                Change::Upsert(r) => {
+                    if r.id.len() > MAX_ID_BYTES || r.id.starts_with("_quarry::") || r.id.contains("@@") {
+                        return Err(CorpusError::Invalid(format!(
+                            "chunk id {:?}: a Couchbase corpus keeps ids of at most {MAX_ID_BYTES} bytes, without `@@` and not starting with `_quarry::`",
+                            quarry_support::text::quoted_prefix(&r.id, 64)
+                        )));
+                    }
+                    rag_core::corpus::check_vector(self.shape, Some(&r.id), &r.vector)?;
+                    removals.remove(&r.id);
+                    upserts.insert(r.id.clone(), r);
+                }
+                Change::Remove(id) => {
+                    upserts.remove(&id);
+                    removals.insert(id);
+                }
+            }
+        }
+        let key_of = |m: &Manifest, id: &str| m.moved.get(id).cloned().unwrap_or_else(|| id.to_string());
+        let ids: Vec<String> = upserts.keys().chain(removals.iter()).cloned().collect();
+        let keys: Vec<String> = ids.iter().map(|id| key_of(&m, id)).collect();
+        let current = self.store.get_many(&keys).await.map_err(fail)?;
+
+        let mut attempt = Attempt { generation: next, ..Attempt::default() };
+        let mut writes: Vec<(String, Value)> = Vec::new();
+        let mut marks: Vec<(String, Value)> = Vec::new();
+        let mut chunks = m.chunks as i64;
+        for ((id, key), doc) in ids.iter().zip(&keys).zip(current) {
+            let live = doc.as_ref().filter(|d| visible(&d.value, m.generation));
+            if let Some(r) = upserts.get(id) {
+                let r = match self.shape.metric {
+                    Metric::Cosine => Record { vector: rag_core::corpus::normalised(r.vector.clone()), ..r.clone() },
+                    Metric::Dot => r.clone(),
+                };
+                let hash = content_hash(&r);
+                match live {
+                    Some(d) if d.value["quarry"]["hash"] == hash => {} // unchanged
+                    Some(d) => {
+                        // Other content: a new key, the old version removed at the flip.
+                        let moved = format!("{id}@@{next}");
+                        let mut old = d.value.clone();
+                        old["quarry"]["until"] = json!(next);
+                        marks.push((key.clone(), old));
+                        attempt.marked.insert(key.clone());
+                        m.moved.insert(id.clone(), moved.clone());
+                        attempt.written.insert(moved.clone());
+                        writes.push((moved, document(&r, next, &hash)));
+                    }
+                    None => {
+                        chunks += 1;
+                        let pending = doc.as_ref().is_some_and(|d| d.value["quarry"]["gen"] == next);
+                        // A removed version still there (readers one generation behind may
+                        // read it until the next commit deletes it) keeps its key.
+                        let key = if doc.is_none() || pending { key.clone() } else { format!("{id}@@{next}") };
+                        if key == *id {
+                            m.moved.remove(id);
+                        } else {
+                            m.moved.insert(id.clone(), key.clone());
+                        }
+                        attempt.written.insert(key.clone());
+                        // A dead commit's copy of the same chunk is kept: it resumes from there.
+                        let resumed = pending
+                            && dead.written.contains(&key)
+                            && doc.as_ref().is_some_and(|d| d.value["quarry"]["hash"] == hash);
+                        if !resumed {
+                            writes.push((key, document(&r, next, &hash)));
+                        }
+                    }
+                }
+            } else if let Some(d) = live {
+                chunks -= 1;
+                let mut old = d.value.clone();
+                old["quarry"]["until"] = json!(next);
+                marks.push((key.clone(), old));
+                attempt.marked.insert(key.clone());
+            }
+        }
+        // First what will be touched, then the touching: a commit that dies here is cleared by
+        // the next.
+        let mut wal = attempt.clone();
+        wal.written.extend(dead.written.iter().cloned());
+        wal.marked.extend(dead.marked.iter().cloned());
+        self.store.upsert(ATTEMPT, &serde_json::to_value(&wal).expect("plain data"), None).await.map_err(fail)?;
+        lease.check(&self.name)?;
+        self.store.upsert_many(&writes).await.map_err(fail)?;
+        self.store.upsert_many(&marks).await.map_err(fail)?;
+        // What the dead commit touched and this one did not: deleted, or unmarked.
+        let leftovers: Vec<String> = dead.written.difference(&attempt.written).cloned().collect();
+        self.clear_written(&leftovers, next).await?;
+        let unmark: Vec<String> = dead.marked.difference(&attempt.marked).cloned().collect();
+        self.clear_marks(&unmark, next).await?;
+
+        // The flip: readers see all of it from here.
+        lease.check(&self.name)?;
+        let deleting = std::mem::replace(&mut m.retired, attempt.marked.iter().cloned().collect());
+        m.generation = next;
+        m.chunks = chunks.max(0) as u64;
+        if let Some(n) = notes {
+            m.notes = n;
+        }
+        match self.store.replace(MANIFEST, &serde_json::to_value(&m).expect("plain data"), cas, None).await {
+            Ok(_) => {}
+            Err(StoreError::CasMismatch(_)) => {
+                return Err(CorpusError::Busy(format!(
+                    "corpus {}: another writer committed while this one held the lease (it expired); write again",
+                    self.name
+                )));
+            }
+            Err(e) => return Err(fail(e)),
+        }
+        // The chunks the commit before removed: no reader is on a generation that has them now.
+        self.store.remove_many(&deleting).await.map_err(fail)?;
+        match self.store.remove(ATTEMPT, None).await {
+            Ok(()) | Err(StoreError::NotFound(_)) => {}
+            Err(e) => return Err(fail(e)),
+        }
+        Ok(next)
+    }
+
+    /// Deletes what a dead commit of generation `next` wrote and this one does not keep.
+    async fn clear_written(&self, keys: &[String], next: u64) -> Result<(), CorpusError> {
+        let docs = self.store.get_many(keys).await.map_err(|e| unavailable(&self.name, e))?;
+        let stale: Vec<String> = keys
+            .iter()
+            .zip(docs)
+            .filter(|(_, d)| d.as_ref().is_some_and(|d| d.value["quarry"]["gen"] == next))
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.store.remove_many(&stale).await.map_err(|e| unavailable(&self.name, e))
+    }
+
+    /// Takes a dead commit's removal marks (`until = next`) off the chunks this one keeps.
+    async fn clear_marks(&self, keys: &[String], next: u64) -> Result<(), CorpusError> {
+        let docs = self.store.get_many(keys).await.map_err(|e| unavailable(&self.name, e))?;
+        let unmarked: Vec<(String, Value)> = keys
+            .iter()
+            .zip(docs)
+            .filter_map(|(k, d)| {
+                let mut d = d?.value;
+                (d["quarry"]["until"] == next).then(|| {
+                    if let Some(q) = d["quarry"].as_object_mut() {
+                        q.remove("until");
+                    }
+                    (k.clone(), d)
+                })
+            })
+            .collect();
+        self.store.upsert_many(&unmarked).await.map_err(|e| unavailable(&self.name, e))
+    }
+}

@@ -1,0 +1,199 @@
+//! The Couchbase corpus backend (`quarry_corpus::couchbase`) on the real SDK against the fake
+//! cluster: the same answers as a local corpus given the same commits; readers that see a commit
+//! whole or not at all, also when it fails half-way; the next commit clearing what a failed one
+//! left (and keeping what it writes again); one writer at a time, and a lease that expires when
+//! its holder stops renewing it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use quarry::capability::couchbase::RawConnection;
+use quarry::capability::couchbase::store::Store;
+use quarry_corpus::couchbase::{CorpusError, CouchbaseCorpus};
+use quarry_corpus::{Change, Clause, Filter, LocalCorpus, Match, Metric, Record, Shape};
+use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
+use serde_json::json;
+
+const SHAPE: Shape = Shape { dimension: 4, metric: Metric::Cosine };
+
+fn store(fake: &FakeCluster, timeout: Duration) -> Store {
+    let raw: RawConnection = serde_json::from_value(json!({
+        "connection_string": fake.connection_string(), "username": fc::USERNAME, "password": fc::PASSWORD
+    }))
+    .unwrap();
+    let connection = Arc::new(quarry::capability::couchbase::connection(std::path::Path::new("/"), raw).unwrap());
+    Store::new(connection, "travel", "inventory", "hotels", timeout)
+}
+
+async fn open(fake: &FakeCluster) -> CouchbaseCorpus {
+    CouchbaseCorpus::open("manual", store(fake, Duration::from_secs(5)), "quarry-manual", SHAPE).await.unwrap()
+}
+
+fn chunk(id: &str, text: &str, v: [f32; 4], chapter: &str) -> Change {
+    Change::Upsert(Record {
+        id: id.into(),
+        text: text.into(),
+        vector: v.to_vec(),
+        metadata: format!("{{\"chapter\":\"{chapter}\"}}"),
+        fields: [("chapter".to_string(), vec![chapter.to_string()])].into(),
+    })
+}
+
+fn manual() -> Vec<Change> {
+    vec![
+        chunk("a", "bandwidth limits by timetable", [1.0, 0.0, 0.0, 0.0], "90.10"),
+        chunk("b", "bandwidth of the connection", [0.9, 0.1, 0.0, 0.0], "90.11"),
+        chunk("c", "checksums and hashes", [0.0, 1.0, 0.0, 0.0], "12.1"),
+        chunk("d", "transfers in parallel", [0.0, 0.0, 1.0, 0.0], "12.2"),
+    ]
+}
+
+fn ids(found: &[quarry_corpus::Found]) -> Vec<&str> {
+    found.iter().map(|f| f.id.as_str()).collect()
+}
+
+fn under(prefix: &str) -> Filter {
+    Filter::all().and(Clause { field: "chapter".into(), values: vec![prefix.into()], how: Match::Prefix })
+}
+
+/// Committed the same chunks, a Couchbase corpus and a local one give the same generation,
+/// count, notes, kNN order, filtered results, chunks and listing; its documents are in the shape
+/// LangChain's store reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_couchbase_corpus_answers_as_a_local_one() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let remote = open(&fake).await;
+    let lease = remote.lease("host-a", Duration::from_secs(30), Duration::from_secs(5)).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCorpus::open(dir.path(), SHAPE).unwrap();
+    let notes = Some(r#"{"built":"yes"}"#.to_string());
+    assert_eq!(remote.commit(&lease, manual(), notes.clone()).await.unwrap(), 1);
+    assert_eq!(local.commit(manual(), notes).unwrap(), 1);
+    let g = local.snapshot();
+
+    let info = remote.info().await.unwrap();
+    assert_eq!((info.generation, info.chunks, info.notes.as_str()), (1, 4, r#"{"built":"yes"}"#));
+    let q = [0.8, 0.3, 0.1, 0.0];
+    let want = g.nearest(&q, 3, &Filter::all()).unwrap();
+    let got = remote.nearest(&q, 3, &Filter::all()).await.unwrap();
+    assert_eq!(ids(&got), ids(&want));
+    for (a, b) in got.iter().zip(&want) {
+        assert!((a.score - b.score).abs() < 1e-4, "{a:?} {b:?}");
+    }
+    for f in [Filter::exact("chapter", "90.11"), under("12."), under("90.1"), Filter::exact("chapter", "none")] {
+        assert_eq!(ids(&remote.nearest(&q, 4, &f).await.unwrap()), ids(&g.nearest(&q, 4, &f).unwrap()), "{f:?}");
+        assert_eq!(remote.list(&f, 0, 10).await.unwrap(), g.list(&f, 0, 10), "{f:?}");
+    }
+    let words = remote.keyword("checksums", Some(&[0.0, 1.0, 0.0, 0.0]), 3, &Filter::all()).await.unwrap();
+    assert_eq!(ids(&words), ["c"]);
+    assert!((words[0].similarity.unwrap() - 1.0).abs() < 1e-5, "{words:?}");
+    let asked: Vec<String> = ["b", "zz", "d"].map(String::from).to_vec();
+    assert_eq!(remote.get(&asked).await.unwrap(), g.get(&asked));
+    assert_eq!(remote.list(&Filter::all(), 1, 2).await.unwrap(), g.list(&Filter::all(), 1, 2));
+
+    let docs = fake.documents("travel", "inventory", "hotels");
+    let (_, b) = docs.iter().find(|(k, _)| k == "b").unwrap();
+    assert_eq!(b["text"], "bandwidth of the connection");
+    assert_eq!(b["metadata"], json!({"chapter": "90.11"}));
+    assert_eq!(b["embedding"].as_array().unwrap().len(), 4);
+    assert!(docs.iter().any(|(k, _)| k == "_quarry::manifest"));
+}
+
+/// A commit whose flip fails leaves readers on the generation before it, whole; the next commit
+/// clears what it wrote and marked, keeps what it writes again unchanged, and removes what the
+/// commit before it removed one generation later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_never_see_half_a_commit() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let corpus = open(&fake).await;
+    let lease = corpus.lease("host-a", Duration::from_secs(30), Duration::from_secs(5)).await.unwrap();
+    corpus.commit(&lease, manual(), None).await.unwrap();
+    let q = [1.0, 0.0, 0.0, 0.0];
+    let before = corpus.nearest(&q, 10, &Filter::all()).await.unwrap();
+
+    // Generation 2 would add e, rewrite b and remove a; its flip is refused.
+    let edit = vec![
+        chunk("e", "a new chapter", [0.7, 0.7, 0.0, 0.0], "13.1"),
+        chunk("b", "bandwidth of the connection, edited", [0.9, 0.1, 0.0, 0.0], "90.11"),
+        Change::Remove("a".into()),
+    ];
+    let impatient =
+        CouchbaseCorpus::open("manual", store(&fake, Duration::from_secs(1)), "quarry-manual", SHAPE).await.unwrap();
+    fake.fail_writes_to(Some("_quarry::manifest"));
+    let e = impatient.commit(&lease, edit.clone(), None).await.unwrap_err();
+    assert!(matches!(e, CorpusError::Unavailable(_)), "{e:?}");
+    fake.fail_writes_to(None);
+    assert!(fake.documents("travel", "inventory", "hotels").iter().any(|(k, _)| k == "e"), "e was written");
+    assert_eq!(corpus.info().await.unwrap().generation, 1);
+    assert_eq!(corpus.nearest(&q, 10, &Filter::all()).await.unwrap(), before, "generation 1, whole");
+    let old_b = corpus.get(&["b".to_string()]).await.unwrap();
+    assert_eq!(old_b[0].as_ref().unwrap().text, "bandwidth of the connection");
+
+    // The next commit writes e again (kept, not rewritten) but neither b's edit nor a's removal.
+    let sets_of_e = |fake: &FakeCluster| fake.seen().iter().filter(|s| s.method == "SET" && s.path == "e").count();
+    let written = sets_of_e(&fake);
+    let again = vec![chunk("e", "a new chapter", [0.7, 0.7, 0.0, 0.0], "13.1")];
+    assert_eq!(corpus.commit(&lease, again, None).await.unwrap(), 2);
+    assert_eq!(sets_of_e(&fake), written, "e was resumed, not written again");
+    let listed = corpus.list(&Filter::all(), 0, 10).await.unwrap();
+    assert_eq!(listed, ["a", "b", "c", "d", "e"]);
+    let b = corpus.get(&["b".to_string()]).await.unwrap();
+    assert_eq!(b[0].as_ref().unwrap().text, "bandwidth of the connection", "the failed edit left no trace");
+    assert!(!fake.documents("travel", "inventory", "hotels").iter().any(|(k, _)| k.contains("@@")));
+    assert_eq!(corpus.info().await.unwrap().chunks, 5);
+
+    // Now the edit for real: b moves to a new key, a is removed, and deleted a commit later.
+    assert_eq!(corpus.commit(&lease, edit, None).await.unwrap(), 3);
+    assert_eq!(corpus.list(&Filter::all(), 0, 10).await.unwrap(), ["b", "c", "d", "e"]);
+    let b = corpus.get(&["b".to_string(), "a".to_string()]).await.unwrap();
+    assert_eq!(b[0].as_ref().unwrap().text, "bandwidth of the connection, edited");
+    assert!(b[1].is_none());
+    assert_eq!(ids(&corpus.nearest(&q, 2, &Filter::all()).await.unwrap()), ["b", "e"]);
+    let keys = |fake: &FakeCluster| fake.documents("travel", "inventory", "hotels").into_iter().map(|(k, _)| k);
+    assert!(keys(&fake).any(|k| k == "a"), "kept one generation for readers still on 2");
+    assert!(keys(&fake).any(|k| k == "b@@3"));
+    corpus.commit(&lease, vec![], None).await.unwrap();
+    assert!(!keys(&fake).any(|k| k == "a" || k == "b"), "gone a generation later");
+    assert_eq!(corpus.info().await.unwrap().chunks, 4);
+}
+
+/// One writer at a time: another waits and gets `busy`; a holder that stops renewing loses the
+/// lease when it expires, another takes it, and the first may no longer commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_writer_at_a_time_and_a_dead_one_lets_go() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let corpus = open(&fake).await;
+    let ttl = Duration::from_secs(2);
+    let first = corpus.lease("host-a", ttl, Duration::from_secs(1)).await.unwrap();
+    let e = corpus.lease("host-b", ttl, Duration::from_millis(500)).await.err().unwrap();
+    assert!(matches!(&e, CorpusError::Busy(m) if m.contains("written by host-a")), "{e:?}");
+    // Renewed while held: still taken after its first time to live.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(corpus.lease("host-b", ttl, Duration::from_millis(200)).await.is_err());
+    drop(first);
+    let second = corpus.lease("host-b", ttl, Duration::from_secs(5)).await.expect("given back");
+
+    // host-b stops renewing (its writes to the lease fail): host-c gets the lease after the
+    // time to live, and host-b's commit is refused.
+    fake.fail_writes_to(Some("_quarry::lease"));
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    fake.fail_writes_to(None);
+    let third = corpus.lease("host-c", ttl, Duration::from_secs(5)).await.expect("the lease expired");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let e = corpus.commit(&second, manual(), None).await.unwrap_err();
+    assert!(matches!(&e, CorpusError::Busy(m) if m.contains("lease expired")), "{e:?}");
+    assert_eq!(corpus.commit(&third, manual(), None).await.unwrap(), 1);
+}
+
+/// Opening for another shape is refused, saying what the corpus holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shape_is_kept_with_the_corpus() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    open(&fake).await;
+    let other = Shape { dimension: 4, metric: Metric::Dot };
+    let e = CouchbaseCorpus::open("manual", store(&fake, Duration::from_secs(5)), "quarry-manual", other)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(&e, CorpusError::Shape(m) if m.contains("compared by cosine, not 4-dimensional by dot")), "{e:?}");
+}
