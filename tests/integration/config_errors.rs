@@ -267,3 +267,22 @@ fn a_pool_has_1_to_64_instances() {
     let path = env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n");
     assert_eq!(quarry::Config::load(&path).unwrap().tools["echo"].pool, 1, "a tool has one instance by default");
 }
+
+/// A corpus in Couchbase names its connection, bucket, scope and collection; a connection no
+/// `[couchbase.NAME]` defines is named with the key at fault, and so is a key of the other
+/// backend.
+#[test]
+fn a_couchbase_corpus_names_what_it_lacks() {
+    let env = echo_env();
+    let corpus = "[corpora.m]\nbackend = \"couchbase\"\nconnection = \"cluster\"\nbucket = \"b\"\nscope = \"s\"\ncollection = \"c\"\n";
+    let e = error_for(&env, corpus);
+    assert!(e.contains("corpora.m.connection") && e.contains("no [couchbase.cluster] section"), "{e}");
+    let e = error_for(&env, "[corpora.m]\nbackend = \"couchbase\"\nconnection = \"cluster\"\n");
+    assert!(e.contains("corpora.m.bucket") && e.contains("missing"), "{e}");
+    let e = error_for(&env, "[corpora.m]\ndir = \"d\"\nlease_ttl = \"10s\"\n");
+    assert!(e.contains("corpora.m.lease_ttl") && e.contains("backend = \"couchbase\" only"), "{e}");
+    let ok = format!(
+        "[couchbase.cluster]\nconnection_string = \"couchbase://127.0.0.1\"\nusername = \"u\"\npassword = \"p\"\n\n{corpus}"
+    );
+    quarry::Config::load(&env.config(&ok)).expect("a Couchbase corpus with its connection");
+}

@@ -69,13 +69,41 @@ impl Capability for Corpora {
         quarry_corpus::config::grant(raw, sections).map_err(|e| e.under("corpora"))
     }
 
+    #[cfg(feature = "couchbase")]
+    fn linked(all: &super::CapabilitySections) -> Result<Option<BTreeMap<String, Arc<CorpusSection>>>, KeyError> {
+        use quarry_corpus::config::Backend;
+        let mut linked = all.corpora.clone();
+        for (name, section) in linked.iter_mut() {
+            let Backend::Couchbase(target) = &section.backend else { continue };
+            let Some(connection) = all.couchbase.get(&target.connection) else {
+                let known: Vec<&str> = all.couchbase.keys().map(String::as_str).collect();
+                return Err(KeyError::new(
+                    format!("corpora.{name}.connection"),
+                    format!(
+                        "no [couchbase.{}] section defines this connection; add one (connection_string, username, password), or name one of: {}",
+                        target.connection,
+                        if known.is_empty() { "(none defined)".to_string() } else { known.join(", ") }
+                    ),
+                ));
+            };
+            let mut resolved = (**section).clone();
+            if let Backend::Couchbase(t) = &mut resolved.backend {
+                t.resolved = Some(connection.clone());
+            }
+            *section = Arc::new(resolved);
+        }
+        Ok(Some(linked))
+    }
+
     fn host_read_dirs(sections: &BTreeMap<String, Arc<CorpusSection>>) -> Vec<(String, PathBuf)> {
         // The host writes a corpus's directory: no guest may write it beside the host.
-        sections.values().map(|s| (format!("corpora.{}", s.name), s.dir.clone())).collect()
+        sections.values().filter_map(|s| s.dir().map(|d| (format!("corpora.{}", s.name), d.to_path_buf()))).collect()
     }
 
     fn unreachable(sections: &BTreeMap<String, Arc<CorpusSection>>) -> Vec<String> {
-        sections.values().filter_map(|s| unreachable_dir(&s.name, &s.dir)).collect()
+        // A corpus in Couchbase: its cluster answers each call (and a call that cannot reach it
+        // says so); only a directory can be looked at for nothing.
+        sections.values().filter_map(|s| unreachable_dir(&s.name, s.dir()?)).collect()
     }
 
     fn state(grant: &CorpusGrant, _: &(), cx: &mut StoreContext<'_>) -> Result<State, SandboxError> {

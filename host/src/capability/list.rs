@@ -108,9 +108,16 @@ macro_rules! capabilities {
                 if let Some(d) = raw.disabled.first() {
                     return Err(d.error());
                 }
-                Ok(CapabilitySections {
+                let mut sections = CapabilitySections {
                     $( $(#[$cfg])? $field: <$cap as Capability>::section(raw.$field, host.$field, base)?, )*
-                })
+                };
+                $(
+                    $(#[$cfg])?
+                    if let Some(linked) = <$cap as Capability>::linked(&sections)? {
+                        sections.$field = linked;
+                    }
+                )*
+                Ok(sections)
             }
 
             /// Files the sections read, for the host's watcher: `(the file that changes, the

@@ -128,6 +128,14 @@ pub trait Capability: Sized + 'static {
         Ok(Self::Section::default())
     }
 
+    /// Its sections again, once every capability's are read, where they name another's (a
+    /// corpus in Couchbase names a `[couchbase.NAME]` connection): `None` keeps them as they are;
+    /// an error's key is the full key at fault.
+    fn linked(all: &CapabilitySections) -> Result<Option<Self::Section>, KeyError> {
+        let _ = all;
+        Ok(None)
+    }
+
     /// Validates an instance's grant; an error's key is relative to the grants table.
     fn grant(raw: Self::RawGrant, section: &Self::Section, cx: &GrantContext<'_>) -> Result<Self::Grant, KeyError>;
 

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use quarry_support::values::{ByteSize, KeyError, expand_path, valid_name};
+use std::time::Duration;
+
+use quarry_support::values::{ByteSize, HumanDuration, KeyError, expand_path, valid_name};
 use serde::Deserialize;
 
 /// A corpus holds at most this many bytes (texts, metadata, fields, vectors) unless its section
@@ -19,17 +21,84 @@ pub struct RawSection {
     backend: Option<String>,
     dir: Option<PathBuf>,
     max_bytes: Option<ByteSize>,
+    connection: Option<String>,
+    bucket: Option<String>,
+    scope: Option<String>,
+    collection: Option<String>,
+    index: Option<String>,
+    timeout: Option<HumanDuration>,
+    lease_ttl: Option<HumanDuration>,
 }
+
+/// Where a corpus is kept.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backend {
+    /// In a directory of this host (`backend = "local"`, the default).
+    Local {
+        /// The directory of its generations.
+        dir: PathBuf,
+    },
+    /// In a collection of a Couchbase cluster (`backend = "couchbase"`), shared by every host
+    /// that names it.
+    Couchbase(CouchbaseTarget),
+}
+
+/// A corpus's place in a Couchbase cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CouchbaseTarget {
+    /// The `[couchbase.NAME]` connection.
+    pub connection: String,
+    /// The bucket, scope and collection.
+    pub bucket: String,
+    /// The scope.
+    pub scope: String,
+    /// The collection (one corpus per collection).
+    pub collection: String,
+    /// The Search index over it (made when missing).
+    pub index: String,
+    /// The bound on each call to the cluster.
+    pub timeout: Duration,
+    /// How long a writer's lease lasts unless renewed: how soon another host takes over from a
+    /// writer that died.
+    pub lease_ttl: Duration,
+    /// The connection itself, once the host has found `[couchbase.NAME]` (after every section
+    /// is read).
+    #[cfg(feature = "couchbase")]
+    pub resolved: Option<Arc<quarry_couchbase::Connection>>,
+}
+
+/// A Couchbase call waits at most this long unless the section says otherwise.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A writer's lease lasts this long unless renewed, unless the section says otherwise.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
 /// A corpus the operator configured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CorpusSection {
     /// Its name (`[corpora.NAME]`).
     pub name: String,
-    /// The directory of its generations.
-    pub dir: PathBuf,
+    /// Where it is kept.
+    pub backend: Backend,
     /// The most bytes it may hold; a commit past it is refused.
     pub max_bytes: u64,
+}
+
+impl CorpusSection {
+    /// Its directory, when it is kept on this host.
+    pub fn dir(&self) -> Option<&Path> {
+        match &self.backend {
+            Backend::Local { dir } => Some(dir),
+            Backend::Couchbase(_) => None,
+        }
+    }
+
+    /// What names it among the corpora this process has open: its directory, or its collection.
+    pub fn place(&self) -> String {
+        match &self.backend {
+            Backend::Local { dir } => dir.display().to_string(),
+            Backend::Couchbase(t) => format!("couchbase:{}/{}.{}.{}", t.connection, t.bucket, t.scope, t.collection),
+        }
+    }
 }
 
 /// Validates `[corpora.NAME]`; an error's key is relative to the section.
@@ -37,22 +106,76 @@ pub fn section(name: &str, raw: RawSection, base: &Path) -> Result<CorpusSection
     if !valid_name(name) {
         return Err(KeyError::new("", format!("{name:?} is not a corpus name: use a-z, 0-9, _ and -, at most 64")));
     }
-    match raw.backend.as_deref() {
-        None | Some("local") => {}
-        Some(other) => {
-            return Err(KeyError::new(
-                "backend",
-                format!("unknown backend {other:?}; this host keeps corpora on its own disk: backend = \"local\""),
-            ));
-        }
-    }
-    let dir = raw.dir.ok_or_else(|| KeyError::new("dir", "say where the corpus is kept: dir = \"path\""))?;
-    let dir = base.join(expand_path(&dir).map_err(|m| KeyError::new("dir", m))?);
     let max_bytes = raw.max_bytes.map_or(DEFAULT_MAX_BYTES, |b| b.0);
     if max_bytes == 0 {
         return Err(KeyError::new("max_bytes", "a corpus needs room: give a size such as \"1GiB\""));
     }
-    Ok(CorpusSection { name: name.to_string(), dir, max_bytes })
+    let couchbase_keys = [
+        ("connection", raw.connection.is_some()),
+        ("bucket", raw.bucket.is_some()),
+        ("scope", raw.scope.is_some()),
+        ("collection", raw.collection.is_some()),
+        ("index", raw.index.is_some()),
+        ("timeout", raw.timeout.is_some()),
+        ("lease_ttl", raw.lease_ttl.is_some()),
+    ];
+    let backend = match raw.backend.as_deref() {
+        None | Some("local") => {
+            if let Some((k, _)) = couchbase_keys.iter().find(|(_, set)| *set) {
+                return Err(KeyError::new(*k, "applies to backend = \"couchbase\" only; a local corpus has a dir"));
+            }
+            let dir = raw.dir.ok_or_else(|| KeyError::new("dir", "say where the corpus is kept: dir = \"path\""))?;
+            Backend::Local { dir: base.join(expand_path(&dir).map_err(|m| KeyError::new("dir", m))?) }
+        }
+        Some("couchbase") => {
+            if raw.dir.is_some() {
+                return Err(KeyError::new("dir", "a Couchbase corpus is kept in its collection, not a dir; remove it"));
+            }
+            let need = |v: Option<String>, key: &'static str, example: &str| {
+                v.filter(|v| !v.is_empty())
+                    .ok_or_else(|| KeyError::new(key, format!("missing: name it, like {key} = \"{example}\"")))
+            };
+            let connection = need(raw.connection, "connection", "cluster")?;
+            let bucket = need(raw.bucket, "bucket", "quarry")?;
+            let scope = need(raw.scope, "scope", "corpora")?;
+            let collection = need(raw.collection, "collection", name)?;
+            let index = raw.index.unwrap_or_else(|| format!("quarry-{name}"));
+            let timeout = raw.timeout.map_or(DEFAULT_TIMEOUT, |t| t.0);
+            let lease_ttl = raw.lease_ttl.map_or(DEFAULT_LEASE_TTL, |t| t.0);
+            if timeout.is_zero() || lease_ttl < Duration::from_secs(1) {
+                let k = if timeout.is_zero() { "timeout" } else { "lease_ttl" };
+                return Err(KeyError::new(k, "give a duration of a second or more, like \"30s\""));
+            }
+            #[cfg(not(feature = "couchbase"))]
+            {
+                let _ = (connection, bucket, scope, collection, index, timeout, lease_ttl);
+                return Err(KeyError::new(
+                    "backend",
+                    "this host was built without Couchbase (cargo feature `couchbase`); use backend = \"local\", or a host built with it",
+                ));
+            }
+            #[cfg(feature = "couchbase")]
+            Backend::Couchbase(CouchbaseTarget {
+                connection,
+                bucket,
+                scope,
+                collection,
+                index,
+                timeout,
+                lease_ttl,
+                resolved: None,
+            })
+        }
+        Some(other) => {
+            return Err(KeyError::new(
+                "backend",
+                format!(
+                    "unknown backend {other:?}: backend = \"local\" (this host's disk) or \"couchbase\" (a collection of a cluster)"
+                ),
+            ));
+        }
+    };
+    Ok(CorpusSection { name: name.to_string(), backend, max_bytes })
 }
 
 /// How an instance may use a corpus.
@@ -118,11 +241,26 @@ mod tests {
     fn sections_and_grants_are_checked_with_the_key_at_fault() {
         let base = Path::new("/etc/quarry");
         let s = section("rclone", raw("dir = \"corpora/rclone\""), base).unwrap();
-        assert_eq!(s.dir, Path::new("/etc/quarry/corpora/rclone"));
+        assert_eq!(s.dir(), Some(Path::new("/etc/quarry/corpora/rclone")));
         assert_eq!(s.max_bytes, DEFAULT_MAX_BYTES);
         let e = section("rclone", raw("backend = \"s3\"\ndir = \"d\""), base).unwrap_err();
         assert_eq!(e.key, "backend");
         assert!(e.message.contains("backend = \"local\""), "{}", e.message);
+        let cb = section(
+            "rclone",
+            raw("backend = \"couchbase\"\nconnection = \"c\"\nbucket = \"b\"\nscope = \"s\"\ncollection = \"k\""),
+            base,
+        )
+        .unwrap();
+        let Backend::Couchbase(t) = &cb.backend else { panic!("{cb:?}") };
+        assert_eq!((t.index.as_str(), t.timeout, t.lease_ttl), ("quarry-rclone", DEFAULT_TIMEOUT, DEFAULT_LEASE_TTL));
+        assert_eq!(cb.dir(), None);
+        let e = section("rclone", raw("backend = \"couchbase\"\nconnection = \"c\"\nbucket = \"b\""), base);
+        assert_eq!(e.unwrap_err().key, "scope");
+        let e = section("rclone", raw("dir = \"d\"\nbucket = \"b\""), base).unwrap_err();
+        assert_eq!(e.key, "bucket");
+        let e = section("rclone", raw("backend = \"couchbase\"\ndir = \"d\""), base).unwrap_err();
+        assert_eq!(e.key, "dir");
         assert_eq!(section("rclone", raw(""), base).unwrap_err().key, "dir");
         assert_eq!(section("rclone", raw("dir = \"d\"\nmax_bytes = 0"), base).unwrap_err().key, "max_bytes");
         assert!(section("Bad Name", raw("dir = \"d\""), base).is_err());

@@ -19,14 +19,14 @@
 //!   the corpus keeps serving its last generation, and the error says so.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
-use crate::config::{CorpusGrant, CorpusSection, Mode};
+use crate::config::{Backend, CorpusGrant, CorpusSection, Mode};
 use crate::{Change, Clause, CorpusError, Filter, LeaseFile, LocalCorpus, Match, Metric, Record, Shape};
 
 /// The interface's host bindings, generated here from the project's WIT (a world that imports it
@@ -73,14 +73,31 @@ use limits::*;
 /// One corpus as this process has it open: shared by every store that opened it.
 pub struct Shared {
     section: Arc<CorpusSection>,
-    corpus: LocalCorpus,
-    /// Writers of this process take turns here before they take the lease file.
+    kept: Kept,
+    /// Writers of this process take turns here before they take the lease (file or document).
     queue: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// The corpora open in this process, by directory: a corpus is opened once, however many apps
-/// and stores use it.
-static OPEN: LazyLock<Mutex<HashMap<PathBuf, Weak<Shared>>>> = LazyLock::new(Default::default);
+/// Where an open corpus is kept.
+enum Kept {
+    /// On this host's disk: one generation in memory, searched here.
+    Local(LocalCorpus),
+    /// In a Couchbase collection: searched by the cluster, nothing kept here.
+    #[cfg(feature = "couchbase")]
+    Couchbase(crate::couchbase::CouchbaseCorpus),
+}
+
+/// The write lease a writer holds, by backend.
+enum WriteLease {
+    /// Held while the file lock is (it goes with the handle).
+    Local(#[allow(dead_code, reason = "held for its lock, never read")] LeaseFile),
+    #[cfg(feature = "couchbase")]
+    Couchbase(Box<crate::couchbase::Lease>),
+}
+
+/// The corpora open in this process, by where they are kept (a directory, a collection): a
+/// corpus is opened once, however many apps and stores use it.
+static OPEN: LazyLock<Mutex<HashMap<String, Weak<Shared>>>> = LazyLock::new(Default::default);
 
 fn shape_name(s: Shape) -> String {
     let metric = match s.metric {
@@ -90,30 +107,66 @@ fn shape_name(s: Shape) -> String {
     format!("{}-dimensional vectors compared by {metric}", s.dimension)
 }
 
-/// Corpus `section` open for `shape`: the one this process already has, or opened now. Blocks
-/// (reads the newest generation from disk).
-fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<Shared>, WitError> {
-    let mut open = OPEN.lock();
-    open.retain(|_, w| w.strong_count() > 0);
-    if let Some(shared) = open.get(&section.dir).and_then(Weak::upgrade) {
-        if shared.corpus.shape() != shape {
+/// Corpus `section` open for `shape`: the one this process already has, or opened now.
+async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<Shared>, WitError> {
+    let place = section.place();
+    let found = {
+        let mut open = OPEN.lock();
+        open.retain(|_, w| w.strong_count() > 0);
+        open.get(&place).and_then(Weak::upgrade)
+    };
+    if let Some(shared) = found {
+        if shared.shape() != shape {
             return Err(WitError::Shape(format!(
                 "corpus {} holds {}, not {}; use another corpus, or empty this one to rebuild it",
                 section.name,
-                shape_name(shared.corpus.shape()),
+                shape_name(shared.shape()),
                 shape_name(shape)
             )));
         }
         return Ok(shared);
     }
-    let corpus = LocalCorpus::open(&section.dir, shape)
-        .map_err(|e| from_corpus(&section.name, e))?
-        .with_max_bytes(section.max_bytes);
-    for w in corpus.warnings() {
-        tracing::warn!(corpus = %section.name, "{w}");
+    let kept = match &section.backend {
+        Backend::Local { dir } => {
+            let (dir, s) = (dir.clone(), section.clone());
+            let opened = tokio::task::spawn_blocking(move || {
+                LocalCorpus::open(&dir, shape)
+                    .map_err(|e| from_corpus(&s.name, e))
+                    .map(|c| c.with_max_bytes(s.max_bytes))
+            })
+            .await
+            .map_err(|e| WitError::Unavailable(format!("opening corpus {} failed: {e}", section.name)))??;
+            for w in opened.warnings() {
+                tracing::warn!(corpus = %section.name, "{w}");
+            }
+            Kept::Local(opened)
+        }
+        #[cfg(feature = "couchbase")]
+        Backend::Couchbase(t) => {
+            let connection = t.resolved.clone().ok_or_else(|| {
+                WitError::Unavailable(format!(
+                    "corpus {}: connection {:?} was not resolved (a bug)",
+                    section.name, t.connection
+                ))
+            })?;
+            let store = quarry_couchbase::store::Store::new(connection, &t.bucket, &t.scope, &t.collection, t.timeout);
+            // Boxed here and below: the SDK's futures are deep, and wasmtime's host calls nest
+            // them deeper still (past the compiler's layout depth).
+            let opened = Box::pin(crate::couchbase::CouchbaseCorpus::open(&section.name, store, &t.index, shape))
+                .await
+                .map_err(from_rag)?;
+            Kept::Couchbase(opened)
+        }
+        #[cfg(not(feature = "couchbase"))]
+        Backend::Couchbase(_) => unreachable!("a host without Couchbase refuses such a section when it reads it"),
+    };
+    let shared = Arc::new(Shared { section: section.clone(), kept, queue: Arc::new(tokio::sync::Mutex::new(())) });
+    let mut open = OPEN.lock();
+    // Another store may have opened it meanwhile: one copy per host.
+    if let Some(theirs) = open.get(&place).and_then(Weak::upgrade) {
+        return Ok(theirs);
     }
-    let shared = Arc::new(Shared { section: section.clone(), corpus, queue: Arc::new(tokio::sync::Mutex::new(())) });
-    open.insert(section.dir.clone(), Arc::downgrade(&shared));
+    open.insert(place, Arc::downgrade(&shared));
     Ok(shared)
 }
 
@@ -122,10 +175,75 @@ fn from_corpus(name: &str, e: CorpusError) -> WitError {
         CorpusError::Io { .. } => WitError::Unavailable(format!("corpus {name}: {e}")),
         CorpusError::Shape { .. } => WitError::Shape(e.to_string()),
         CorpusError::Dimensions { .. } | CorpusError::Full { .. } => WitError::Invalid(e.to_string()),
-        CorpusError::Batch(b) => match b {
-            rag_core::corpus::CorpusError::Shape(m) => WitError::Shape(m),
-            other => WitError::Invalid(other.to_string()),
-        },
+        CorpusError::Batch(b) => from_rag(b),
+    }
+}
+
+/// The `corpus` interface's error for a search's or a remote corpus's.
+fn from_rag(e: rag_core::corpus::CorpusError) -> WitError {
+    use rag_core::corpus::CorpusError as E;
+    match e {
+        E::Shape(m) => WitError::Shape(m),
+        E::Invalid(m) => WitError::Invalid(m),
+        E::Denied(m) => WitError::Denied(m),
+        E::Busy(m) => WitError::Busy(m),
+        E::Unavailable(m) => WitError::Unavailable(m),
+    }
+}
+
+impl Shared {
+    fn shape(&self) -> Shape {
+        match &self.kept {
+            Kept::Local(c) => c.shape(),
+            #[cfg(feature = "couchbase")]
+            Kept::Couchbase(c) => c.shape(),
+        }
+    }
+
+    async fn info(&self) -> Wit<crate::Info> {
+        match &self.kept {
+            Kept::Local(c) => Ok(c.snapshot().info()),
+            #[cfg(feature = "couchbase")]
+            Kept::Couchbase(c) => Box::pin(c.info()).await.map_err(from_rag),
+        }
+    }
+
+    async fn nearest(&self, vector: &[f32], k: usize, filter: &Filter) -> Wit<Vec<crate::Found>> {
+        match &self.kept {
+            Kept::Local(c) => c.snapshot().nearest(vector, k, filter).map_err(from_rag),
+            #[cfg(feature = "couchbase")]
+            Kept::Couchbase(c) => Box::pin(c.nearest(vector, k, filter)).await.map_err(from_rag),
+        }
+    }
+
+    async fn keyword(
+        &self,
+        query: &str,
+        similar_to: Option<&[f32]>,
+        k: usize,
+        filter: &Filter,
+    ) -> Wit<Vec<crate::Found>> {
+        match &self.kept {
+            Kept::Local(c) => c.snapshot().keyword(query, similar_to, k, filter).map_err(from_rag),
+            #[cfg(feature = "couchbase")]
+            Kept::Couchbase(c) => Box::pin(c.keyword(query, similar_to, k, filter)).await.map_err(from_rag),
+        }
+    }
+
+    async fn get(&self, ids: &[String]) -> Wit<Vec<Option<Record>>> {
+        match &self.kept {
+            Kept::Local(c) => Ok(c.snapshot().get(ids)),
+            #[cfg(feature = "couchbase")]
+            Kept::Couchbase(c) => Box::pin(c.get(ids)).await.map_err(from_rag),
+        }
+    }
+
+    async fn list(&self, filter: &Filter, offset: usize, limit: usize) -> Wit<Vec<String>> {
+        match &self.kept {
+            Kept::Local(c) => Ok(c.snapshot().list(filter, offset, limit)),
+            #[cfg(feature = "couchbase")]
+            Kept::Couchbase(c) => Box::pin(c.list(filter, offset, limit)).await.map_err(from_rag),
+        }
     }
 }
 
@@ -144,7 +262,7 @@ pub struct WriterHandle {
     bytes: u64,
     spent: bool,
     _queue: tokio::sync::OwnedMutexGuard<()>,
-    _lease: LeaseFile,
+    lease: WriteLease,
 }
 
 /// One store's corpora: its grant, and the handles its guest holds.
@@ -261,12 +379,8 @@ fn record(c: wit::Chunk) -> Wit<(Record, u64)> {
 
 /// The hits of a search as the WIT returns them, if their ids fit in `max_output` (an id, a
 /// score and a similarity: the id's bytes and 16).
-fn answer(
-    name: &str,
-    found: Result<Vec<crate::Found>, rag_core::corpus::CorpusError>,
-    max_output: u64,
-) -> Wit<Vec<wit::Found>> {
-    let found = found.map_err(|e| from_corpus(name, e.into()))?;
+fn answer(found: Wit<Vec<crate::Found>>, max_output: u64) -> Wit<Vec<wit::Found>> {
+    let found = found?;
     fits(found.iter().map(|f| f.id.as_str()), max_output)?;
     Ok(found.into_iter().map(|f| wit::Found { id: f.id, score: f.score, similarity: f.similarity }).collect())
 }
@@ -280,6 +394,14 @@ fn fits<'a>(ids: impl Iterator<Item = &'a str>, max_output: u64) -> Wit<()> {
         ));
     }
     Ok(())
+}
+
+/// Who holds a Couchbase corpus's lease: this host and process, for the operator who reads the
+/// lease document.
+#[cfg(feature = "couchbase")]
+fn holder() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string());
+    format!("{}/{}", host.unwrap_or_else(|_| "host".into()), std::process::id())
 }
 
 /// How long a writer may wait for the lease: until the call's deadline, less a margin to
@@ -308,9 +430,7 @@ impl View<'_> {
         };
         let shape = Shape { dimension: shape.dimension as usize, metric };
         rag_core::corpus::check_shape(shape).map_err(|e| WitError::Invalid(e.to_string()))?;
-        let shared = tokio::task::spawn_blocking(move || open_shared(&section, shape))
-            .await
-            .map_err(|e| WitError::Unavailable(format!("opening corpus {name} failed: {e}")))??;
+        let shared = open_shared(&section, shape).await?;
         Ok(CollectionHandle { shared, writable: mode == Mode::Rw })
     }
 
@@ -334,32 +454,42 @@ impl View<'_> {
         let Ok(queue) = tokio::time::timeout(wait, shared.queue.clone().lock_owned()).await else {
             return Ok(Err(busy()));
         };
-        // Another process's writer: poll its lease file until the deadline.
-        let dir = shared.section.dir.clone();
-        loop {
-            match LeaseFile::try_take(&dir) {
-                Ok(Some(lease)) => {
-                    // Another process may have committed while this one waited.
-                    let fresh = shared.clone();
-                    let refreshed = tokio::task::spawn_blocking(move || fresh.corpus.refresh()).await;
-                    if let Ok(Err(e)) = refreshed {
-                        return Ok(Err(from_corpus(&name, e)));
+        let lease = match &shared.kept {
+            Kept::Local(_) => {
+                // Another process's writer: poll its lease file until the deadline.
+                let dir = shared.section.dir().map(Path::to_path_buf).unwrap_or_default();
+                loop {
+                    match LeaseFile::try_take(&dir) {
+                        Ok(Some(lease)) => {
+                            // Another process may have committed while this one waited.
+                            let fresh = shared.clone();
+                            let refreshed = tokio::task::spawn_blocking(move || match &fresh.kept {
+                                Kept::Local(c) => c.refresh().map(|_| ()),
+                                #[cfg(feature = "couchbase")]
+                                Kept::Couchbase(_) => Ok(()),
+                            })
+                            .await;
+                            if let Ok(Err(e)) = refreshed {
+                                return Ok(Err(from_corpus(&name, e)));
+                            }
+                            break WriteLease::Local(lease);
+                        }
+                        Ok(None) if start.elapsed() < wait => tokio::time::sleep(Duration::from_millis(50)).await,
+                        Ok(None) => return Ok(Err(busy())),
+                        Err(e) => return Ok(Err(from_corpus(&name, e))),
                     }
-                    return Ok(Ok(WriterHandle {
-                        shared,
-                        changes: Vec::new(),
-                        notes: None,
-                        bytes: 0,
-                        spent: false,
-                        _queue: queue,
-                        _lease: lease,
-                    }));
                 }
-                Ok(None) if start.elapsed() < wait => tokio::time::sleep(Duration::from_millis(50)).await,
-                Ok(None) => return Ok(Err(busy())),
-                Err(e) => return Ok(Err(from_corpus(&name, e))),
             }
-        }
+            #[cfg(feature = "couchbase")]
+            Kept::Couchbase(c) => {
+                let Backend::Couchbase(t) = &shared.section.backend else { unreachable!("kept as configured") };
+                match Box::pin(c.lease(&holder(), t.lease_ttl, wait.saturating_sub(start.elapsed()))).await {
+                    Ok(lease) => WriteLease::Couchbase(Box::new(lease)),
+                    Err(e) => return Ok(Err(from_rag(e))),
+                }
+            }
+        };
+        Ok(Ok(WriterHandle { shared, changes: Vec::new(), notes: None, bytes: 0, spent: false, _queue: queue, lease }))
     }
 
     /// Charges `bytes` more to writer `w`'s batch, within the instance's memory grant.
@@ -391,8 +521,8 @@ impl wit::HostCollection for View<'_> {
     }
 
     async fn info(&mut self, h: Resource<CollectionHandle>) -> wasmtime::Result<Wit<wit::Info>> {
-        let i = self.collection(&h)?.shared.corpus.snapshot().info();
-        Ok(Ok(wit::Info { generation: i.generation, chunks: i.chunks, notes: i.notes }))
+        let shared = self.collection(&h)?.shared.clone();
+        Ok(shared.info().await.map(|i| wit::Info { generation: i.generation, chunks: i.chunks, notes: i.notes }))
     }
 
     async fn nearest(
@@ -406,9 +536,8 @@ impl wit::HostCollection for View<'_> {
             (Ok(k), Ok(f)) => (k, f),
             (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
         };
-        let c = self.collection(&h)?;
-        let g = c.shared.corpus.snapshot();
-        Ok(answer(&c.shared.section.name, g.nearest(&vector, k, &filter), self.state.max_output))
+        let shared = self.collection(&h)?.shared.clone();
+        Ok(answer(shared.nearest(&vector, k, &filter).await, self.state.max_output))
     }
 
     async fn keyword(
@@ -426,9 +555,8 @@ impl wit::HostCollection for View<'_> {
             (Ok(k), Ok(f)) => (k, f),
             (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
         };
-        let c = self.collection(&h)?;
-        let g = c.shared.corpus.snapshot();
-        Ok(answer(&c.shared.section.name, g.keyword(&query, similar_to.as_deref(), k, &filter), self.state.max_output))
+        let shared = self.collection(&h)?.shared.clone();
+        Ok(answer(shared.keyword(&query, similar_to.as_deref(), k, &filter).await, self.state.max_output))
     }
 
     async fn get(
@@ -440,10 +568,14 @@ impl wit::HostCollection for View<'_> {
             return Ok(Err(e));
         }
         let max_output = self.state.max_output;
-        let g = self.collection(&h)?.shared.corpus.snapshot();
+        let shared = self.collection(&h)?.shared.clone();
+        let found = match shared.get(&ids).await {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(e)),
+        };
         let mut out = Vec::with_capacity(ids.len());
         let mut bytes = 0u64;
-        for r in g.get(&ids) {
+        for r in found {
             let Some(r) = r else {
                 out.push(None);
                 continue;
@@ -478,8 +610,11 @@ impl wit::HostCollection for View<'_> {
             Err(e) => return Ok(Err(e)),
         };
         let limit = (limit as usize).min(MAX_IDS);
-        let g = self.collection(&h)?.shared.corpus.snapshot();
-        let ids = g.list(&filter, offset as usize, limit);
+        let shared = self.collection(&h)?.shared.clone();
+        let ids = match shared.list(&filter, offset as usize, limit).await {
+            Ok(ids) => ids,
+            Err(e) => return Ok(Err(e)),
+        };
         Ok(fits(ids.iter().map(String::as_str), self.state.max_output).map(|()| ids))
     }
 
@@ -504,8 +639,7 @@ impl wit::HostWriter for View<'_> {
         for c in chunks {
             // Refused now, not at the commit: the batch so far stays good.
             let checked = record(c).and_then(|(r, n)| {
-                rag_core::corpus::check_vector(shared.corpus.shape(), Some(&r.id), &r.vector)
-                    .map_err(|e| from_corpus(&shared.section.name, e.into()))?;
+                rag_core::corpus::check_vector(shared.shape(), Some(&r.id), &r.vector).map_err(from_rag)?;
                 Ok((r, n))
             });
             match checked {
@@ -556,18 +690,35 @@ impl wit::HostWriter for View<'_> {
         }
         w.spent = true;
         let (changes, notes, shared) = (std::mem::take(&mut w.changes), w.notes.take(), w.shared.clone());
-        let committed = tokio::task::spawn_blocking(move || {
-            let name = shared.section.name.clone();
-            let serving = shared.corpus.snapshot().number();
-            shared.corpus.commit(changes, notes).map_err(|e| match e {
-                CorpusError::Io { .. } => WitError::Unavailable(format!(
-                    "corpus {name} cannot save ({e}); it keeps serving generation {serving} read-only: free space or raise the quota where it is kept"
-                )),
-                e => from_corpus(&name, e),
-            })
-        })
-        .await;
-        Ok(committed.unwrap_or_else(|e| Err(WitError::Unavailable(format!("the commit failed: {e}")))))
+        let name = shared.section.name.clone();
+        match (&shared.kept, &w.lease) {
+            (Kept::Local(_), WriteLease::Local(_)) => {
+                let committed = tokio::task::spawn_blocking(move || {
+                    #[allow(irrefutable_let_patterns, reason = "one backend in a host without Couchbase")]
+                    let Kept::Local(corpus) = &shared.kept else { unreachable!("matched above") };
+                    let serving = corpus.snapshot().number();
+                    corpus.commit(changes, notes).map_err(|e| match e {
+                        CorpusError::Io { .. } => WitError::Unavailable(format!(
+                            "corpus {name} cannot save ({e}); it keeps serving generation {serving} read-only: free space or raise the quota where it is kept"
+                        )),
+                        e => from_corpus(&name, e),
+                    })
+                })
+                .await;
+                Ok(committed.unwrap_or_else(|e| Err(WitError::Unavailable(format!("the commit failed: {e}")))))
+            }
+            #[cfg(feature = "couchbase")]
+            (Kept::Couchbase(corpus), WriteLease::Couchbase(lease)) => {
+                Ok(Box::pin(corpus.commit(lease, changes, notes)).await.map_err(|e| match e {
+                    rag_core::corpus::CorpusError::Unavailable(m) => WitError::Unavailable(format!(
+                        "{m}; nothing of this commit is served: readers keep the generation before it, and the next commit clears what it wrote"
+                    )),
+                    e => from_rag(e),
+                }))
+            }
+            #[cfg(feature = "couchbase")]
+            _ => unreachable!("a writer's lease is its corpus's kind"),
+        }
     }
 
     async fn drop(&mut self, w: Resource<WriterHandle>) -> wasmtime::Result<()> {

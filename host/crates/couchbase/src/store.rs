@@ -200,9 +200,13 @@ impl Store {
     pub async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<Doc>>> {
         let mut out = Vec::with_capacity(keys.len());
         for batch in keys.chunks(BATCH) {
-            let read: Vec<Result<Option<Doc>>> =
-                futures::stream::iter(batch.iter().map(|k| self.get(k))).buffered(BATCH).collect().await;
-            for r in read {
+            // Futures built in a loop, not by a closure: the caller's future must stay `Send`
+            // for every lifetime (wasmtime's host calls), which a borrowing closure defeats.
+            let mut reads = Vec::with_capacity(batch.len());
+            for k in batch {
+                reads.push(self.get(k));
+            }
+            for r in futures::future::join_all(reads).await {
                 out.push(r?);
             }
         }
@@ -215,11 +219,11 @@ impl Store {
     /// same documents.
     pub async fn upsert_many(&self, docs: &[(String, Value)]) -> Result<()> {
         for batch in docs.chunks(BATCH) {
-            let written: Vec<Result<u64>> = futures::stream::iter(batch.iter().map(|(k, v)| self.upsert(k, v, None)))
-                .buffer_unordered(BATCH)
-                .collect()
-                .await;
-            written.into_iter().collect::<Result<Vec<u64>>>()?;
+            let mut writes = Vec::with_capacity(batch.len());
+            for (k, v) in batch {
+                writes.push(self.upsert(k, v, None));
+            }
+            futures::future::join_all(writes).await.into_iter().collect::<Result<Vec<u64>>>()?;
         }
         Ok(())
     }
@@ -274,20 +278,22 @@ impl Store {
         .await
     }
 
+    async fn remove_if_there(&self, key: &str) -> Result<()> {
+        match self.remove(key, None).await {
+            Err(StoreError::NotFound(_)) => Ok(()),
+            r => r,
+        }
+    }
+
     /// Removes every document of `keys` that is there, [`BATCH`] at a time; a missing one is
     /// no error (removing twice removes the same).
     pub async fn remove_many(&self, keys: &[String]) -> Result<()> {
         for batch in keys.chunks(BATCH) {
-            let removed: Vec<Result<()>> = futures::stream::iter(batch.iter().map(|k| async move {
-                match self.remove(k, None).await {
-                    Err(StoreError::NotFound(_)) => Ok(()),
-                    r => r,
-                }
-            }))
-            .buffer_unordered(BATCH)
-            .collect()
-            .await;
-            removed.into_iter().collect::<Result<Vec<()>>>()?;
+            let mut removals = Vec::with_capacity(batch.len());
+            for k in batch {
+                removals.push(self.remove_if_there(k));
+            }
+            futures::future::join_all(removals).await.into_iter().collect::<Result<Vec<()>>>()?;
         }
         Ok(())
     }
