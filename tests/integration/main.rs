@@ -16,6 +16,7 @@ mod docx_search;
 mod embedder;
 mod embedder_onnx;
 mod eval;
+mod fleet;
 mod hardening;
 mod hot_swap;
 mod mcp;

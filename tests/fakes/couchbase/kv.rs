@@ -239,10 +239,9 @@ fn kv_data(state: &State, conn: &KvConn, r: &KvRequest<'_>) -> KvReply {
     };
     let failing = &state.failing_writes;
     let write = matches!(r.opcode, OP_SET | OP_ADD | OP_REPLACE | OP_DELETE | OP_TOUCH);
-    if write
-        && (state.failing_key.lock().as_deref() == Some(key)
-            || failing.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok())
-    {
+    // The key knob refuses changes to a document, not its creation (ADD).
+    let failing_key = r.opcode != OP_ADD && state.failing_key.lock().as_deref() == Some(key);
+    if write && (failing_key || failing.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()) {
         return kv_error(conn, ST_TMPFAIL, "Temporary failure");
     }
     match r.opcode {

@@ -266,8 +266,8 @@ impl FakeCluster {
         self.state.failing_writes.store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// Answers every write to document `key` (in any collection) with a temporary failure from
-    /// now on; `None` ends it.
+    /// Answers every change to document `key` (in any collection: SET, REPLACE, DELETE, TOUCH;
+    /// not its creation, ADD) with a temporary failure from now on; `None` ends it.
     pub fn fail_writes_to(&self, key: Option<&str>) {
         *self.state.failing_key.lock() = key.map(|k| k.as_bytes().to_vec());
     }

@@ -1,0 +1,164 @@
+//! A fleet of stateless hosts: separate `quarry serve --http` processes with one config, their
+//! corpus in one (fake) Couchbase cluster. One builds while the others wait for its lease and
+//! then reuse what it built; all answer as a host with a local corpus does; a builder killed
+//! (SIGKILL) part-way leaves nothing half-served, and another host finishes the corpus once the
+//! dead one's lease expires, resuming from the chunks it had written.
+
+use std::time::{Duration, Instant};
+
+use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
+use quarry_tests::mcp_client::{McpHttp, Served};
+use quarry_tests::{TOY_SECTION, TestEnv, quarry_bin, within};
+use serde_json::{Value, json};
+
+const QUESTION: &str = "bandwidth limits with a timetable";
+
+/// Chapter-rag on `docs/m.md`, its corpus in the fake cluster's `travel.inventory.airlines`
+/// (`None`: in `corpus/`), a lease that expires 2 s after its holder stops renewing it, and
+/// `timeout` on each Couchbase call.
+fn config(fake: Option<&FakeCluster>, timeout: &str) -> String {
+    let corpus = match fake {
+        Some(f) => format!(
+            "[couchbase.local]\nconnection_string = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\n\n[corpora.manual]\nbackend = \"couchbase\"\nconnection = \"local\"\nbucket = \"travel\"\nscope = \"inventory\"\ncollection = \"airlines\"\nlease_ttl = \"2s\"\ntimeout = \"{timeout}\"\n",
+            f.connection_string(),
+            fc::USERNAME,
+            fc::PASSWORD
+        ),
+        None => "[corpora.manual]\ndir = \"corpus\"\n".to_string(),
+    };
+    format!(
+        r#"{TOY_SECTION}
+{corpus}
+[tools.a]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+pool = 1
+config = {{ manual = "/docs/m.md", corpus = "manual" }}
+[tools.a.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}]
+corpora = [{{ name = "manual", mode = "rw" }}]
+memory = "1GiB"
+deadline = "120s"
+"#
+    )
+}
+
+fn manual() -> String {
+    let para = |t: &str| format!("This paragraph explains {t} for the reader in some detail. ").repeat(16);
+    format!(
+        "# Installing\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable. {}\n",
+        para("installation"),
+        para("windows installers"),
+        para("syncing folders"),
+        para("bandwidth limits"),
+    )
+}
+
+/// The passages of an answer, from the first on (the routing's confidences depend on the keyword
+/// scores, which the Search service computes otherwise than BM25).
+fn passages(answer: &str) -> String {
+    answer.split_once("\n\n[1]").map(|(_, p)| p.to_string()).unwrap_or_default()
+}
+
+/// The answer to `tool` with `args` from the server at `url`.
+async fn call(url: &str, tool: &str, args: Value) -> Value {
+    let mut c = within(60, McpHttp::open(url)).await.unwrap();
+    let r = within(180, c.call(tool, args)).await.unwrap();
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    r["result"].clone()
+}
+
+async fn search(url: &str) -> String {
+    call(url, "a.search", json!({"question": QUESTION})).await["content"][0]["text"].as_str().unwrap().to_string()
+}
+
+/// What the instance's preparation did: chunks, and how many it embedded or reused.
+async fn built(url: &str) -> Value {
+    let r = call(url, "a.list_chapter_tree", json!({})).await;
+    r["structuredContent"]["extra"]["report"].clone()
+}
+
+/// The local answer, from a host of its own.
+async fn local_answer(env: &TestEnv) -> String {
+    let host = env.host(&config(None, "10s")).await;
+    let args = json!({"question": QUESTION}).to_string();
+    within(120, host.call("a.search", &args)).await.unwrap().text
+}
+
+fn keys(fake: &FakeCluster) -> Vec<String> {
+    fake.documents("travel", "inventory", "airlines").into_iter().map(|(k, _)| k).collect()
+}
+
+/// Three hosts at once on one corpus: each answers as a local host does; the corpus was built
+/// by one of them (the others embedded nothing), in one generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hosts_build_once_and_answer_alike() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual()).unwrap();
+    let want = local_answer(&env).await;
+    let path = env.config(&config(Some(&fake), "10s"));
+    let hosts: Vec<Served> = (0..3).map(|_| Served::start(&quarry_bin(), &path)).collect();
+    let (a, b, c) = tokio::join!(search(&hosts[0].url), search(&hosts[1].url), search(&hosts[2].url));
+    for got in [&a, &b, &c] {
+        assert_eq!(passages(got), passages(&want), "{got}");
+    }
+    let mut embedded = Vec::new();
+    let mut chunks = 0;
+    for h in &hosts {
+        let r = built(&h.url).await;
+        chunks = r["chunks"].as_u64().unwrap_or(0);
+        embedded.push(r["embedded"].as_u64().unwrap_or(u64::MAX));
+    }
+    assert!(chunks > 0);
+    embedded.sort_unstable();
+    assert_eq!(embedded, [0, 0, chunks], "one host built, the others reused its build");
+    let manifest =
+        fake.documents("travel", "inventory", "airlines").into_iter().find(|(k, _)| k == "_quarry::manifest");
+    assert_eq!(manifest.unwrap().1["generation"], 1, "built in one commit");
+}
+
+/// A builder killed while stuck at a point of its commit (the cluster refusing that write for
+/// now): readers never see part of it, and a host started after it finishes the corpus once the
+/// dead host's lease expires, answering as a local host does. Killed after writing its chunks,
+/// the next host writes none of them again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_builder_is_taken_over_after_its_lease() {
+    for (point, resumes) in [("_quarry::attempt", false), ("_quarry::manifest", true)] {
+        let fake = FakeCluster::start(fc::standard()).await;
+        let env = TestEnv::with_chapter_rag();
+        std::fs::write(env.path("docs/m.md"), manual()).unwrap();
+        let want = local_answer(&env).await;
+        let path = env.config(&config(Some(&fake), "60s"));
+        fake.fail_writes_to(Some(point));
+        let mut builder = Served::start(&quarry_bin(), &path);
+        let started = Instant::now();
+        while !fake.seen().iter().any(|s| s.path == point && s.body["status"] == 0x86) {
+            assert!(started.elapsed() < Duration::from_secs(120), "{point}: the builder never got there");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        builder.kill();
+        fake.fail_writes_to(None);
+        let manifest = |fake: &FakeCluster| {
+            fake.documents("travel", "inventory", "airlines").into_iter().find(|(k, _)| k == "_quarry::manifest")
+        };
+        assert_eq!(manifest(&fake).unwrap().1["generation"], 0, "{point}: nothing was flipped");
+        let chunk_keys = |fake: &FakeCluster| keys(fake).into_iter().filter(|k| !k.starts_with("_quarry::")).count();
+        let written = chunk_keys(&fake);
+        assert_eq!(written > 0, resumes, "{point}: chunks written before the kill: {written}");
+        let sets_before = fake.seen().iter().filter(|s| s.method == "SET" && !s.path.starts_with("_quarry::")).count();
+
+        let next = Served::start(&quarry_bin(), &path);
+        let got = search(&next.url).await;
+        assert_eq!(passages(&got), passages(&want), "{point}: {got}");
+        assert_eq!(manifest(&fake).unwrap().1["generation"], 1, "{point}");
+        let report = built(&next.url).await;
+        let chunks = report["chunks"].as_u64().unwrap();
+        assert_eq!(chunk_keys(&fake) as u64, chunks, "{point}: complete, and nothing more");
+        assert!(!keys(&fake).iter().any(|k| k == "_quarry::attempt"), "{point}: the commit finished");
+        let sets_after = fake.seen().iter().filter(|s| s.method == "SET" && !s.path.starts_with("_quarry::")).count();
+        if resumes {
+            assert_eq!(sets_after, sets_before, "{point}: the chunks already written were kept, not written again");
+        }
+    }
+}
