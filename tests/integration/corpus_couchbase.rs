@@ -202,9 +202,14 @@ async fn the_shape_is_kept_with_the_corpus() {
 /// Chapter-rag over a manual, its corpus in Couchbase or on the host's disk: `connection` names
 /// `[couchbase.local]` (the fake cluster), `None` keeps the corpus in `corpus/`.
 fn chapter_config(fake: Option<&FakeCluster>, pool: usize) -> String {
+    chapter_config_with(fake, pool, "10s")
+}
+
+/// [`chapter_config`] with `timeout` on each Couchbase call.
+fn chapter_config_with(fake: Option<&FakeCluster>, pool: usize, timeout: &str) -> String {
     let corpus = match fake {
         Some(f) => format!(
-            "[couchbase.local]\nconnection_string = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\n\n[corpora.manual]\nbackend = \"couchbase\"\nconnection = \"local\"\nbucket = \"travel\"\nscope = \"inventory\"\ncollection = \"airlines\"\n",
+            "[couchbase.local]\nconnection_string = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\n\n[corpora.manual]\nbackend = \"couchbase\"\nconnection = \"local\"\nbucket = \"travel\"\nscope = \"inventory\"\ncollection = \"airlines\"\ntimeout = \"{timeout}\"\n",
             f.connection_string(),
             fc::USERNAME,
             fc::PASSWORD
@@ -292,4 +297,49 @@ async fn chapter_rag_on_a_couchbase_corpus_answers_as_on_a_local_one() {
     let report: serde_json::Value = serde_json::from_str(tree.extra.as_deref().unwrap()).unwrap();
     assert_eq!((report["report"]["embedded"].as_u64(), report["report"]["reused"].as_u64()), (Some(0), Some(chunks)));
     assert_eq!(passages(&ask(host.clone(), questions[0]).await), passages(&want[0]));
+}
+
+/// The cluster goes away while the host serves: searches fail at once with the corpus's
+/// `unavailable` error (within the timeout, saying what did not answer), and when it comes back
+/// they answer again, as before, without a restart of the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_that_goes_away_and_comes_back() {
+    let mut fake = FakeCluster::start(fc::standard()).await;
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual_text()).unwrap();
+    let host = env.host(&chapter_config_with(Some(&fake), 1, "3s")).await;
+    let args = json!({"question": "bandwidth limits with a timetable"}).to_string();
+    let before = within(120, host.call("a.search", &args)).await.unwrap().text;
+
+    fake.stop();
+    let started = std::time::Instant::now();
+    let e = within(60, host.call("a.search", &args)).await.unwrap_err().to_string();
+    assert!(e.contains("Couchbase") && e.contains("within 3s"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(20), "bounded: {:?}", started.elapsed());
+
+    // The outage shows in `/metrics` (counted process-wide: at least this test's calls).
+    let mut exposition = quarry::support::exposition::Exposition::default();
+    quarry::metrics::write(&host, &mut exposition);
+    let text = exposition.finish();
+    let count = |op: &str, outcome: &str| -> f64 {
+        let line = format!("quarry_couchbase_store_operations_total{{op=\"{op}\",outcome=\"{outcome}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(line.as_str())).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    };
+    assert!(count("get", "unavailable") >= 1.0 && count("get", "ok") >= 1.0, "{text}");
+    assert!(count("search", "ok") >= 1.0 && count("index", "ok") >= 1.0, "{text}");
+
+    fake.restart().await;
+    let started = std::time::Instant::now();
+    loop {
+        match within(60, host.call("a.search", &args)).await {
+            Ok(out) => {
+                assert_eq!(out.text, before);
+                break;
+            }
+            Err(e) => {
+                assert!(started.elapsed() < Duration::from_secs(60), "not back after 60 s: {e}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
 }

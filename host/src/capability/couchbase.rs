@@ -77,6 +77,14 @@ impl Capability for Couchbase {
         for (op, outcome, n) in counts() {
             f.sample(&[("op", op), ("outcome", outcome)], n as f64);
         }
+        let mut f = out.family(
+            "quarry_couchbase_store_operations_total",
+            Kind::Counter,
+            "Couchbase calls the host made for its corpora kept in Couchbase, by operation and outcome.",
+        );
+        for (op, outcome, n) in store_counts() {
+            f.sample(&[("op", op), ("outcome", outcome)], n as f64);
+        }
     }
 
     fn state(grant: &Option<CouchbaseGrant>, _: &(), cx: &mut StoreContext<'_>) -> Result<State, SandboxError> {

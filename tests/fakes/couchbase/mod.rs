@@ -227,6 +227,39 @@ impl FakeCluster {
         format!("couchbase://127.0.0.1:{}", self.kv_port)
     }
 
+    /// Stops answering, as a cluster that goes away: closes its listeners and every open
+    /// connection. What it holds stays for [`FakeCluster::restart`].
+    pub fn stop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+
+    /// Answers again on the same ports, with what it held (as a cluster back from a network
+    /// partition). Waits until the ports are bound.
+    pub async fn restart(&mut self) {
+        self.stop();
+        let bind = |port: u16| async move {
+            let started = std::time::Instant::now();
+            loop {
+                match TcpListener::bind(("127.0.0.1", port)).await {
+                    Ok(l) => return l,
+                    Err(e) if started.elapsed() < Duration::from_secs(10) => {
+                        let _ = e;
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("rebind the fake's port {port}: {e}"),
+                }
+            }
+        };
+        let (kv, mgmt, fts) = (bind(self.kv_port).await, bind(self.mgmt_port).await, bind(self.fts_port).await);
+        self.tasks = vec![
+            tokio::spawn(accept_loop(kv, self.state.clone(), Service::Kv)),
+            tokio::spawn(accept_loop(mgmt, self.state.clone(), Service::Mgmt)),
+            tokio::spawn(accept_loop(fts, self.state.clone(), Service::Fts)),
+        ];
+    }
+
     /// The KV (memcached) port.
     pub fn kv_port(&self) -> u16 {
         self.kv_port

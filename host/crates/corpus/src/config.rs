@@ -92,11 +92,19 @@ impl CorpusSection {
         }
     }
 
-    /// What names it among the corpora this process has open: its directory, or its collection.
+    /// What names it among the corpora this process has open: its directory, or its cluster
+    /// (by connection string, not by the connection's name, which two configs may give two
+    /// clusters), collection and index.
     pub fn place(&self) -> String {
         match &self.backend {
             Backend::Local { dir } => dir.display().to_string(),
-            Backend::Couchbase(t) => format!("couchbase:{}/{}.{}.{}", t.connection, t.bucket, t.scope, t.collection),
+            Backend::Couchbase(t) => {
+                #[cfg(feature = "couchbase")]
+                let cluster = t.resolved.as_ref().map_or(t.connection.as_str(), |c| c.connection_string.as_str());
+                #[cfg(not(feature = "couchbase"))]
+                let cluster = t.connection.as_str();
+                format!("{cluster}/{}.{}.{}#{}", t.bucket, t.scope, t.collection, t.index)
+            }
         }
     }
 }

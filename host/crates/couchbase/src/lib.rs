@@ -46,7 +46,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use wit::{CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch};
 
-pub use calls::counts;
+pub use calls::{counts, store_counts};
 pub use client::Client;
 pub use connection::{Connection, RawConnection, Secret, connection};
 pub use grant::{

@@ -18,6 +18,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
+use super::calls::{StoreOp, count_store};
 use super::connection::{Connection, connect};
 
 /// Documents written or read at once, at most.
@@ -132,16 +133,20 @@ impl Store {
         }
     }
 
-    /// Runs `op` on the collection within the timeout, connecting first if needed.
-    async fn bounded<T, F>(&self, what: &str, op: impl FnOnce(Collection) -> F) -> Result<T>
+    /// Runs `op` on the collection within the timeout, connecting first if needed; counts it
+    /// as `kind` for `/metrics`.
+    async fn bounded<T, F>(&self, kind: StoreOp, what: &str, op: impl FnOnce(Collection) -> F) -> Result<T>
     where
         F: Future<Output = Result<T>>,
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let cluster = self.cluster_by(deadline).await?;
-        let [b, s, c] = &self.path;
-        let collection = cluster.bucket(b).scope(s).collection(c);
-        tokio::time::timeout_at(deadline, op(collection)).await.map_err(|_| self.no_answer(what))?
+        let run = async {
+            let cluster = self.cluster_by(deadline).await?;
+            let [b, s, c] = &self.path;
+            let collection = cluster.bucket(b).scope(s).collection(c);
+            tokio::time::timeout_at(deadline, op(collection)).await.map_err(|_| self.no_answer(what))?
+        };
+        count_store(kind, run.await)
     }
 
     /// Checks that the bucket, the scope and the collection exist (through the management API,
@@ -183,7 +188,7 @@ impl Store {
 
     /// The document at `key`, if there is one.
     pub async fn get(&self, key: &str) -> Result<Option<Doc>> {
-        self.bounded("reading a document", |c| async move {
+        self.bounded(StoreOp::Get, "reading a document", |c| async move {
             match c.get(key, None).await {
                 Ok(r) => {
                     let value = r.content_as::<Value>().map_err(|e| from_sdk("decoding a document", &e))?;
@@ -230,7 +235,7 @@ impl Store {
 
     /// Writes `value` at `key`, whatever is there; with `expiry`, the document ends after it.
     pub async fn upsert(&self, key: &str, value: &Value, expiry: Option<Duration>) -> Result<u64> {
-        self.bounded("writing a document", |c| async move {
+        self.bounded(StoreOp::Upsert, "writing a document", |c| async move {
             let mut opts = couchbase::options::kv_options::UpsertOptions::new();
             if let Some(e) = expiry {
                 opts = opts.expiry(e);
@@ -242,7 +247,7 @@ impl Store {
 
     /// Creates the document at `key`; [`StoreError::Exists`] when there is one.
     pub async fn insert(&self, key: &str, value: &Value, expiry: Option<Duration>) -> Result<u64> {
-        self.bounded("creating a document", |c| async move {
+        self.bounded(StoreOp::Insert, "creating a document", |c| async move {
             let mut opts = couchbase::options::kv_options::InsertOptions::new();
             if let Some(e) = expiry {
                 opts = opts.expiry(e);
@@ -255,7 +260,7 @@ impl Store {
     /// Replaces the document at `key` if it is still at `cas`; [`StoreError::CasMismatch`]
     /// when it changed, [`StoreError::NotFound`] when it is gone.
     pub async fn replace(&self, key: &str, value: &Value, cas: u64, expiry: Option<Duration>) -> Result<u64> {
-        self.bounded("replacing a document", |c| async move {
+        self.bounded(StoreOp::Replace, "replacing a document", |c| async move {
             let mut opts = couchbase::options::kv_options::ReplaceOptions::new().cas(cas);
             if let Some(e) = expiry {
                 opts = opts.expiry(e);
@@ -268,7 +273,7 @@ impl Store {
     /// Removes the document at `key` (only if it is at `cas`, when given). A missing document is
     /// [`StoreError::NotFound`].
     pub async fn remove(&self, key: &str, cas: Option<u64>) -> Result<()> {
-        self.bounded("removing a document", |c| async move {
+        self.bounded(StoreOp::Remove, "removing a document", |c| async move {
             let mut opts = couchbase::options::kv_options::RemoveOptions::new();
             if let Some(cas) = cas {
                 opts = opts.cas(cas);
@@ -311,15 +316,24 @@ pub struct VectorField {
 }
 
 impl Store {
-    /// Runs `op` on the scope within the timeout, connecting first if needed.
-    async fn scope_bounded<T, F>(&self, what: &str, op: impl FnOnce(couchbase::scope::Scope) -> F) -> Result<T>
+    /// Runs `op` on the scope within the timeout, connecting first if needed; counts it as
+    /// `kind` for `/metrics`.
+    async fn scope_bounded<T, F>(
+        &self,
+        kind: StoreOp,
+        what: &str,
+        op: impl FnOnce(couchbase::scope::Scope) -> F,
+    ) -> Result<T>
     where
         F: Future<Output = Result<T>>,
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let cluster = self.cluster_by(deadline).await?;
-        let [b, s, _] = &self.path;
-        tokio::time::timeout_at(deadline, op(cluster.bucket(b).scope(s))).await.map_err(|_| self.no_answer(what))?
+        let run = async {
+            let cluster = self.cluster_by(deadline).await?;
+            let [b, s, _] = &self.path;
+            tokio::time::timeout_at(deadline, op(cluster.bucket(b).scope(s))).await.map_err(|_| self.no_answer(what))?
+        };
+        count_store(kind, run.await)
     }
 
     /// Makes sure the scope has Search index `name` mapping `vector`: creates it from `params`
@@ -340,7 +354,7 @@ impl Store {
         }
         let index = SearchIndex::new(name, "fulltext-index").source_name(bucket.clone()).params(params);
         let created = self
-            .scope_bounded("creating a search index", |s| async move {
+            .scope_bounded(StoreOp::Index, "creating a search index", |s| async move {
                 s.search_indexes()
                     .upsert_index(index, None)
                     .await
@@ -360,7 +374,7 @@ impl Store {
 
     /// Index `name`'s definition, if the scope has it.
     async fn index_definition(&self, name: &str) -> Result<Option<Value>> {
-        self.scope_bounded("reading a search index", |s| async move {
+        self.scope_bounded(StoreOp::Index, "reading a search index", |s| async move {
             match s.search_indexes().get_index(name, None).await {
                 Ok(i) => serde_json::to_value(&i).map(Some).map_err(|e| StoreError::Service(e.to_string())),
                 Err(e) if matches!(e.kind(), ErrorKind::IndexNotFound) => Ok(None),
@@ -394,7 +408,7 @@ impl Store {
         request: couchbase::search::request::SearchRequest,
         opts: couchbase::options::search_options::SearchOptions,
     ) -> Result<Vec<(String, f64)>> {
-        self.scope_bounded("searching", |s| async move {
+        self.scope_bounded(StoreOp::Search, "searching", |s| async move {
             let mut res =
                 s.search(name, request, opts).await.map_err(|e| from_sdk(&format!("searching index {name:?}"), &e))?;
             let mut hits = Vec::new();
