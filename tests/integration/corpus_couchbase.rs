@@ -12,7 +12,7 @@ use quarry::capability::couchbase::store::Store;
 use quarry_corpus::couchbase::{CorpusError, CouchbaseCorpus};
 use quarry_corpus::{Change, Clause, Filter, LocalCorpus, Match, Metric, Record, Shape};
 use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
-use quarry_tests::{TOY_SECTION, TestEnv, within};
+use quarry_tests::{COUCHBASE_SEARCH, TOY_SECTION, TestEnv, within};
 use serde_json::json;
 
 const SHAPE: Shape = Shape { dimension: 4, metric: Metric::Cosine };
@@ -292,7 +292,21 @@ async fn chapter_rag_on_a_couchbase_corpus_answers_as_on_a_local_one() {
     }
     let stored = fake.documents("travel", "inventory", "airlines");
     assert_eq!(stored.iter().filter(|(k, _)| !k.starts_with("_quarry::")).count() as u64, chunks);
-    let host = env.host(&chapter_config(Some(&fake), 1)).await;
+    // CrewAI's Couchbase tool (couchbase-search) searches the corpus through its index, as
+    // LangChain's store would: the chunks are documents in their shape.
+    env.plugin(COUCHBASE_SEARCH, "couchbase-search");
+    let crewai = r#"
+[tools.lc]
+component = "plugins/couchbase-search.wasm"
+embedder = "toy"
+config = { bucket_name = "travel", scope_name = "inventory", collection_name = "airlines", index_name = "quarry-manual" }
+[tools.lc.grants]
+deadline = "30s"
+couchbase = { connection = "local", scopes = ["travel.inventory"] }
+"#;
+    let host = env.host(&format!("{}{crewai}", chapter_config(Some(&fake), 1))).await;
+    let rows = within(60, host.call("lc", r#"{"query": "bandwidth limits with a timetable"}"#)).await.unwrap();
+    assert!(rows.text.contains("bandwidth limits") && rows.hits.len() == 3, "{}", rows.text);
     let tree = within(120, host.call("a.list_chapter_tree", "{}")).await.unwrap();
     let report: serde_json::Value = serde_json::from_str(tree.extra.as_deref().unwrap()).unwrap();
     assert_eq!((report["report"]["embedded"].as_u64(), report["report"]["reused"].as_u64()), (Some(0), Some(chunks)));

@@ -180,7 +180,8 @@ fn prefilter(filter: &Filter, g: u64) -> Query {
     Query::Boolean(BooleanQuery::new().must(ConjunctionQuery::new(must)).must_not(DisjunctionQuery::new(vec![removed])))
 }
 
-/// The index's parameters: the LangChain fields, and Quarry's (numbers for the generations,
+/// The index's parameters: the LangChain fields (`text` and `metadata` stored, as LangChain's
+/// store and CrewAI's tool read them from a hit), and Quarry's (numbers for the generations,
 /// untokenised strings for the filter fields, so that a term is a whole value and a prefix a
 /// prefix of one).
 fn index_params(scope: &str, collection: &str, shape: Shape) -> HashMap<String, Value> {
@@ -188,6 +189,7 @@ fn index_params(scope: &str, collection: &str, shape: Shape) -> HashMap<String, 
         "default_analyzer": "standard",
         "default_mapping": {"enabled": false, "dynamic": true},
         "default_type": "_default",
+        "store_dynamic": true,
         "type_field": "_type",
         "types": {format!("{scope}.{collection}"): {"enabled": true, "dynamic": false, "properties": {
             "embedding": {"enabled": true, "dynamic": false, "fields": [
@@ -195,7 +197,7 @@ fn index_params(scope: &str, collection: &str, shape: Shape) -> HashMap<String, 
                  "vector_index_optimized_for": "recall", "index": true}
             ]},
             "text": {"enabled": true, "dynamic": false, "fields": [
-                {"name": "text", "type": "text", "analyzer": "standard", "index": true, "store": false}
+                {"name": "text", "type": "text", "analyzer": "standard", "index": true, "store": true}
             ]},
             "metadata": {"enabled": true, "dynamic": true},
             "quarry": {"enabled": true, "dynamic": false, "properties": {
