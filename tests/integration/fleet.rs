@@ -162,3 +162,44 @@ async fn a_killed_builder_is_taken_over_after_its_lease() {
         }
     }
 }
+
+/// The manual is edited under a fleet: the first host asked rebuilds, embedding only the chunks
+/// that changed, and commits the new generation; the others take it up at their next call
+/// without embedding anything, and every host answers as a local host over the edited manual
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_manual_is_rebuilt_once_and_served_by_all() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let env = TestEnv::with_chapter_rag();
+    let manual_path = env.path("docs/m.md");
+    std::fs::write(&manual_path, manual()).unwrap();
+    let path = env.config(&config(Some(&fake), "10s"));
+    let hosts: Vec<Served> = (0..3).map(|_| Served::start(&quarry_bin(), &path)).collect();
+    for h in &hosts {
+        search(&h.url).await;
+    }
+    let chunks_before = built(&hosts[0].url).await["chunks"].as_u64().unwrap();
+
+    // One chapter changes; its mtime moves on, as an editor's save does.
+    let edited =
+        manual().replace("Use --bwlimit with a timetable.", "Use --bwlimit with a timetable, or --bwlimit-file.");
+    std::fs::write(&manual_path, &edited).unwrap();
+    let mtime = filetime::FileTime::from_last_modification_time(&std::fs::metadata(&manual_path).unwrap());
+    filetime::set_file_mtime(&manual_path, filetime::FileTime::from_unix_time(mtime.unix_seconds() + 2, 0)).unwrap();
+    let want = local_answer(&env).await;
+    assert!(want.contains("--bwlimit-file"), "{want}");
+
+    let first = search(&hosts[0].url).await;
+    assert_eq!(passages(&first), passages(&want), "{first}");
+    let rebuilt = built(&hosts[0].url).await;
+    let embedded = rebuilt["embedded"].as_u64().unwrap();
+    assert!(embedded > 0 && embedded < chunks_before, "only the changed chunks: {rebuilt}");
+    for h in &hosts[1..] {
+        let got = search(&h.url).await;
+        assert_eq!(passages(&got), passages(&want), "{got}");
+        assert_eq!(built(&h.url).await["embedded"].as_u64(), Some(0), "took up the new build");
+    }
+    let manifest =
+        fake.documents("travel", "inventory", "airlines").into_iter().find(|(k, _)| k == "_quarry::manifest");
+    assert_eq!(manifest.unwrap().1["generation"], 2, "one rebuild, one commit");
+}
