@@ -119,6 +119,7 @@ bench-mcp: setup models
 # Couchbase vector search against the local fake cluster: the SDK alone beside the component in
 # the host (scoped and cluster-level), so the ratio is Quarry's cost.
 bench-couchbase: setup
+	$(CARGO) build --release -p quarry
 	$(CARGO) bench -p quarry-tests --bench couchbase
 
 # Pulling a component by digest from the loopback registry: cold cache beside cached, and push.

@@ -63,11 +63,13 @@ pub(super) struct Mutation<'a> {
 pub(super) struct Docs {
     docs: Mutex<HashMap<DocKey, StoredDoc>>,
     last_cas: Mutex<u64>,
+    /// Bumped by every change: what was read of the documents before is current while it holds.
+    version: std::sync::atomic::AtomicU64,
 }
 
 impl Default for Docs {
     fn default() -> Self {
-        Docs { docs: Mutex::default(), last_cas: Mutex::new(0) }
+        Docs { docs: Mutex::default(), last_cas: Mutex::new(0), version: Default::default() }
     }
 }
 
@@ -85,7 +87,13 @@ pub(super) enum Store {
 impl Docs {
     /// A CAS greater than every one before, like a data node's hybrid logical clock (nanoseconds
     /// since the epoch, bumped when two mutations fall in one tick).
+    /// The documents' version: it changes with every write.
+    pub(super) fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     fn next_cas(&self) -> u64 {
+        self.version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let mut last = self.last_cas.lock();
         *last = now.max(*last + 1);

@@ -170,6 +170,9 @@ struct State {
     docs: docs::Docs,
     /// Search indexes created through the API.
     created: Mutex<Vec<search::CreatedIndex>>,
+    /// Each created index's documents, read at a version of the documents.
+    #[allow(clippy::type_complexity, reason = "a cache keyed by the index and its uuid")]
+    materialised: Mutex<std::collections::HashMap<(String, String, String, String), (u64, Arc<IndexSpec>)>>,
     /// Writes still to be answered with a temporary failure (TMPFAIL, 0x86).
     failing_writes: std::sync::atomic::AtomicUsize,
     /// A key every write to is answered with a temporary failure.
@@ -200,6 +203,7 @@ impl FakeCluster {
             spec,
             docs: docs::Docs::default(),
             created: Mutex::default(),
+            materialised: Mutex::default(),
             failing_writes: Default::default(),
             failing_key: Mutex::default(),
             uuids: Default::default(),

@@ -3,6 +3,7 @@
 //! vector) plus the bleve `query`, with the failure modes of [`QueryBehaviour`].
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine;
@@ -36,14 +37,14 @@ pub(super) struct CreatedIndex {
 }
 
 /// An index as a request finds it: one of the spec's, or one created through the API with its
-/// documents read now.
+/// documents as they are now.
 struct Found {
-    spec: IndexSpec,
+    spec: Arc<IndexSpec>,
     def: Option<Value>,
 }
 
 fn from_spec(idx: &IndexSpec) -> Found {
-    Found { spec: idx.clone(), def: None }
+    Found { spec: Arc::new(idx.clone()), def: None }
 }
 
 /// The scoped index a name in a scoped path means (bare or `bucket.scope.name`).
@@ -117,8 +118,24 @@ fn keyword_paths(def: &Value) -> Vec<String> {
     out
 }
 
-/// A created index with the documents of its mapped collections, as the spec's are.
+/// A created index with the documents of its mapped collections, as the spec's are: read again
+/// only after a write (the documents are parsed once per version, not once per query; a
+/// document that expires leaves the index at the next write).
 fn materialise(state: &State, c: &CreatedIndex) -> Found {
+    let version = state.docs.version();
+    let key = (c.bucket.clone(), c.scope.clone(), c.name.clone(), c.def["uuid"].to_string());
+    if let Some((v, spec)) = state.materialised.lock().get(&key)
+        && *v == version
+    {
+        return Found { spec: spec.clone(), def: Some(c.def.clone()) };
+    }
+    let found = read_index(state, c);
+    state.materialised.lock().insert(key, (version, found.spec.clone()));
+    found
+}
+
+/// [`materialise`], reading every document.
+fn read_index(state: &State, c: &CreatedIndex) -> Found {
     let vectors = mapped_vectors(&c.def);
     let (field, dims) = vectors.first().map_or((String::new(), 0), |(_, p, d)| (p.clone(), *d));
     let ids = state.collection_ids(&c.bucket);
@@ -150,7 +167,7 @@ fn materialise(state: &State, c: &CreatedIndex) -> Found {
         dims,
         docs,
     };
-    Found { spec, def: Some(c.def.clone()) }
+    Found { spec: Arc::new(spec), def: Some(c.def.clone()) }
 }
 
 /// Creates or updates a scoped index from the definition a client PUT, as the Search service's
