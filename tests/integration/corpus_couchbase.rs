@@ -357,3 +357,19 @@ async fn a_cluster_that_goes_away_and_comes_back() {
         }
     }
 }
+
+/// A commit that would take the corpus past its `max_bytes` is refused, and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_past_max_bytes_is_refused() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let corpus = open(&fake).await.with_max_bytes(200);
+    let lease = corpus.lease("host-a", Duration::from_secs(30), Duration::from_secs(5)).await.unwrap();
+    assert_eq!(corpus.commit(&lease, manual()[..2].to_vec(), None).await.unwrap(), 1);
+    let e = corpus.commit(&lease, manual()[2..].to_vec(), None).await.unwrap_err();
+    assert!(matches!(&e, CorpusError::Invalid(m) if m.contains("over its limit of 200")), "{e:?}");
+    let info = corpus.info().await.unwrap();
+    assert_eq!((info.generation, info.chunks), (1, 2));
+    // Removing makes room again.
+    assert_eq!(corpus.commit(&lease, vec![Change::Remove("a".into())], None).await.unwrap(), 2);
+    assert_eq!(corpus.commit(&lease, manual()[2..3].to_vec(), None).await.unwrap(), 3);
+}

@@ -66,6 +66,10 @@ struct Manifest {
     dimension: usize,
     metric: Metric,
     chunks: u64,
+    /// What the chunks hold (ids, texts, metadata, fields, 4 bytes a dimension), as a local
+    /// corpus counts it against its `max_bytes`.
+    #[serde(default)]
+    bytes: u64,
     notes: String,
     /// Chunks whose key is not their id (rewritten with other content): id -> key.
     #[serde(default)]
@@ -89,6 +93,13 @@ pub struct CouchbaseCorpus {
     store: Store,
     index: String,
     shape: Shape,
+    max_bytes: u64,
+}
+
+/// What a chunk holds, as [`Manifest::bytes`] counts it.
+fn record_bytes(r: &Record) -> u64 {
+    let fields: usize = r.fields.iter().map(|(k, v)| k.len() + v.iter().map(String::len).sum::<usize>()).sum();
+    (r.id.len() + r.text.len() + r.metadata.len() + fields + r.vector.len() * 4) as u64
 }
 
 fn unavailable(name: &str, e: StoreError) -> CorpusError {
@@ -227,6 +238,7 @@ impl CouchbaseCorpus {
             dimension: shape.dimension,
             metric: shape.metric,
             chunks: 0,
+            bytes: 0,
             notes: "{}".into(),
             moved: BTreeMap::new(),
             retired: Vec::new(),
@@ -259,7 +271,13 @@ impl CouchbaseCorpus {
         let vector =
             VectorField { path: "embedding".into(), dims: shape.dimension as u32, similarity: "dot_product".into() };
         store.ensure_index(index, index_params(scope, collection, shape), &vector).await.map_err(fail)?;
-        Ok(CouchbaseCorpus { name: name.to_string(), store, index: index.to_string(), shape })
+        Ok(CouchbaseCorpus { name: name.to_string(), store, index: index.to_string(), shape, max_bytes: u64::MAX })
+    }
+
+    /// Refuses commits that would make the corpus hold more than `bytes`.
+    pub fn with_max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = bytes;
+        self
     }
 
     /// Its vectors' shape.
@@ -538,6 +556,8 @@ impl CouchbaseCorpus {
         let mut writes: Vec<(String, Value)> = Vec::new();
         let mut marks: Vec<(String, Value)> = Vec::new();
         let mut chunks = m.chunks as i64;
+        let mut bytes = m.bytes as i64;
+        let held = |d: &quarry_couchbase::store::Doc| record(&d.value).map_or(0, |(r, ..)| record_bytes(&r) as i64);
         for ((id, key), doc) in ids.iter().zip(&keys).zip(current) {
             let live = doc.as_ref().filter(|d| visible(&d.value, m.generation));
             if let Some(r) = upserts.get(id) {
@@ -549,6 +569,7 @@ impl CouchbaseCorpus {
                 match live {
                     Some(d) if d.value["quarry"]["hash"] == hash => {} // unchanged
                     Some(d) => {
+                        bytes += record_bytes(&r) as i64 - held(d);
                         // Other content: a new key, the old version removed at the flip.
                         let moved = format!("{id}@@{next}");
                         let mut old = d.value.clone();
@@ -561,6 +582,7 @@ impl CouchbaseCorpus {
                     }
                     None => {
                         chunks += 1;
+                        bytes += record_bytes(&r) as i64;
                         let pending = doc.as_ref().is_some_and(|d| d.value["quarry"]["gen"] == next);
                         // A removed version still there (readers one generation behind may
                         // read it until the next commit deletes it) keeps its key.
@@ -582,11 +604,19 @@ impl CouchbaseCorpus {
                 }
             } else if let Some(d) = live {
                 chunks -= 1;
+                bytes -= held(d);
                 let mut old = d.value.clone();
                 old["quarry"]["until"] = json!(next);
                 marks.push((key.clone(), old));
                 attempt.marked.insert(key.clone());
             }
+        }
+        let bytes = bytes.max(0) as u64 + notes.as_ref().map_or(m.notes.len(), String::len) as u64;
+        if bytes > self.max_bytes {
+            return Err(CorpusError::Invalid(format!(
+                "corpus {} would hold {bytes} bytes after this commit, over its limit of {}; raise max_bytes in its [corpora.NAME] section, or remove chunks",
+                self.name, self.max_bytes
+            )));
         }
         // First what will be touched, then the touching: a commit that dies here is cleared by
         // the next.
@@ -608,6 +638,7 @@ impl CouchbaseCorpus {
         let deleting = std::mem::replace(&mut m.retired, attempt.marked.iter().cloned().collect());
         m.generation = next;
         m.chunks = chunks.max(0) as u64;
+        m.bytes = bytes - notes.as_ref().map_or(m.notes.len(), String::len) as u64;
         if let Some(n) = notes {
             m.notes = n;
         }

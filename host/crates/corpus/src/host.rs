@@ -154,7 +154,8 @@ async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<S
             // them deeper still (past the compiler's layout depth).
             let opened = Box::pin(crate::couchbase::CouchbaseCorpus::open(&section.name, store, &t.index, shape))
                 .await
-                .map_err(from_rag)?;
+                .map_err(from_rag)?
+                .with_max_bytes(section.max_bytes);
             Kept::Couchbase(opened)
         }
         #[cfg(not(feature = "couchbase"))]
