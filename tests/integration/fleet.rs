@@ -203,3 +203,40 @@ async fn an_edited_manual_is_rebuilt_once_and_served_by_all() {
         fake.documents("travel", "inventory", "airlines").into_iter().find(|(k, _)| k == "_quarry::manifest");
     assert_eq!(manifest.unwrap().1["generation"], 2, "one rebuild, one commit");
 }
+
+/// A load balancer's view of a host whose corpus is in Couchbase: ready once prepared; not ready
+/// while the cluster does not answer (saying which corpus); ready again when it is back, with no
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_the_cluster() {
+    let mut fake = FakeCluster::start(fc::standard()).await;
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual()).unwrap();
+    let host = Served::start(&quarry_bin(), &env.config(&config(Some(&fake), "2s")));
+    let readyz = host.url.replace("/mcp", "/readyz");
+    let status = |url: String| async move {
+        let a = quarry_tests::local_prometheus::fetch("GET", &url, None).await.unwrap();
+        (a.status, a.body)
+    };
+    let wait_for = |want: u16, what: &'static str| {
+        let url = readyz.clone();
+        async move {
+            let started = Instant::now();
+            loop {
+                let (got, body) = status(url.clone()).await;
+                if got == want {
+                    return body;
+                }
+                assert!(started.elapsed() < Duration::from_secs(60), "{what}: still {got} {body}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait_for(200, "prepared").await;
+    fake.stop();
+    let body = wait_for(503, "cluster gone").await;
+    assert!(body.contains("corpora.manual") && body.contains("Couchbase"), "{body}");
+    fake.restart().await;
+    wait_for(200, "cluster back").await;
+    assert_eq!(passages(&search(&host.url).await), passages(&local_answer(&env).await));
+}

@@ -142,9 +142,9 @@ macro_rules! capabilities {
             }
 
             /// What the capabilities cannot reach now, for `/readyz`: one line each.
-            pub fn unreachable(&self) -> Vec<String> {
+            pub async fn unreachable(&self) -> Vec<String> {
                 let mut lines = Vec::new();
-                $( $(#[$cfg])? lines.extend(<$cap as Capability>::unreachable(&self.$field)); )*
+                $( $(#[$cfg])? lines.extend(<$cap as Capability>::unreachable(&self.$field).await); )*
                 lines
             }
 

@@ -180,11 +180,12 @@ pub trait Capability: Sized + 'static {
         let _ = (section, app, out);
     }
 
-    /// What it cannot reach now, for `/readyz` (a corpus directory that is gone): one line
-    /// each, naming the section. Called on every readiness probe: cheap, bounded checks only.
-    fn unreachable(section: &Self::Section) -> Vec<String> {
+    /// What it cannot reach now, for `/readyz` (a corpus directory that is gone, a cluster that
+    /// does not answer): one line each, naming the section. Called on every readiness probe:
+    /// cheap checks, each bounded in time.
+    fn unreachable(section: &Self::Section) -> impl Future<Output = Vec<String>> + Send {
         let _ = section;
-        Vec::new()
+        async { Vec::new() }
     }
 
     /// A new store's state for an instance granted `grant`.

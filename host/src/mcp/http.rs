@@ -361,7 +361,7 @@ fn endpoint(shared: Arc<Shared>, connection: Arc<Connection>) -> BoxCloneService
         let (shared, checked) = (shared.clone(), checked.clone());
         async move {
             let details = with_the_token(&shared, &req).is_ok();
-            match ops::probe(&shared.registry, req.method(), req.uri().path(), details) {
+            match ops::probe(&shared.registry, req.method(), req.uri().path(), details).await {
                 Some(answer) => Ok(answer),
                 None => checked.oneshot(req).await,
             }

@@ -1,7 +1,8 @@
 //! The operator's endpoints of `quarry serve --http`, beside the MCP endpoint:
 //! - `/healthz`: the process answers (a load balancer's liveness probe);
 //! - `/readyz`: every configured instance has loaded and prepared, and the capabilities reach
-//!   what they serve from (a corpus directory): 200, or 503 with what is missing;
+//!   what they serve from (a corpus directory, a corpus's cluster): 200, or 503 with what is
+//!   missing;
 //! - `/metrics`: the Prometheus text exposition ([`crate::metrics`]).
 //!
 //! The probes are answered in front of every check of the MCP endpoint (a balancer sends no
@@ -39,7 +40,7 @@ type Reply = Response<BoxBody<Bytes, Infallible>>;
 
 /// The answer to a probe (`path` is [`HEALTHZ`] or [`READYZ`]), or `None` for another path.
 /// `details`: whether the caller may read why the host is not ready.
-pub fn probe(registry: &Registry, method: &Method, path: &str, details: bool) -> Option<Reply> {
+pub async fn probe(registry: &Registry, method: &Method, path: &str, details: bool) -> Option<Reply> {
     if path != HEALTHZ && path != READYZ {
         return None;
     }
@@ -49,7 +50,7 @@ pub fn probe(registry: &Registry, method: &Method, path: &str, details: bool) ->
     if path == HEALTHZ {
         return Some(reply(StatusCode::OK, "text/plain; charset=utf-8", "ok\n".into()));
     }
-    let report = registry.readiness();
+    let report = registry.readiness().await;
     let status = if report.ready() { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = if report.ready() {
         serde_json::json!({"ready": true})

@@ -330,8 +330,9 @@ impl Registry {
     }
 
     /// Whether every configured instance and embedder has loaded and every instance has
-    /// prepared, and the capabilities reach what they serve from. Waits for nothing.
-    pub fn readiness(&self) -> ReadyReport {
+    /// prepared, and the capabilities reach what they serve from. Waits for nothing but the
+    /// capabilities' checks, each bounded.
+    pub async fn readiness(&self) -> ReadyReport {
         let mut report = ReadyReport::default();
         let failures = self.failures();
         for (name, why) in &failures {
@@ -353,7 +354,7 @@ impl Registry {
         if report.waiting.is_empty() && !*self.loaded.borrow() {
             report.waiting.push("the host is still loading its instances".into());
         }
-        report.failed.extend(self.config.sections.unreachable());
+        report.failed.extend(self.config.sections.unreachable().await);
         report
     }
 

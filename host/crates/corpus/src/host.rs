@@ -171,6 +171,31 @@ async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<S
     Ok(shared)
 }
 
+/// How long a readiness probe waits for a corpus's cluster.
+const PROBE_WAIT: Duration = Duration::from_secs(3);
+
+/// Why corpus `section` cannot serve now, if this process has it open and it does not answer
+/// (its manifest read) within a few seconds: for `/readyz`. A corpus no store has opened yet is
+/// not asked (its instances' readiness says whether they could open it).
+pub async fn unreachable(section: &CorpusSection) -> Option<String> {
+    let shared = OPEN.lock().get(&section.place()).and_then(Weak::upgrade)?;
+    match tokio::time::timeout(PROBE_WAIT, shared.info()).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(format!("corpora.{}: {}", section.name, wit_message(&e))),
+        Err(_) => Some(format!("corpora.{}: no answer within {PROBE_WAIT:?}", section.name)),
+    }
+}
+
+fn wit_message(e: &WitError) -> &str {
+    match e {
+        WitError::Shape(m)
+        | WitError::Invalid(m)
+        | WitError::Denied(m)
+        | WitError::Busy(m)
+        | WitError::Unavailable(m) => m,
+    }
+}
+
 fn from_corpus(name: &str, e: CorpusError) -> WitError {
     match e {
         CorpusError::Io { .. } => WitError::Unavailable(format!("corpus {name}: {e}")),
