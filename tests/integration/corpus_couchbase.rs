@@ -373,3 +373,65 @@ async fn a_commit_past_max_bytes_is_refused() {
     assert_eq!(corpus.commit(&lease, vec![Change::Remove("a".into())], None).await.unwrap(), 2);
     assert_eq!(corpus.commit(&lease, manual()[2..3].to_vec(), None).await.unwrap(), 3);
 }
+
+/// Against a real cluster, when `QUARRY_TEST_CORPUS_COUCHBASE_URL` and its companions are set
+/// (`_USERNAME`, `_PASSWORD`, `_BUCKET`, `_SCOPE`, `_COLLECTION`: an empty collection the test
+/// may write, and an index `quarry-check` it may make): the corpus's commits, reads and lease on
+/// the real services, compared with a local corpus. A real Search service indexes a moment after
+/// a write; the test says how long the new generation took to show whole, which is what a
+/// reader may miss just after a flip there (the fake indexes at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_cluster_when_configured() {
+    let var = |k: &str| std::env::var(format!("QUARRY_TEST_CORPUS_COUCHBASE_{k}")).ok().filter(|v| !v.is_empty());
+    let names = ["URL", "USERNAME", "PASSWORD", "BUCKET", "SCOPE", "COLLECTION"];
+    let Some(v) = names.iter().map(|k| var(k)).collect::<Option<Vec<_>>>() else {
+        eprintln!(
+            "skipped: set QUARRY_TEST_CORPUS_COUCHBASE_{{{}}} to run this test against a real Couchbase cluster",
+            names.join(",")
+        );
+        return;
+    };
+    check_a_cluster(&v).await;
+}
+
+/// The real-cluster check above, run against the fake: so that the check itself is known to
+/// work before a user runs it against their cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_cluster_check_passes_on_the_fake() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let v = [&fake.connection_string(), fc::USERNAME, fc::PASSWORD, "travel", "inventory", "airlines"];
+    check_a_cluster(&v.map(String::from)).await;
+}
+
+/// Commits, reads and a removal on the cluster at `v` (url, user, password, bucket, scope,
+/// collection), compared with a local corpus.
+async fn check_a_cluster(v: &[String]) {
+    let raw: RawConnection =
+        serde_json::from_value(json!({"connection_string": v[0], "username": v[1], "password": v[2]})).unwrap();
+    let connection = Arc::new(quarry::capability::couchbase::connection(std::path::Path::new("/"), raw).unwrap());
+    let store = Store::new(connection, &v[3], &v[4], &v[5], Duration::from_secs(20));
+    let corpus = CouchbaseCorpus::open("check", store, "quarry-check", SHAPE).await.unwrap();
+    let lease = corpus.lease("real-check", Duration::from_secs(30), Duration::from_secs(30)).await.unwrap();
+    let first = corpus.commit(&lease, manual(), None).await.unwrap();
+    let flipped = std::time::Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalCorpus::open(dir.path(), SHAPE).unwrap();
+    local.commit(manual(), None).unwrap();
+    let q = [0.8, 0.3, 0.1, 0.0];
+    let want = local.snapshot().nearest(&q, 4, &Filter::all()).unwrap();
+    loop {
+        let got = corpus.nearest(&q, 4, &Filter::all()).await.unwrap();
+        if ids(&got) == ids(&want) {
+            break;
+        }
+        assert!(flipped.elapsed() < Duration::from_secs(60), "generation {first} not whole after 60 s: {got:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("generation {first} searchable whole {:?} after its flip", flipped.elapsed());
+    assert_eq!(corpus.list(&under("90.1"), 0, 10).await.unwrap(), local.snapshot().list(&under("90.1"), 0, 10));
+    let asked: Vec<String> = ["b", "d"].map(String::from).to_vec();
+    assert_eq!(corpus.get(&asked).await.unwrap(), local.snapshot().get(&asked));
+    let second = corpus.commit(&lease, vec![Change::Remove("a".into())], None).await.unwrap();
+    assert_eq!(second, first + 1);
+    assert!(corpus.get(&["a".to_string()]).await.unwrap()[0].is_none());
+}
