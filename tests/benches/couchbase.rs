@@ -18,6 +18,9 @@
 //! The fake answers in microseconds, so the figures are client-side costs, not a server's.
 //! Run with `make bench-couchbase` (or `cargo bench -p quarry-tests --bench couchbase`).
 
+// The Couchbase SDK's futures are deep (see tests/integration/main.rs).
+#![recursion_limit = "256"]
+
 use std::time::{Duration, Instant};
 
 use couchbase::authenticator::PasswordAuthenticator;
@@ -149,12 +152,7 @@ async fn main() {
 /// cluster's `travel.inventory.airlines`, 384-dimensional toy vectors.
 fn chapter_config(fake: &FakeCluster, couchbase: bool) -> String {
     let corpus = if couchbase {
-        format!(
-            "[couchbase.local]\nconnection_string = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\n[corpora.manual]\nbackend = \"couchbase\"\nconnection = \"local\"\nbucket = \"travel\"\nscope = \"inventory\"\ncollection = \"airlines\"\ntimeout = \"60s\"\n",
-            fake.connection_string(),
-            fc::USERNAME,
-            fc::PASSWORD
-        )
+        fake.corpus_section("airlines", "timeout = \"60s\"")
     } else {
         "[corpora.manual]\ndir = \"corpus\"\n".to_string()
     };

@@ -27,7 +27,7 @@ fn store(fake: &FakeCluster, timeout: Duration) -> Store {
 }
 
 async fn open(fake: &FakeCluster) -> CouchbaseCorpus {
-    CouchbaseCorpus::open("manual", store(fake, Duration::from_secs(5)), "quarry-manual", SHAPE).await.unwrap()
+    CouchbaseCorpus::open("manual", store(fake, Duration::from_secs(20)), "quarry-manual", SHAPE).await.unwrap()
 }
 
 fn chunk(id: &str, text: &str, v: [f32; 4], chapter: &str) -> Change {
@@ -208,12 +208,7 @@ fn chapter_config(fake: Option<&FakeCluster>, pool: usize) -> String {
 /// [`chapter_config`] with `timeout` on each Couchbase call.
 fn chapter_config_with(fake: Option<&FakeCluster>, pool: usize, timeout: &str) -> String {
     let corpus = match fake {
-        Some(f) => format!(
-            "[couchbase.local]\nconnection_string = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\n\n[corpora.manual]\nbackend = \"couchbase\"\nconnection = \"local\"\nbucket = \"travel\"\nscope = \"inventory\"\ncollection = \"airlines\"\ntimeout = \"{timeout}\"\n",
-            f.connection_string(),
-            fc::USERNAME,
-            fc::PASSWORD
-        ),
+        Some(f) => f.corpus_section("airlines", &format!("timeout = \"{timeout}\"")),
         None => "[corpora.manual]\ndir = \"corpus\"\n".to_string(),
     };
     format!(

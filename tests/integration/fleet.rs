@@ -18,12 +18,7 @@ const QUESTION: &str = "bandwidth limits with a timetable";
 /// `timeout` on each Couchbase call.
 fn config(fake: Option<&FakeCluster>, timeout: &str) -> String {
     let corpus = match fake {
-        Some(f) => format!(
-            "[couchbase.local]\nconnection_string = \"{}\"\nusername = \"{}\"\npassword = \"{}\"\n\n[corpora.manual]\nbackend = \"couchbase\"\nconnection = \"local\"\nbucket = \"travel\"\nscope = \"inventory\"\ncollection = \"airlines\"\nlease_ttl = \"2s\"\ntimeout = \"{timeout}\"\n",
-            f.connection_string(),
-            fc::USERNAME,
-            fc::PASSWORD
-        ),
+        Some(f) => f.corpus_section("airlines", &format!("lease_ttl = \"2s\"\ntimeout = \"{timeout}\"")),
         None => "[corpora.manual]\ndir = \"corpus\"\n".to_string(),
     };
     format!(

@@ -309,6 +309,16 @@ impl FakeCluster {
         *self.state.failing_key.lock() = key.map(|k| k.as_bytes().to_vec());
     }
 
+    /// The config of a corpus `manual` kept in this cluster's `travel.inventory.COLLECTION`: a
+    /// `[couchbase.local]` connection to it and `[corpora.manual]` with `backend = "couchbase"`,
+    /// `extra` keys appended to the section (`timeout = "3s"`).
+    pub fn corpus_section(&self, collection: &str, extra: &str) -> String {
+        format!(
+            "[couchbase.local]\nconnection_string = \"{}\"\nusername = \"{USERNAME}\"\npassword = \"{PASSWORD}\"\n\n[corpora.manual]\nbackend = \"couchbase\"\nconnection = \"local\"\nbucket = \"travel\"\nscope = \"inventory\"\ncollection = \"{collection}\"\n{extra}\n",
+            self.connection_string()
+        )
+    }
+
     /// Changes how the FTS query endpoints answer from now on.
     pub fn set_query_behaviour(&self, b: QueryBehaviour) {
         *self.state.behaviour.lock() = b;

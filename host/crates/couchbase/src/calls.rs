@@ -35,69 +35,25 @@ pub(super) fn count<T>(op: Op, r: &wasmtime::Result<Result<T, CouchbaseError>>) 
     COUNTS[op as usize][outcome].fetch_add(1, Ordering::Relaxed);
 }
 
-/// Every `(operation, outcome, calls)` with at least one call.
+/// Every `(operation, outcome, calls)` of a table of counts with at least one call.
+pub(super) fn nonzero<const O: usize>(
+    ops: &[&'static str],
+    outcomes: &[&'static str; O],
+    counts: &[[AtomicU64; O]],
+) -> Vec<(&'static str, &'static str, u64)> {
+    let mut out = Vec::new();
+    for (op, row) in ops.iter().zip(counts) {
+        for (outcome, n) in outcomes.iter().zip(row) {
+            let n = n.load(Ordering::Relaxed);
+            if n > 0 {
+                out.push((*op, *outcome, n));
+            }
+        }
+    }
+    out
+}
+
+/// Every `(operation, outcome, calls)` of the guests' calls with at least one call.
 pub fn counts() -> Vec<(&'static str, &'static str, u64)> {
-    let mut out = Vec::new();
-    for (op, row) in OPS.iter().zip(&COUNTS) {
-        for (outcome, n) in OUTCOMES.iter().zip(row) {
-            let n = n.load(Ordering::Relaxed);
-            if n > 0 {
-                out.push((*op, *outcome, n));
-            }
-        }
-    }
-    out
-}
-
-/// The calls the host's own `Store`s make (a corpus in Couchbase).
-#[derive(Debug, Clone, Copy)]
-pub(super) enum StoreOp {
-    Get,
-    Upsert,
-    Insert,
-    Replace,
-    Remove,
-    Search,
-    Index,
-}
-
-const STORE_OPS: [&str; 7] = ["get", "upsert", "insert", "replace", "remove", "search", "index"];
-const STORE_OUTCOMES: [&str; 8] =
-    ["ok", "not_found", "exists", "cas_mismatch", "unavailable", "temporary", "invalid", "service"];
-
-static STORE_COUNTS: [[AtomicU64; STORE_OUTCOMES.len()]; STORE_OPS.len()] =
-    [const { [const { AtomicU64::new(0) }; STORE_OUTCOMES.len()] }; STORE_OPS.len()];
-
-/// Counts one store call of `op` that ended as `r`, and passes `r` on.
-pub(super) fn count_store<T>(
-    op: StoreOp,
-    r: Result<T, crate::store::StoreError>,
-) -> Result<T, crate::store::StoreError> {
-    use crate::store::StoreError as E;
-    let outcome = match &r {
-        Ok(_) => 0,
-        Err(E::NotFound(_)) => 1,
-        Err(E::Exists(_)) => 2,
-        Err(E::CasMismatch(_)) => 3,
-        Err(E::Unavailable(_)) => 4,
-        Err(E::Temporary(_)) => 5,
-        Err(E::Invalid(_)) => 6,
-        Err(E::Service(_)) => 7,
-    };
-    STORE_COUNTS[op as usize][outcome].fetch_add(1, Ordering::Relaxed);
-    r
-}
-
-/// Every `(operation, outcome, calls)` of the host's own store calls with at least one call.
-pub fn store_counts() -> Vec<(&'static str, &'static str, u64)> {
-    let mut out = Vec::new();
-    for (op, row) in STORE_OPS.iter().zip(&STORE_COUNTS) {
-        for (outcome, n) in STORE_OUTCOMES.iter().zip(row) {
-            let n = n.load(Ordering::Relaxed);
-            if n > 0 {
-                out.push((*op, *outcome, n));
-            }
-        }
-    }
-    out
+    nonzero(&OPS, &OUTCOMES, &COUNTS)
 }

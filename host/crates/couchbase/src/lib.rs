@@ -46,13 +46,14 @@ use wasmtime::component::{HasSelf, Linker};
 
 use wit::{CouchbaseError, IndexScope, ScopeInfo, SearchIndex, SearchRow, VectorSearch};
 
-pub use calls::{counts, store_counts};
+pub use calls::counts;
 pub use client::Client;
 pub use connection::{Connection, RawConnection, Secret, connection};
 pub use grant::{
     CouchbaseGrant, DEFAULT_TIMEOUT, MAX_ROWS, RawGrant, check_bucket_name, check_index_name, check_scope_name, grant,
 };
 pub use search::vector_fields;
+pub use store::store_counts;
 
 use errors::{Result, to_wit};
 

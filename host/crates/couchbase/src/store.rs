@@ -9,6 +9,7 @@
 //! missing).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use couchbase::cluster::Cluster;
@@ -18,7 +19,6 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::OnceCell;
 
-use super::calls::{StoreOp, count_store};
 use super::connection::{Connection, connect};
 
 /// Documents written or read at once, at most.
@@ -77,6 +77,47 @@ fn from_sdk(what: &str, e: &couchbase::error::Error) -> StoreError {
         }
         _ => StoreError::Service(m),
     }
+}
+
+/// The calls the host's own stores make, counted for `/metrics`.
+#[derive(Debug, Clone, Copy)]
+enum StoreOp {
+    Get,
+    Upsert,
+    Insert,
+    Replace,
+    Remove,
+    Search,
+    Index,
+}
+
+const STORE_OPS: [&str; 7] = ["get", "upsert", "insert", "replace", "remove", "search", "index"];
+const STORE_OUTCOMES: [&str; 8] =
+    ["ok", "not_found", "exists", "cas_mismatch", "unavailable", "temporary", "invalid", "service"];
+
+static STORE_COUNTS: [[AtomicU64; STORE_OUTCOMES.len()]; STORE_OPS.len()] =
+    [const { [const { AtomicU64::new(0) }; STORE_OUTCOMES.len()] }; STORE_OPS.len()];
+
+/// Counts one store call of `op` that ended as `r`, and passes `r` on.
+fn count_store<T>(op: StoreOp, r: Result<T>) -> Result<T> {
+    use StoreError as E;
+    let outcome = match &r {
+        Ok(_) => 0,
+        Err(E::NotFound(_)) => 1,
+        Err(E::Exists(_)) => 2,
+        Err(E::CasMismatch(_)) => 3,
+        Err(E::Unavailable(_)) => 4,
+        Err(E::Temporary(_)) => 5,
+        Err(E::Invalid(_)) => 6,
+        Err(E::Service(_)) => 7,
+    };
+    STORE_COUNTS[op as usize][outcome].fetch_add(1, Ordering::Relaxed);
+    r
+}
+
+/// Every `(operation, outcome, calls)` of the host's own store calls with at least one call.
+pub fn store_counts() -> Vec<(&'static str, &'static str, u64)> {
+    super::calls::nonzero(&STORE_OPS, &STORE_OUTCOMES, &STORE_COUNTS)
 }
 
 /// A document as read: its body and CAS.
