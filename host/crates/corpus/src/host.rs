@@ -84,7 +84,7 @@ enum Kept {
     Local(LocalCorpus),
     /// In a Couchbase collection: searched by the cluster, nothing kept here.
     #[cfg(feature = "couchbase")]
-    Couchbase(crate::couchbase::CouchbaseCorpus),
+    Couchbase(Box<crate::couchbase::CouchbaseCorpus>),
 }
 
 /// The write lease a writer holds, by backend.
@@ -156,7 +156,7 @@ async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<S
                 .await
                 .map_err(from_rag)?
                 .with_max_bytes(section.max_bytes);
-            Kept::Couchbase(opened)
+            Kept::Couchbase(Box::new(opened))
         }
         #[cfg(not(feature = "couchbase"))]
         Backend::Couchbase(_) => unreachable!("a host without Couchbase refuses such a section when it reads it"),

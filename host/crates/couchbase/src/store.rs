@@ -138,6 +138,8 @@ pub struct Store {
     path: [String; 3],
     timeout: Duration,
     cluster: OnceCell<Cluster>,
+    /// Set once the collection's id is resolved (see [`Store::resolve`]).
+    resolved: OnceCell<()>,
 }
 
 impl Store {
@@ -148,6 +150,7 @@ impl Store {
             path: [bucket.to_string(), scope.to_string(), collection.to_string()],
             timeout,
             cluster: OnceCell::new(),
+            resolved: OnceCell::new(),
         }
     }
 
@@ -174,6 +177,37 @@ impl Store {
         }
     }
 
+    /// Makes the SDK resolve the collection's id, once, with a single read in a task of its own,
+    /// before any batch runs on it. The SDK 1.1's cache of collection ids
+    /// (`couchbase-core`'s `collection_resolver_cached.rs`) is not safe for concurrent first use:
+    /// the first caller resolves while the others wait on a `Notify` they may start polling only
+    /// after `notify_waiters` has fired (they then wait forever); and it sets the entry after it
+    /// has awaited the resolution, so a first caller dropped meanwhile (by a timeout) leaves the
+    /// entry pending for every later call. Here one read resolves it, alone, in a task of its own
+    /// that completes even if its caller gives up. (Other rare stalls of an SDK call remain under
+    /// heavy load; each is bounded by the timeout.)
+    async fn resolve(&self, deadline: tokio::time::Instant) -> Result<()> {
+        let cluster = self.cluster_by(deadline).await?;
+        let once = self.resolved.get_or_try_init(|| async {
+            let [b, s, c] = self.path.clone();
+            let cluster = cluster.clone();
+            let first = tokio::spawn(async move {
+                match cluster.bucket(&b).scope(&s).collection(&c).get("_quarry::resolve", None).await {
+                    Err(e) if !matches!(e.kind(), ErrorKind::DocumentNotFound) => {
+                        Err(from_sdk("resolving the collection", &e))
+                    }
+                    _ => Ok(()),
+                }
+            });
+            match tokio::time::timeout_at(deadline, first).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => Err(StoreError::Service(format!("resolving the collection: {e}"))),
+                Err(_) => Err(self.no_answer("resolving the collection")),
+            }
+        });
+        once.await.map(|_| ())
+    }
+
     /// Runs `op` on the collection within the timeout, connecting first if needed; counts it
     /// as `kind` for `/metrics`.
     async fn bounded<T, F>(&self, kind: StoreOp, what: &str, op: impl FnOnce(Collection) -> F) -> Result<T>
@@ -182,6 +216,7 @@ impl Store {
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let run = async {
+            self.resolve(deadline).await?;
             let cluster = self.cluster_by(deadline).await?;
             let [b, s, c] = &self.path;
             let collection = cluster.bucket(b).scope(s).collection(c);
