@@ -156,6 +156,15 @@ async fn readers_never_see_half_a_commit() {
     corpus.commit(&lease, vec![], None).await.unwrap();
     assert!(!keys(&fake).any(|k| k == "a" || k == "b"), "gone a generation later");
     assert_eq!(corpus.info().await.unwrap().chunks, 4);
+    // The manifest names the moved key while b lives, and forgets it when b is removed.
+    let moved = |fake: &FakeCluster| {
+        let docs = fake.documents("travel", "inventory", "hotels");
+        docs.into_iter().find(|(k, _)| k == "_quarry::manifest").unwrap().1["moved"].clone()
+    };
+    assert_eq!(moved(&fake), json!({"b": "b@@3"}));
+    corpus.commit(&lease, vec![Change::Remove("b".into())], None).await.unwrap();
+    assert_eq!(moved(&fake), json!({}));
+    assert!(corpus.get(&["b".to_string()]).await.unwrap()[0].is_none());
 }
 
 /// One writer at a time: another waits and gets `busy`; a holder that stops renewing loses the

@@ -398,7 +398,7 @@ fn checked_endpoint(
                             .saturating_sub(shared.connections.available_permits()),
                         sessions: shared.sessions.sessions.read().await.len(),
                     };
-                    return Ok::<_, Infallible>(ops::metrics(&shared.registry, req.method(), figures));
+                    return Ok::<_, Infallible>(ops::metrics(&shared.registry, figures));
                 }
                 Ok::<_, Infallible>(serve_mcp(&shared, req).await)
             }
@@ -473,9 +473,7 @@ struct Scanned {
 fn on_the_endpoint(req: &Request<Incoming>) -> Result<(), Refusal> {
     let path = req.uri().path();
     if path == ops::METRICS && req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
-        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED, "use GET");
-        r.headers_mut().insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
-        return Err(r);
+        return Err(ops::not_allowed());
     }
     if path != PATH && path != ops::METRICS {
         return Err(plain(

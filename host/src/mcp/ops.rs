@@ -67,11 +67,9 @@ pub async fn probe(registry: &Registry, method: &Method, path: &str, details: bo
     Some(reply(status, "application/json", format!("{body}\n")))
 }
 
-/// The answer to `GET /metrics`.
-pub fn metrics(registry: &Registry, method: &Method, server: ServerFigures) -> Reply {
-    if method != Method::GET && method != Method::HEAD {
-        return not_allowed();
-    }
+/// The answer to `GET /metrics` (another method is refused before, with the MCP endpoint's
+/// checks).
+pub fn metrics(registry: &Registry, server: ServerFigures) -> Reply {
     let mut e = Exposition::default();
     crate::metrics::write(registry, &mut e);
     e.single("quarry_http_connections_open", Kind::Gauge, "HTTP connections open now.", server.connections as f64);
@@ -79,7 +77,8 @@ pub fn metrics(registry: &Registry, method: &Method, server: ServerFigures) -> R
     reply(StatusCode::OK, CONTENT_TYPE, e.finish())
 }
 
-fn not_allowed() -> Reply {
+/// 405 to a method other than `GET` or `HEAD`.
+pub fn not_allowed() -> Reply {
     let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "use GET\n".into());
     r.headers_mut().insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
     r

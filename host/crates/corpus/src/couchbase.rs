@@ -605,6 +605,9 @@ impl CouchbaseCorpus {
             } else if let Some(d) = live {
                 chunks -= 1;
                 bytes -= held(d);
+                // Readers of the new generation do not look it up; readers of this one have
+                // their own copy of the manifest.
+                m.moved.remove(id);
                 let mut old = d.value.clone();
                 old["quarry"]["until"] = json!(next);
                 marks.push((key.clone(), old));

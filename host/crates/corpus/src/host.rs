@@ -76,6 +76,10 @@ pub struct Shared {
     kept: Kept,
     /// Writers of this process take turns here before they take the lease (file or document).
     queue: Arc<tokio::sync::Mutex<()>>,
+    /// The last readiness probe of a remote corpus: when, and what it found. Probes come from
+    /// anyone who can reach `/readyz`, without a token: they share one question to the cluster
+    /// a second at most.
+    probed: tokio::sync::Mutex<Option<(Instant, Option<String>)>>,
 }
 
 /// Where an open corpus is kept.
@@ -161,7 +165,12 @@ async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<S
         #[cfg(not(feature = "couchbase"))]
         Backend::Couchbase(_) => unreachable!("a host without Couchbase refuses such a section when it reads it"),
     };
-    let shared = Arc::new(Shared { section: section.clone(), kept, queue: Arc::new(tokio::sync::Mutex::new(())) });
+    let shared = Arc::new(Shared {
+        section: section.clone(),
+        kept,
+        queue: Arc::new(tokio::sync::Mutex::new(())),
+        probed: tokio::sync::Mutex::new(None),
+    });
     let mut open = OPEN.lock();
     // Another store may have opened it meanwhile: one copy per host.
     if let Some(theirs) = open.get(&place).and_then(Weak::upgrade) {
@@ -173,17 +182,28 @@ async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<S
 
 /// How long a readiness probe waits for a corpus's cluster.
 const PROBE_WAIT: Duration = Duration::from_secs(3);
+/// A readiness probe asks a corpus's cluster at most this often; others take its answer.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// Why corpus `section` cannot serve now, if this process has it open and it does not answer
 /// (its manifest read) within a few seconds: for `/readyz`. A corpus no store has opened yet is
 /// not asked (its instances' readiness says whether they could open it).
 pub async fn unreachable(section: &CorpusSection) -> Option<String> {
     let shared = OPEN.lock().get(&section.place()).and_then(Weak::upgrade)?;
-    match tokio::time::timeout(PROBE_WAIT, shared.info()).await {
+    // Held while the cluster is asked: concurrent probes wait for the one answer.
+    let mut probed = shared.probed.lock().await;
+    if let Some((at, found)) = &*probed
+        && at.elapsed() < PROBE_EVERY
+    {
+        return found.clone();
+    }
+    let found = match tokio::time::timeout(PROBE_WAIT, shared.info()).await {
         Ok(Ok(_)) => None,
         Ok(Err(e)) => Some(format!("corpora.{}: {}", section.name, wit_message(&e))),
         Err(_) => Some(format!("corpora.{}: no answer within {PROBE_WAIT:?}", section.name)),
-    }
+    };
+    *probed = Some((Instant::now(), found.clone()));
+    found
 }
 
 fn wit_message(e: &WitError) -> &str {
