@@ -92,6 +92,53 @@ config = { dimension = 64, max_tokens = 256 }
 pool = 1
 "#;
 
+/// Chapter-rag (`plugins/chapters.wasm`, the toy embedder) as instance `a` with a pool of `pool`
+/// over `docs/m.md`, its index in corpus `manual`, which `corpus` defines (`[corpora.manual]`,
+/// and what it names).
+pub fn chapter_rag_on_corpus(corpus: &str, pool: usize) -> String {
+    format!(
+        r#"{TOY_SECTION}
+{corpus}
+[tools.a]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+pool = {pool}
+config = {{ manual = "/docs/m.md", corpus = "manual" }}
+[tools.a.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}]
+corpora = [{{ name = "manual", mode = "rw" }}]
+memory = "1GiB"
+deadline = "120s"
+"#
+    )
+}
+
+/// A small manual: two chapters with sections, one of them on `--bwlimit` with a timetable.
+pub fn small_manual() -> String {
+    let para = |t: &str| format!("This paragraph explains {t} for the reader in some detail. ").repeat(16);
+    format!(
+        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable. {}\n",
+        para("installation"),
+        para("linux packages"),
+        para("windows installers"),
+        para("syncing folders"),
+        para("bandwidth limits"),
+    )
+}
+
+/// What a chapter-rag answer must keep wherever its corpus is: the chapters it routes to, and
+/// its passages, in order. (The routing's confidences may differ: keyword scores come from the
+/// Search service's text scoring in a Couchbase corpus, from BM25 in a local one.)
+pub fn routed_passages(answer: &str) -> (Vec<String>, String) {
+    let routed = answer.lines().next().unwrap_or_default();
+    let chapters = routed
+        .trim_start_matches("Routed to: ")
+        .split("; ")
+        .map(|c| c.split(" (confidence").next().unwrap_or_default().to_string())
+        .collect();
+    (chapters, answer.split_once("\n\n[1]").map(|(_, p)| p.to_string()).unwrap_or_default())
+}
+
 impl TestEnv {
     /// A test environment for chapter RAG: the toy embedder and chapter-rag as
     /// `plugins/toy.wasm` and `plugins/chapters.wasm`, and empty `docs/` and `index/`.

@@ -298,7 +298,10 @@ async fn corpus_backends(fake: &FakeCluster) {
                     let r = session.call("a.search", serde_json::json!({"question": q})).await.expect("call");
                     times.push(t.elapsed());
                     let text = r["result"]["content"][0]["text"].as_str().unwrap_or_default();
-                    same += usize::from(passages(text) == passages(&want[(c + i) % QUESTIONS.len()]));
+                    same += usize::from(
+                        quarry_tests::routed_passages(text)
+                            == quarry_tests::routed_passages(&want[(c + i) % QUESTIONS.len()]),
+                    );
                 }
                 (times, same)
             });
@@ -323,11 +326,6 @@ async fn corpus_backends(fake: &FakeCluster) {
         "(on a machine of {} cores every host shares them: 3 hosts show the corpus served alike under load, not a speed-up)",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-}
-
-/// The passages of a chapter-rag answer (its routing confidences depend on keyword scores).
-fn passages(answer: &str) -> String {
-    answer.split_once("\n\n[1]").map(|(_, p)| p.to_string()).unwrap_or_default()
 }
 
 async fn fleet_search(url: &str, q: &str) -> String {

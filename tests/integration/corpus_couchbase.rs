@@ -12,7 +12,7 @@ use quarry::capability::couchbase::store::Store;
 use quarry_corpus::couchbase::{CorpusError, CouchbaseCorpus};
 use quarry_corpus::{Change, Clause, Filter, LocalCorpus, Match, Metric, Record, Shape};
 use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
-use quarry_tests::{COUCHBASE_SEARCH, TOY_SECTION, TestEnv, within};
+use quarry_tests::{COUCHBASE_SEARCH, TestEnv, chapter_rag_on_corpus, routed_passages, small_manual, within};
 use serde_json::json;
 
 const SHAPE: Shape = Shape { dimension: 4, metric: Metric::Cosine };
@@ -208,8 +208,8 @@ async fn the_shape_is_kept_with_the_corpus() {
     assert!(matches!(&e, CorpusError::Shape(m) if m.contains("compared by cosine, not 4-dimensional by dot")), "{e:?}");
 }
 
-/// Chapter-rag over a manual, its corpus in Couchbase or on the host's disk: `connection` names
-/// `[couchbase.local]` (the fake cluster), `None` keeps the corpus in `corpus/`.
+/// Chapter-rag over the small manual, its corpus in the fake cluster's
+/// `travel.inventory.airlines` (`None`: in `corpus/`).
 fn chapter_config(fake: Option<&FakeCluster>, pool: usize) -> String {
     chapter_config_with(fake, pool, "10s")
 }
@@ -220,46 +220,7 @@ fn chapter_config_with(fake: Option<&FakeCluster>, pool: usize, timeout: &str) -
         Some(f) => f.corpus_section("airlines", &format!("timeout = \"{timeout}\"")),
         None => "[corpora.manual]\ndir = \"corpus\"\n".to_string(),
     };
-    format!(
-        r#"{TOY_SECTION}
-{corpus}
-[tools.a]
-component = "plugins/chapters.wasm"
-embedder = "toy"
-pool = {pool}
-config = {{ manual = "/docs/m.md", corpus = "manual" }}
-[tools.a.grants]
-dirs = [{{ host = "docs", guest = "/docs" }}]
-corpora = [{{ name = "manual", mode = "rw" }}]
-memory = "1GiB"
-deadline = "120s"
-"#
-    )
-}
-
-fn manual_text() -> String {
-    let para = |t: &str| format!("This paragraph explains {t} for the reader in some detail. ").repeat(16);
-    format!(
-        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable. {}\n",
-        para("installation"),
-        para("linux packages"),
-        para("windows installers"),
-        para("syncing folders"),
-        para("bandwidth limits"),
-    )
-}
-
-/// What must not depend on where the corpus is kept: the chapters a search routes to, and the
-/// passages it returns, in order. The routing's confidences may differ a little: keyword scores
-/// come from the Search service's text scoring there, from BM25 here.
-fn passages(answer: &str) -> (Vec<String>, String) {
-    let routed = answer.lines().next().unwrap_or_default();
-    let chapters = routed
-        .trim_start_matches("Routed to: ")
-        .split("; ")
-        .map(|c| c.split(" (confidence").next().unwrap_or_default().to_string())
-        .collect();
-    (chapters, answer.split_once("\n\n[1]").map(|(_, p)| p.to_string()).unwrap_or_default())
+    chapter_rag_on_corpus(&corpus, pool)
 }
 
 /// Chapter-rag in the real host, its corpus in Couchbase: built once, the same chapters and
@@ -269,7 +230,7 @@ fn passages(answer: &str) -> (Vec<String>, String) {
 async fn chapter_rag_on_a_couchbase_corpus_answers_as_on_a_local_one() {
     let fake = FakeCluster::start(fc::standard()).await;
     let env = TestEnv::with_chapter_rag();
-    std::fs::write(env.path("docs/m.md"), manual_text()).unwrap();
+    std::fs::write(env.path("docs/m.md"), small_manual()).unwrap();
     let questions = ["bandwidth limits with a timetable", "installing on windows", "syncing folders"];
     let ask = |host: Arc<quarry::Registry>, q: &'static str| async move {
         let args = json!({"question": q}).to_string();
@@ -286,8 +247,8 @@ async fn chapter_rag_on_a_couchbase_corpus_answers_as_on_a_local_one() {
         let host = env.host(&chapter_config(Some(&fake), 2)).await;
         for (q, w) in questions.iter().zip(&want) {
             let got = ask(host.clone(), q).await;
-            assert_eq!(passages(&got), passages(w), "{q}");
-            assert!(!passages(&got).1.is_empty(), "{got}");
+            assert_eq!(routed_passages(&got), routed_passages(w), "{q}");
+            assert!(!routed_passages(&got).1.is_empty(), "{got}");
         }
         let tree = within(120, host.call("a.list_chapter_tree", "{}")).await.unwrap();
         let report: serde_json::Value = serde_json::from_str(tree.extra.as_deref().unwrap()).unwrap();
@@ -314,7 +275,7 @@ couchbase = { connection = "local", scopes = ["travel.inventory"] }
     let tree = within(120, host.call("a.list_chapter_tree", "{}")).await.unwrap();
     let report: serde_json::Value = serde_json::from_str(tree.extra.as_deref().unwrap()).unwrap();
     assert_eq!((report["report"]["embedded"].as_u64(), report["report"]["reused"].as_u64()), (Some(0), Some(chunks)));
-    assert_eq!(passages(&ask(host.clone(), questions[0]).await), passages(&want[0]));
+    assert_eq!(routed_passages(&ask(host.clone(), questions[0]).await), routed_passages(&want[0]));
 }
 
 /// The cluster goes away while the host serves: searches fail at once with the corpus's
@@ -324,7 +285,7 @@ couchbase = { connection = "local", scopes = ["travel.inventory"] }
 async fn a_cluster_that_goes_away_and_comes_back() {
     let mut fake = FakeCluster::start(fc::standard()).await;
     let env = TestEnv::with_chapter_rag();
-    std::fs::write(env.path("docs/m.md"), manual_text()).unwrap();
+    std::fs::write(env.path("docs/m.md"), small_manual()).unwrap();
     let host = env.host(&chapter_config_with(Some(&fake), 1, "3s")).await;
     let args = json!({"question": "bandwidth limits with a timetable"}).to_string();
     let before = within(120, host.call("a.search", &args)).await.unwrap().text;

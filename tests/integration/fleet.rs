@@ -8,51 +8,20 @@ use std::time::{Duration, Instant};
 
 use quarry_tests::fakes::couchbase::{self as fc, FakeCluster};
 use quarry_tests::mcp_client::{McpHttp, Served};
-use quarry_tests::{TOY_SECTION, TestEnv, quarry_bin, within};
+use quarry_tests::{TestEnv, chapter_rag_on_corpus, quarry_bin, routed_passages, small_manual, within};
 use serde_json::{Value, json};
 
 const QUESTION: &str = "bandwidth limits with a timetable";
 
-/// Chapter-rag on `docs/m.md`, its corpus in the fake cluster's `travel.inventory.airlines`
-/// (`None`: in `corpus/`), a lease that expires 2 s after its holder stops renewing it, and
-/// `timeout` on each Couchbase call.
+/// Chapter-rag on the small manual, its corpus in the fake cluster's
+/// `travel.inventory.airlines` (`None`: in `corpus/`), a lease that expires 2 s after its holder
+/// stops renewing it, and `timeout` on each Couchbase call.
 fn config(fake: Option<&FakeCluster>, timeout: &str) -> String {
     let corpus = match fake {
         Some(f) => f.corpus_section("airlines", &format!("lease_ttl = \"2s\"\ntimeout = \"{timeout}\"")),
         None => "[corpora.manual]\ndir = \"corpus\"\n".to_string(),
     };
-    format!(
-        r#"{TOY_SECTION}
-{corpus}
-[tools.a]
-component = "plugins/chapters.wasm"
-embedder = "toy"
-pool = 1
-config = {{ manual = "/docs/m.md", corpus = "manual" }}
-[tools.a.grants]
-dirs = [{{ host = "docs", guest = "/docs" }}]
-corpora = [{{ name = "manual", mode = "rw" }}]
-memory = "1GiB"
-deadline = "120s"
-"#
-    )
-}
-
-fn manual() -> String {
-    let para = |t: &str| format!("This paragraph explains {t} for the reader in some detail. ").repeat(16);
-    format!(
-        "# Installing\n\n{}\n\n## On Windows\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable. {}\n",
-        para("installation"),
-        para("windows installers"),
-        para("syncing folders"),
-        para("bandwidth limits"),
-    )
-}
-
-/// The passages of an answer, from the first on (the routing's confidences depend on the keyword
-/// scores, which the Search service computes otherwise than BM25).
-fn passages(answer: &str) -> String {
-    answer.split_once("\n\n[1]").map(|(_, p)| p.to_string()).unwrap_or_default()
+    chapter_rag_on_corpus(&corpus, 1)
 }
 
 /// The answer to `tool` with `args` from the server at `url`.
@@ -90,13 +59,13 @@ fn keys(fake: &FakeCluster) -> Vec<String> {
 async fn three_hosts_build_once_and_answer_alike() {
     let fake = FakeCluster::start(fc::standard()).await;
     let env = TestEnv::with_chapter_rag();
-    std::fs::write(env.path("docs/m.md"), manual()).unwrap();
+    std::fs::write(env.path("docs/m.md"), small_manual()).unwrap();
     let want = local_answer(&env).await;
     let path = env.config(&config(Some(&fake), "10s"));
     let hosts: Vec<Served> = (0..3).map(|_| Served::start(&quarry_bin(), &path)).collect();
     let (a, b, c) = tokio::join!(search(&hosts[0].url), search(&hosts[1].url), search(&hosts[2].url));
     for got in [&a, &b, &c] {
-        assert_eq!(passages(got), passages(&want), "{got}");
+        assert_eq!(routed_passages(got), routed_passages(&want), "{got}");
     }
     let mut embedded = Vec::new();
     let mut chunks = 0;
@@ -122,7 +91,7 @@ async fn a_killed_builder_is_taken_over_after_its_lease() {
     for (point, resumes) in [("_quarry::attempt", false), ("_quarry::manifest", true)] {
         let fake = FakeCluster::start(fc::standard()).await;
         let env = TestEnv::with_chapter_rag();
-        std::fs::write(env.path("docs/m.md"), manual()).unwrap();
+        std::fs::write(env.path("docs/m.md"), small_manual()).unwrap();
         let want = local_answer(&env).await;
         let path = env.config(&config(Some(&fake), "60s"));
         fake.fail_writes_to(Some(point));
@@ -145,7 +114,7 @@ async fn a_killed_builder_is_taken_over_after_its_lease() {
 
         let next = Served::start(&quarry_bin(), &path);
         let got = search(&next.url).await;
-        assert_eq!(passages(&got), passages(&want), "{point}: {got}");
+        assert_eq!(routed_passages(&got), routed_passages(&want), "{point}: {got}");
         assert_eq!(manifest(&fake).unwrap().1["generation"], 1, "{point}");
         let report = built(&next.url).await;
         let chunks = report["chunks"].as_u64().unwrap();
@@ -167,7 +136,7 @@ async fn an_edited_manual_is_rebuilt_once_and_served_by_all() {
     let fake = FakeCluster::start(fc::standard()).await;
     let env = TestEnv::with_chapter_rag();
     let manual_path = env.path("docs/m.md");
-    std::fs::write(&manual_path, manual()).unwrap();
+    std::fs::write(&manual_path, small_manual()).unwrap();
     let path = env.config(&config(Some(&fake), "10s"));
     let hosts: Vec<Served> = (0..3).map(|_| Served::start(&quarry_bin(), &path)).collect();
     for h in &hosts {
@@ -177,7 +146,7 @@ async fn an_edited_manual_is_rebuilt_once_and_served_by_all() {
 
     // One chapter changes; its mtime moves on, as an editor's save does.
     let edited =
-        manual().replace("Use --bwlimit with a timetable.", "Use --bwlimit with a timetable, or --bwlimit-file.");
+        small_manual().replace("Use --bwlimit with a timetable.", "Use --bwlimit with a timetable, or --bwlimit-file.");
     std::fs::write(&manual_path, &edited).unwrap();
     let mtime = filetime::FileTime::from_last_modification_time(&std::fs::metadata(&manual_path).unwrap());
     filetime::set_file_mtime(&manual_path, filetime::FileTime::from_unix_time(mtime.unix_seconds() + 2, 0)).unwrap();
@@ -185,13 +154,13 @@ async fn an_edited_manual_is_rebuilt_once_and_served_by_all() {
     assert!(want.contains("--bwlimit-file"), "{want}");
 
     let first = search(&hosts[0].url).await;
-    assert_eq!(passages(&first), passages(&want), "{first}");
+    assert_eq!(routed_passages(&first), routed_passages(&want), "{first}");
     let rebuilt = built(&hosts[0].url).await;
     let embedded = rebuilt["embedded"].as_u64().unwrap();
     assert!(embedded > 0 && embedded < chunks_before, "only the changed chunks: {rebuilt}");
     for h in &hosts[1..] {
         let got = search(&h.url).await;
-        assert_eq!(passages(&got), passages(&want), "{got}");
+        assert_eq!(routed_passages(&got), routed_passages(&want), "{got}");
         assert_eq!(built(&h.url).await["embedded"].as_u64(), Some(0), "took up the new build");
     }
     let manifest =
@@ -206,7 +175,7 @@ async fn an_edited_manual_is_rebuilt_once_and_served_by_all() {
 async fn readyz_follows_the_cluster() {
     let mut fake = FakeCluster::start(fc::standard()).await;
     let env = TestEnv::with_chapter_rag();
-    std::fs::write(env.path("docs/m.md"), manual()).unwrap();
+    std::fs::write(env.path("docs/m.md"), small_manual()).unwrap();
     let host = Served::start(&quarry_bin(), &env.config(&config(Some(&fake), "2s")));
     let readyz = host.url.replace("/mcp", "/readyz");
     let status = |url: String| async move {
@@ -233,5 +202,5 @@ async fn readyz_follows_the_cluster() {
     assert!(body.contains("corpora.manual") && body.contains("Couchbase"), "{body}");
     fake.restart().await;
     wait_for(200, "cluster back").await;
-    assert_eq!(passages(&search(&host.url).await), passages(&local_answer(&env).await));
+    assert_eq!(routed_passages(&search(&host.url).await), routed_passages(&local_answer(&env).await));
 }
