@@ -119,7 +119,7 @@ async fn readers_never_see_half_a_commit() {
         Change::Remove("a".into()),
     ];
     let impatient =
-        CouchbaseCorpus::open("manual", store(&fake, Duration::from_secs(1)), "quarry-manual", SHAPE).await.unwrap();
+        CouchbaseCorpus::open("manual", store(&fake, Duration::from_secs(3)), "quarry-manual", SHAPE).await.unwrap();
     fake.fail_writes_to(Some("_quarry::manifest"));
     let e = impatient.commit(&lease, edit.clone(), None).await.unwrap_err();
     assert!(matches!(e, CorpusError::Unavailable(_)), "{e:?}");
@@ -193,6 +193,35 @@ async fn one_writer_at_a_time_and_a_dead_one_lets_go() {
     let e = corpus.commit(&second, manual(), None).await.unwrap_err();
     assert!(matches!(&e, CorpusError::Busy(m) if m.contains("lease expired")), "{e:?}");
     assert_eq!(corpus.commit(&third, manual(), None).await.unwrap(), 1);
+}
+
+/// The index analyses text as a local corpus does (`cjk`: words and CJK bigrams, no stop
+/// words) and asks for BM25; a 7.6 cluster, which refuses `scoring_model`, gets it without. A
+/// keyword search's filter decides what matches and adds nothing to the scores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_index_scores_text_by_bm25_where_the_cluster_can() {
+    for version_8 in [false, true] {
+        let fake = FakeCluster::start(fc::Spec { version_8, ..fc::standard() }).await;
+        let corpus = open(&fake).await;
+        let puts: Vec<serde_json::Value> =
+            fake.seen().into_iter().filter(|s| s.service == "fts" && s.method == "PUT").map(|s| s.body).collect();
+        let made = puts.last().expect("the corpus made its index");
+        let mapping = &made["params"]["mapping"];
+        assert_eq!(mapping["scoring_model"].as_str(), version_8.then_some("bm25"), "{mapping}");
+        assert_eq!(puts.len(), if version_8 { 1 } else { 2 }, "7.6: refused once, then made without the key");
+        let text = &mapping["types"]["inventory.hotels"]["properties"]["text"]["fields"][0];
+        assert_eq!(text["analyzer"], "cjk");
+
+        let lease = corpus.lease("host-a", Duration::from_secs(30), Duration::from_secs(5)).await.unwrap();
+        corpus.commit(&lease, manual(), None).await.unwrap();
+        // `bandwidth` is in a and b; filtered to chapter 90.11, only b, scored as without a
+        // filter (the generation range and the chapter add nothing).
+        let all = corpus.keyword("bandwidth", None, 10, &Filter::all()).await.unwrap();
+        let only_b = corpus.keyword("bandwidth", None, 10, &Filter::exact("chapter", "90.11")).await.unwrap();
+        assert_eq!(only_b.len(), 1, "{only_b:?}");
+        let b = all.iter().find(|f| f.id == "b").expect("b has the word");
+        assert!((b.score - only_b[0].score).abs() < 1e-6, "{all:?} vs {only_b:?}");
+    }
 }
 
 /// Opening for another shape is refused, saying what the corpus holds.

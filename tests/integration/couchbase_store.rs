@@ -234,6 +234,102 @@ async fn an_index_made_through_the_sdk_searches_the_documents() {
     assert_eq!(kind(&gone), "IndexNotFound", "{gone}");
 }
 
+/// The rows of a search, id and score.
+async fn scored(res: &mut couchbase::results::search_results::SearchResult) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    let mut rows = res.rows();
+    while let Some(row) = rows.next().await {
+        let row = row.expect("a row");
+        out.push((row.id, row.score));
+    }
+    out
+}
+
+/// Text queries are scored with bleve's formulas, worked here by hand: tf-idf on 7.6 (and on
+/// 8.0 by default), BM25 where the mapping's `scoring_model` asks for it on 8.0, which a 7.6
+/// cluster refuses as an invalid mapping key; a leaf with boost 0 matches without scoring.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_queries_score_as_bleve_does() {
+    let docs = [
+        ("a", "bandwidth limits bandwidth timetable"),
+        ("b", "the bandwidth of the connection in use"),
+        ("c", "checksums and hashes"),
+        ("d", "limits"),
+    ];
+    let query = || {
+        let text = Query::Match(MatchQuery::new("bandwidth limits").field("text"));
+        // The corpus's prefilter shape: a numeric range that must hold but, boosted 0, adds nothing.
+        let generation = Query::NumericRange(NumericRangeQuery::new().field("metadata.generation").max(9.0).boost(0.0));
+        SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![text, generation])))
+    };
+    let with_model = |model: Option<&str>| {
+        let mut index = langchain_index("words");
+        if let Some(m) = model {
+            index.params.as_mut().unwrap().get_mut("mapping").unwrap()["scoring_model"] = json!(m);
+        }
+        index
+    };
+    let fill = |cluster: couchbase::cluster::Cluster| async move {
+        let c = hotels(&cluster);
+        for (i, (id, text)) in docs.iter().enumerate() {
+            let d = json!({"text": text, "embedding": [1.0, 0.0, 0.0, 0.0], "metadata": {"generation": i}});
+            bounded(c.upsert(*id, &d, None)).await.unwrap();
+        }
+        cluster
+    };
+    // Four documents; `bandwidth` in a (twice, of 4 terms) and b (once, of 7: the standard
+    // analyzer drops `the`, `of`, `in`, so 3 terms); `limits` in a and d (once, 1 term).
+    let n = 4.0_f64;
+    let expect = |scores: &[(String, f64)], want: &[(&str, f64)]| {
+        let got: Vec<(&str, f64)> = scores.iter().map(|(id, s)| (id.as_str(), *s)).collect();
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for ((id, s), (wid, ws)) in got.iter().zip(want) {
+            assert_eq!(id, wid, "{got:?} vs {want:?}");
+            assert!((s - ws).abs() < 1e-9, "{id}: {s} vs {ws} ({got:?})");
+        }
+    };
+
+    // tf-idf: idf = 1 + ln(N / (n + 1)), both terms in 2 documents; queryNorm = 1/sqrt(2 idf^2);
+    // a term scores sqrt(tf) / sqrt(len) * idf * idf * queryNorm; coord = matched / 2.
+    let fake = FakeCluster::start(fc::standard()).await;
+    let cluster = connect(&fake).await;
+    let manager = cluster.bucket("travel").scope("inventory").search_indexes();
+    let refused = bounded(manager.upsert_index(with_model(Some("bm25")), None)).await.unwrap_err();
+    assert!(refused.to_string().contains("invalid keys: [scoring_model]"), "{refused}");
+    bounded(manager.upsert_index(with_model(None), None)).await.expect("create");
+    let cluster = fill(cluster).await;
+    let scope = cluster.bucket("travel").scope("inventory");
+    let idf = 1.0 + (n / 3.0).ln();
+    let qn = 1.0 / (2.0 * idf * idf).sqrt();
+    let term = |tf: f64, len: f64| tf.sqrt() / len.sqrt() * idf * idf * qn;
+    let mut res = bounded(scope.search("words", query(), SearchOptions::new().limit(10))).await.unwrap();
+    expect(
+        &scored(&mut res).await,
+        &[("a", term(2.0, 4.0) + term(1.0, 4.0)), ("d", term(1.0, 1.0) / 2.0), ("b", term(1.0, 3.0) / 2.0)],
+    );
+
+    // BM25 (Couchbase 8.0): idf = ln(1 + (N - n + 0.5) / (n + 0.5)); bleve's average length is
+    // ceil(distinct terms / N) = ceil(7 / 4) = 2; still sqrt(tf), still times idf * queryNorm.
+    let fake = FakeCluster::start(fc::Spec { version_8: true, ..fc::standard() }).await;
+    let cluster = connect(&fake).await;
+    let manager = cluster.bucket("travel").scope("inventory").search_indexes();
+    bounded(manager.upsert_index(with_model(Some("bm25")), None)).await.expect("8.0 takes scoring_model");
+    let cluster = fill(cluster).await;
+    let scope = cluster.bucket("travel").scope("inventory");
+    let idf = (1.0 + (n - 2.0 + 0.5) / (2.0 + 0.5)).ln();
+    let qn = 1.0 / (2.0 * idf * idf).sqrt();
+    let (k1, b, avg) = (1.2, 0.75, 2.0);
+    let term = |tf: f64, len: f64| {
+        let tf = tf.sqrt();
+        idf * tf * k1 / (tf + k1 * (1.0 - b + b * len / avg)) * idf * qn
+    };
+    let mut res = bounded(scope.search("words", query(), SearchOptions::new().limit(10))).await.unwrap();
+    expect(
+        &scored(&mut res).await,
+        &[("a", term(2.0, 4.0) + term(1.0, 4.0)), ("d", term(1.0, 1.0) / 2.0), ("b", term(1.0, 3.0) / 2.0)],
+    );
+}
+
 /// [`store`] of `travel.inventory.COLLECTION`, each call bounded by `timeout`.
 fn store_with_timeout(fake: &FakeCluster, collection: &str, timeout: Duration) -> Store {
     let raw: RawConnection = serde_json::from_value(json!({

@@ -112,10 +112,11 @@ fn host_filled(config: Value) -> Value {
     serde_json::from_str(&config.to_string().replace("$HOST", "127.0.0.1")).unwrap_or(config)
 }
 
-/// `GET /pools/default/buckets/{b}` as a 7.6 node answers it, trimmed to the settings the
-/// SDK's BucketSettings reads (plus a few identifying fields).
+/// `GET /pools/default/buckets/{b}` as a 7.6 (or 8.0) node answers it, trimmed to the settings
+/// the SDK's BucketSettings reads (plus a few identifying fields).
 fn bucket_settings(state: &State, bucket: &BucketSpec) -> Value {
     let (kv, mgmt, _) = state.ports;
+    let version = if state.spec.version_8 { "8.0.0-3777-enterprise" } else { "7.6.2-3721-enterprise" };
     json!({
         "name": bucket.name,
         "nodeLocator": "vbucket",
@@ -139,7 +140,7 @@ fn bucket_settings(state: &State, bucket: &BucketSpec) -> Value {
         "bucketCapabilitiesVer": "",
         "bucketCapabilities": ["collections", "durableWrite", "couchapi", "dcp", "cbhello", "touch", "cccp", "xattr", "nodesExt"],
         "collectionsManifestUid": "2",
-        "nodes": [{"hostname": format!("127.0.0.1:{mgmt}"), "ports": {"direct": kv}, "services": ["fts", "kv"], "status": "healthy", "clusterMembership": "active", "version": "7.6.2-3721-enterprise"}],
+        "nodes": [{"hostname": format!("127.0.0.1:{mgmt}"), "ports": {"direct": kv}, "services": ["fts", "kv"], "status": "healthy", "clusterMembership": "active", "version": version}],
         "basicStats": {"quotaPercentUsed": 1.5, "opsPerSec": 0, "diskFetches": 0, "itemCount": 0, "diskUsed": 0, "dataUsed": 0, "memUsed": 1572864},
     })
 }

@@ -35,10 +35,12 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use crate::percent_decode;
 
+mod analysis;
 mod docs;
 mod kv;
 mod mgmt;
 mod query_string;
+mod scoring;
 mod scram;
 mod search;
 
@@ -69,6 +71,9 @@ pub struct Spec {
     /// `bucket.scope.index` names), as a 7.6 cluster's does; otherwise it lists only
     /// bucket-level indexes.
     pub cluster_lists_scoped: bool,
+    /// Whether the cluster is Couchbase 8.0, whose Search service takes a mapping's
+    /// `scoring_model` (`bm25`); a 7.6 one refuses the key (cbft parses mappings strictly).
+    pub version_8: bool,
 }
 
 /// One bucket.
@@ -172,7 +177,9 @@ struct State {
     created: Mutex<Vec<search::CreatedIndex>>,
     /// Each created index's documents, read at a version of the documents.
     #[allow(clippy::type_complexity, reason = "a cache keyed by the index and its uuid")]
-    materialised: Mutex<std::collections::HashMap<(String, String, String, String), (u64, Arc<IndexSpec>)>>,
+    materialised: Mutex<
+        std::collections::HashMap<(String, String, String, String), (u64, Arc<IndexSpec>, Arc<analysis::Analysed>)>,
+    >,
     /// Writes still to be answered with a temporary failure (TMPFAIL, 0x86).
     failing_writes: std::sync::atomic::AtomicUsize,
     /// A key every write to is answered with a temporary failure.
@@ -377,6 +384,7 @@ pub fn standard() -> Spec {
         vector_search: true,
         qualified_scoped_names: true,
         cluster_lists_scoped: false,
+        version_8: false,
     }
 }
 

@@ -63,9 +63,21 @@ pub(super) enum Query {
         should: Option<Box<Query>>,
         must_not: Option<Box<Query>>,
     },
+    /// A leaf query with a `boost` (bleve scales a leaf's score by it; compound queries ignore
+    /// theirs).
+    Boosted(Box<Query>, f64),
 }
 
 pub(super) fn parse_query(v: &Value) -> Result<Query, String> {
+    let q = parse_unboosted(v)?;
+    Ok(match (v.get("boost").and_then(Value::as_f64), q) {
+        (_, q @ (Query::Conj(_) | Query::Disj(..) | Query::Boolean { .. })) => q,
+        (Some(b), q) => Query::Boosted(Box::new(q), b),
+        (None, q) => q,
+    })
+}
+
+fn parse_unboosted(v: &Value) -> Result<Query, String> {
     let Some(o) = v.as_object() else { return Err("unknown query type".into()) };
     let field = o.get("field").and_then(Value::as_str).map(str::to_string);
     let list = |key: &str| -> Result<Vec<Query>, String> {
@@ -274,6 +286,7 @@ pub(super) fn analysed(q: Query, keyword: &[String]) -> Query {
         }
         Query::Conj(qs) => Query::Conj(all(qs)),
         Query::Disj(qs, min) => Query::Disj(all(qs), min),
+        Query::Boosted(q, b) => Query::Boosted(Box::new(analysed(*q, keyword)), b),
         Query::Boolean { must, should, must_not } => {
             Query::Boolean { must: boxed(must), should: boxed(should), must_not: boxed(must_not) }
         }
@@ -324,6 +337,7 @@ pub(super) fn matches(q: &Query, doc: &Doc) -> bool {
         }),
         Query::Bool { field, value } => values(doc, field).iter().any(|v| v.as_bool() == Some(*value)),
         Query::Ids(ids) => ids.contains(&doc.id),
+        Query::Boosted(q, _) => matches(q, doc),
         Query::Conj(qs) => qs.iter().all(|q| matches(q, doc)),
         Query::Disj(qs, min) => qs.iter().filter(|q| matches(q, doc)).count() >= (*min).max(1),
         Query::Boolean { must, should, must_not } => {

@@ -12,8 +12,10 @@ use bytes::Bytes;
 use hyper::Response;
 use serde_json::{Map, Value, json};
 
+use super::analysis::Analysed;
 use super::mgmt::{ReplyBody, reply_json, reply_text};
 use super::query_string::{Query, analysed, matches, parse_query};
+use super::scoring::{self, Index};
 use super::{Doc, IndexSpec, QueryBehaviour, State, uuid_for};
 
 /// The index's name as 7.6 lists it.
@@ -41,10 +43,12 @@ pub(super) struct CreatedIndex {
 struct Found {
     spec: Arc<IndexSpec>,
     def: Option<Value>,
+    /// Its fields analysed, built as queries need them, kept as long as its documents are.
+    analysed: Arc<Analysed>,
 }
 
 fn from_spec(idx: &IndexSpec) -> Found {
-    Found { spec: Arc::new(idx.clone()), def: None }
+    Found { spec: Arc::new(idx.clone()), def: None, analysed: Arc::default() }
 }
 
 /// The scoped index a name in a scoped path means (bare or `bucket.scope.name`).
@@ -124,13 +128,13 @@ fn keyword_paths(def: &Value) -> Vec<String> {
 fn materialise(state: &State, c: &CreatedIndex) -> Found {
     let version = state.docs.version();
     let key = (c.bucket.clone(), c.scope.clone(), c.name.clone(), c.def["uuid"].to_string());
-    if let Some((v, spec)) = state.materialised.lock().get(&key)
+    if let Some((v, spec, analysed)) = state.materialised.lock().get(&key)
         && *v == version
     {
-        return Found { spec: spec.clone(), def: Some(c.def.clone()) };
+        return Found { spec: spec.clone(), def: Some(c.def.clone()), analysed: analysed.clone() };
     }
     let found = read_index(state, c);
-    state.materialised.lock().insert(key, (version, found.spec.clone()));
+    state.materialised.lock().insert(key, (version, found.spec.clone(), found.analysed.clone()));
     found
 }
 
@@ -167,7 +171,7 @@ fn read_index(state: &State, c: &CreatedIndex) -> Found {
         dims,
         docs,
     };
-    Found { spec: Arc::new(spec), def: Some(c.def.clone()) }
+    Found { spec: Arc::new(spec), def: Some(c.def.clone()), analysed: Arc::default() }
 }
 
 /// Creates or updates a scoped index from the definition a client PUT, as the Search service's
@@ -189,6 +193,11 @@ fn put_index(state: &State, bucket: &str, scope: &str, name: &str, body: &Value)
     if body.get("sourceName").and_then(Value::as_str) != Some(bucket) {
         return fail(format!(
             "rest_create_index: error creating index: {name}, err: manager_api: CreateIndex, sourceName must be the bucket {bucket}"
+        ));
+    }
+    if let Err(e) = check_mapping(body.pointer("/params/mapping"), state.spec.version_8) {
+        return fail(format!(
+            "rest_create_index: error creating index: {name}, err: manager_api: CreateIndex, Prepare failed, err: {e}"
         ));
     }
     for (ty, _, dims) in mapped_vectors(body) {
@@ -218,6 +227,37 @@ fn put_index(state: &State, bucket: &str, scope: &str, name: &str, body: &Value)
     def["sourceUUID"] = json!(uuid_for(bucket));
     created.push(CreatedIndex { bucket: bucket.into(), scope: scope.into(), name: name.into(), def });
     reply_json(200, &json!({"status": "ok", "name": name, "uuid": uuid}))
+}
+
+/// The index mapping's own keys, as bleve reads them with `MappingJSONStrict` (cbft sets it):
+/// an unknown key is refused, and `scoring_model` is known from Couchbase 8.0 (bleve 2.5) on.
+fn check_mapping(mapping: Option<&Value>, version_8: bool) -> Result<(), String> {
+    const KNOWN: &[&str] = &[
+        "types",
+        "default_mapping",
+        "type_field",
+        "default_type",
+        "default_analyzer",
+        "default_datetime_parser",
+        "default_field",
+        "store_dynamic",
+        "index_dynamic",
+        "docvalues_dynamic",
+        "analysis",
+    ];
+    let Some(m) = mapping.and_then(Value::as_object) else { return Ok(()) };
+    let invalid: Vec<&str> = m
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !KNOWN.contains(k) && !(version_8 && (*k == "scoring_model" || *k == "default_synonym_source")))
+        .collect();
+    if !invalid.is_empty() {
+        return Err(format!("bleve: index mapping contains invalid keys: [{}]", invalid.join(" ")));
+    }
+    match m.get("scoring_model").and_then(Value::as_str) {
+        None | Some("" | "tf-idf" | "bm25") => Ok(()),
+        Some(other) => Err(format!("bleve: unsupported scoring model: {other}")),
+    }
 }
 
 fn index_not_found() -> Response<ReplyBody> {
@@ -316,9 +356,11 @@ async fn query_endpoint(state: &State, found: Option<&Found>, body: &Value) -> R
     }
     let Some(found) = found else { return index_not_found() };
     let idx = &found.spec;
-    let keyword = found.def.as_ref().map(keyword_paths).unwrap_or_default();
+    let def = definition(state, found);
+    let keyword = keyword_paths(&def);
     let started = Instant::now();
-    match run_query(state, idx, body, &keyword) {
+    let index = Index { docs: &idx.docs, analysed: &found.analysed, def: &def };
+    match run_query(state, idx, &index, body, &keyword) {
         Ok(mut result) => {
             result["took"] = json!(started.elapsed().as_nanos() as u64);
             reply_json(200, &result)
@@ -433,7 +475,40 @@ fn knn_vector(k: &Value) -> Result<Vec<f32>, String> {
     Ok(vec![])
 }
 
-fn run_query(state: &State, idx: &IndexSpec, body: &Value, keyword: &[String]) -> Result<Value, String> {
+/// A request's `sort`, as (by id, descending) keys: `_id`, `_score` (a `-` before either
+/// descends) or the SDK's `{"by": "id" | "score", "desc": ...}`; the default is by score,
+/// descending. Field and geo sorts are not faked.
+fn sort_order(sort: Option<&Value>) -> Result<Vec<(bool, bool)>, String> {
+    let Some(keys) = sort.and_then(Value::as_array).filter(|a| !a.is_empty()) else { return Ok(vec![(false, true)]) };
+    keys.iter()
+        .map(|k| match k {
+            Value::String(s) => match s.as_str() {
+                "_id" => Ok((true, false)),
+                "-_id" => Ok((true, true)),
+                "_score" => Ok((false, false)),
+                "-_score" => Ok((false, true)),
+                other => Err(format!("fake_couchbase does not implement sorting by {other:?}")),
+            },
+            Value::Object(o) => {
+                let desc = o.get("desc").and_then(Value::as_bool).unwrap_or(false);
+                match o.get("by").and_then(Value::as_str) {
+                    Some("id") => Ok((true, desc)),
+                    Some("score") => Ok((false, desc)),
+                    other => Err(format!("fake_couchbase does not implement sorting by {other:?}")),
+                }
+            }
+            _ => Err("bleve: QueryBleve parsing searchRequest, err: unknown sort".into()),
+        })
+        .collect()
+}
+
+fn run_query(
+    state: &State,
+    idx: &IndexSpec,
+    index: &Index<'_>,
+    body: &Value,
+    keyword: &[String],
+) -> Result<Value, String> {
     let size = body.get("size").and_then(Value::as_i64).filter(|s| *s >= 0).unwrap_or(10) as usize;
     let from = body.get("from").and_then(Value::as_i64).filter(|f| *f >= 0).unwrap_or(0) as usize;
     let query = match body.get("query") {
@@ -451,11 +526,13 @@ fn run_query(state: &State, idx: &IndexSpec, body: &Value, keyword: &[String]) -
         }
     };
 
-    // Score per doc: the query's hits score 1, each kNN adds its (boosted) similarity.
+    // Score per doc: the query's as bleve scores it, plus each kNN's (boosted) similarity.
+    let plan = scoring::compile(query, index);
+    let norm = scoring::query_norm(&plan);
     let mut scores: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-    for d in &idx.docs {
-        if matches(&query, d) {
-            scores.insert(&d.id, (1.0, 0));
+    for (i, d) in idx.docs.iter().enumerate() {
+        if let Some(score) = plan.score(d, i, norm) {
+            scores.insert(&d.id, (score, 0));
         }
     }
     let mut effective_knns = 0;
@@ -511,7 +588,17 @@ fn run_query(state: &State, idx: &IndexSpec, body: &Value, keyword: &[String]) -
         scores.retain(|_, (_, n)| *n == 0 || *n == effective_knns);
     }
     let mut hits: Vec<(&str, f64)> = scores.into_iter().map(|(id, (s, _))| (id, s)).collect();
-    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    let order = sort_order(body.get("sort"))?;
+    hits.sort_by(|a, b| {
+        order
+            .iter()
+            .map(|(by_id, desc)| {
+                let o = if *by_id { a.0.cmp(b.0) } else { a.1.total_cmp(&b.1) };
+                if *desc { o.reverse() } else { o }
+            })
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| a.0.cmp(b.0))
+    });
     let total_hits = hits.len();
     let max_score = hits.first().map_or(0.0, |h| h.1);
 

@@ -171,9 +171,23 @@ fn visible(doc: &Value, generation: u64) -> bool {
 /// What the search sees of generation `g`, and `filter`: the chunks written by then and not yet
 /// removed, whose fields pass every clause.
 fn prefilter(filter: &Filter, g: u64) -> Query {
-    let mut must = vec![Query::NumericRange(
+    prefilter_boosted(filter, g, None)
+}
+
+/// [`prefilter`] with `boost` on each clause that can score: a keyword search sends it with
+/// boost 0, so that the filter decides which chunks match but adds nothing to their scores
+/// (bleve sums a conjunction's scores, and a generation range or a field's value would
+/// otherwise rank chunks by how rare their generation or chapter is).
+fn prefilter_boosted(filter: &Filter, g: u64, boost: Option<f32>) -> Query {
+    let boosted = |q: Query| match (q, boost) {
+        (Query::NumericRange(r), Some(b)) => Query::NumericRange(r.boost(b)),
+        (Query::Term(t), Some(b)) => Query::Term(t.boost(b)),
+        (Query::Prefix(p), Some(b)) => Query::Prefix(p.boost(b)),
+        (q, _) => q,
+    };
+    let mut must = vec![boosted(Query::NumericRange(
         NumericRangeQuery::new().field("quarry.gen").max(g as f32).inclusive_max(g as f32, true),
-    )];
+    ))];
     for clause in &filter.0 {
         let field = format!("quarry.fields.{}", clause.field);
         let any: Vec<Query> = clause
@@ -183,6 +197,7 @@ fn prefilter(filter: &Filter, g: u64) -> Query {
                 Match::Exact => Query::Term(TermQuery::new(v.as_str()).field(field.as_str())),
                 Match::Prefix => Query::Prefix(PrefixQuery::new(v.as_str()).field(field.as_str())),
             })
+            .map(boosted)
             .collect();
         must.push(Query::Disjunction(DisjunctionQuery::new(any)));
     }
@@ -194,12 +209,17 @@ fn prefilter(filter: &Filter, g: u64) -> Query {
 /// The index's parameters: the LangChain fields (`text` and `metadata` stored, as LangChain's
 /// store and CrewAI's tool read them from a hit), and Quarry's (numbers for the generations,
 /// untokenised strings for the filter fields, so that a term is a whole value and a prefix a
-/// prefix of one).
+/// prefix of one). The text is analysed and scored as a local corpus does it, so that keyword
+/// ranking does not depend on where the corpus is kept: the `cjk` analyzer makes the local
+/// BM25's terms (Unicode words lower-cased, no stop words, runs of CJK characters as bigrams),
+/// and `scoring_model` asks Couchbase 8.0 for BM25 (a 7.6 cluster, which refuses the key, gets
+/// the index without it and scores by tf-idf: [`Store::ensure_index`]).
 fn index_params(scope: &str, collection: &str, shape: Shape) -> HashMap<String, Value> {
     let mapping = json!({
         "default_analyzer": "standard",
         "default_mapping": {"enabled": false, "dynamic": true},
         "default_type": "_default",
+        "scoring_model": "bm25",
         "store_dynamic": true,
         "type_field": "_type",
         "types": {format!("{scope}.{collection}"): {"enabled": true, "dynamic": false, "properties": {
@@ -208,7 +228,7 @@ fn index_params(scope: &str, collection: &str, shape: Shape) -> HashMap<String, 
                  "vector_index_optimized_for": "recall", "index": true}
             ]},
             "text": {"enabled": true, "dynamic": false, "fields": [
-                {"name": "text", "type": "text", "analyzer": "standard", "index": true, "store": true}
+                {"name": "text", "type": "text", "analyzer": "cjk", "index": true, "store": true}
             ]},
             "metadata": {"enabled": true, "dynamic": true},
             "quarry": {"enabled": true, "dynamic": false, "properties": {
@@ -352,7 +372,7 @@ impl CouchbaseCorpus {
         let text = Query::Match(MatchQuery::new(query).field("text"));
         let request = SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![
             text,
-            prefilter(filter, m.generation),
+            prefilter_boosted(filter, m.generation, Some(0.0)),
         ])));
         let opts = SearchOptions::new().limit(k.min(MAX_WINDOW) as u32);
         let hits = self.store.search(&self.index, request, opts).await.map_err(|e| unavailable(&self.name, e))?;

@@ -428,21 +428,35 @@ impl Store {
         if let Some(existing) = self.index_definition(name).await? {
             return self.check_index(name, &existing, vector).map(|()| false);
         }
-        let index = SearchIndex::new(name, "fulltext-index").source_name(bucket.clone()).params(params);
-        let created = self
-            .scope_bounded(StoreOp::Index, "creating a search index", |s| async move {
+        let create = |params: std::collections::HashMap<String, Value>| {
+            let index = SearchIndex::new(name, "fulltext-index").source_name(bucket.clone()).params(params);
+            self.scope_bounded(StoreOp::Index, "creating a search index", |s| async move {
                 s.search_indexes()
                     .upsert_index(index, None)
                     .await
                     .map_err(|e| from_sdk(&format!("creating search index {name:?}"), &e))
             })
-            .await;
+        };
+        let mut created = create(params.clone()).await;
+        // A cluster before 8.0 parses mappings strictly and knows no `scoring_model`: the index
+        // is made without it (scored by tf-idf, the only model those clusters have).
+        if let Err(e) = &created
+            && e.to_string().contains("invalid keys")
+            && e.to_string().contains("scoring_model")
+        {
+            let mut older = params;
+            if let Some(Value::Object(m)) = older.get_mut("mapping") {
+                m.remove("scoring_model");
+            }
+            tracing::info!(index = name, "the cluster predates Couchbase 8.0: its search index scores text by tf-idf");
+            created = create(older).await;
+        }
         match created {
             Ok(()) => Ok(true),
             // The SDK 1.1 reports "already exists" as IndexNotFound: look again.
-            Err(StoreError::NotFound(_)) | Err(StoreError::Service(_)) => match self.index_definition(name).await? {
+            Err(e @ (StoreError::NotFound(_) | StoreError::Service(_))) => match self.index_definition(name).await? {
                 Some(existing) => self.check_index(name, &existing, vector).map(|()| false),
-                None => Err(StoreError::Service(format!("search index {name:?} could not be created"))),
+                None => Err(StoreError::Service(format!("search index {name:?} could not be created: {e}"))),
             },
             Err(e) => Err(e),
         }
