@@ -23,6 +23,11 @@ pub struct Client {
     /// Buckets seen to exist, so that opening an instance (bucket, scopes, indexes) and each
     /// search do not look them up again.
     known_buckets: parking_lot::Mutex<std::collections::HashSet<String>>,
+    /// A handle per bucket, made once: the SDK 1.1 gives each `cluster.bucket(..)` an agent
+    /// provider whose `get_agent` can miss the wake-up of the task that fills it and wait
+    /// forever (`couchbase`'s `clients/agent_provider.rs`); a handle made per call risked that
+    /// on every call, a kept one only on its first.
+    buckets: parking_lot::Mutex<std::collections::HashMap<String, couchbase::bucket::Bucket>>,
     /// Cluster-level indexes seen listed on a bucket the grant covers whole (at open, or by an
     /// earlier search), by the full name the cluster lists them under (`idx` for a bucket-level
     /// index, `bucket.scope.idx` for a scoped one): a cluster-level search names the index by
@@ -41,6 +46,7 @@ impl Client {
             cluster: OnceCell::new(),
             agent: OnceCell::new(),
             known_buckets: Default::default(),
+            buckets: Default::default(),
             allowed_indexes: Default::default(),
             max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
         })
@@ -129,6 +135,11 @@ impl Client {
         Ok(exists)
     }
 
+    /// The kept handle of `bucket` (see [`Client::buckets`]).
+    pub(super) fn bucket(&self, cluster: &Cluster, bucket: &str) -> couchbase::bucket::Bucket {
+        self.buckets.lock().entry(bucket.to_string()).or_insert_with(|| cluster.bucket(bucket)).clone()
+    }
+
     /// Fails with `not-found` unless `bucket` exists; asks the cluster only the first time.
     pub(super) async fn ensure_bucket(&self, bucket: &str) -> Result<()> {
         if self.known_buckets.lock().contains(bucket) {
@@ -145,7 +156,7 @@ impl Client {
     pub(super) async fn scopes(&self, bucket: &str) -> Result<Vec<ScopeInfo>> {
         self.ensure_bucket(bucket).await?;
         self.bounded("listing scopes", |c| async move {
-            let scopes = c.bucket(bucket).collections().get_all_scopes(None).await.map_err(|e| sdk_error(&e))?;
+            let scopes = self.bucket(c, bucket).collections().get_all_scopes(None).await.map_err(|e| sdk_error(&e))?;
             Ok(scopes
                 .iter()
                 .map(|s| ScopeInfo {

@@ -51,8 +51,8 @@ impl Client {
                 self.ensure_bucket(bucket).await?;
                 let defs = self
                     .bounded("listing search indexes", |c| async move {
-                        let all = c
-                            .bucket(bucket.as_str())
+                        let all = self
+                            .bucket(c, bucket.as_str())
                             .scope(scope.as_str())
                             .search_indexes()
                             .get_all_indexes(None)
@@ -161,8 +161,12 @@ impl Client {
             opts = opts.fields(q.fields.clone());
         }
         self.bounded("searching", |c| async move {
-            let mut res =
-                c.bucket(bucket).scope(scope).search(q.index.as_str(), req, opts).await.map_err(|e| sdk_error(&e))?;
+            let mut res = self
+                .bucket(c, bucket)
+                .scope(scope)
+                .search(q.index.as_str(), req, opts)
+                .await
+                .map_err(|e| sdk_error(&e))?;
             let mut out = Rows::new(self.max_bytes);
             let mut rows = res.rows();
             while let Some(row) = rows.next().await {

@@ -24,6 +24,10 @@ use super::connection::{Connection, connect};
 /// Documents written or read at once, at most.
 pub const BATCH: usize = 32;
 
+/// How long the first read through a new bucket handle may take before it is made again (see
+/// [`Store::bucket_by`]).
+const FIRST_READ: Duration = Duration::from_secs(2);
+
 /// Why a store call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StoreError {
@@ -120,6 +124,26 @@ pub fn store_counts() -> Vec<(&'static str, &'static str, u64)> {
     super::calls::nonzero(&STORE_OPS, &STORE_OUTCOMES, &STORE_COUNTS)
 }
 
+/// A search's hits, best first, and how many documents it matched in all.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHits {
+    /// The hits the request's limit let through.
+    pub hits: Vec<SearchHit>,
+    /// Every document the query matched (the Search service's `total_hits`).
+    pub total: u64,
+}
+
+/// One hit of a search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHit {
+    /// The document's key.
+    pub key: String,
+    /// Its score.
+    pub score: f64,
+    /// The stored fields asked for, when any came back.
+    pub fields: Option<Value>,
+}
+
 /// A document as read: its body and CAS.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Doc {
@@ -138,6 +162,8 @@ pub struct Store {
     path: [String; 3],
     timeout: Duration,
     cluster: OnceCell<Cluster>,
+    /// The bucket's handle, made once (see [`Store::bucket_by`]).
+    bucket: OnceCell<couchbase::bucket::Bucket>,
     /// Set once the collection's id is resolved (see [`Store::resolve`]).
     resolved: OnceCell<()>,
 }
@@ -150,6 +176,7 @@ impl Store {
             path: [bucket.to_string(), scope.to_string(), collection.to_string()],
             timeout,
             cluster: OnceCell::new(),
+            bucket: OnceCell::new(),
             resolved: OnceCell::new(),
         }
     }
@@ -177,6 +204,17 @@ impl Store {
         }
     }
 
+    /// The bucket's handle, made once and kept: the SDK 1.1 gives each `cluster.bucket(..)` an
+    /// agent provider that a spawned task fills, and its `get_agent` checks for the agent, then
+    /// awaits a `Notify` it starts listening on only afterwards (`couchbase`'s
+    /// `clients/agent_provider.rs`): a call that loses that race waits forever. A handle made
+    /// per call raced on every call (the rare stalls seen under load); a kept one can lose it
+    /// only on its first call, which [`Store::resolve`] makes alone and tries again.
+    async fn bucket_by(&self, deadline: tokio::time::Instant) -> Result<&couchbase::bucket::Bucket> {
+        let cluster = self.cluster_by(deadline).await?;
+        Ok(self.bucket.get_or_init(|| async { cluster.bucket(&self.path[0]) }).await)
+    }
+
     /// Makes the SDK resolve the collection's id, once, with a single read in a task of its own,
     /// before any batch runs on it. The SDK 1.1's cache of collection ids
     /// (`couchbase-core`'s `collection_resolver_cached.rs`) is not safe for concurrent first use:
@@ -187,22 +225,28 @@ impl Store {
     /// that completes even if its caller gives up. (Other rare stalls of an SDK call remain under
     /// heavy load; each is bounded by the timeout.)
     async fn resolve(&self, deadline: tokio::time::Instant) -> Result<()> {
-        let cluster = self.cluster_by(deadline).await?;
+        let bucket = self.bucket_by(deadline).await?;
         let once = self.resolved.get_or_try_init(|| async {
-            let [b, s, c] = self.path.clone();
-            let cluster = cluster.clone();
-            let first = tokio::spawn(async move {
-                match cluster.bucket(&b).scope(&s).collection(&c).get("_quarry::resolve", None).await {
-                    Err(e) if !matches!(e.kind(), ErrorKind::DocumentNotFound) => {
-                        Err(from_sdk("resolving the collection", &e))
+            let [_, s, c] = self.path.clone();
+            loop {
+                let collection = bucket.scope(&s).collection(&c);
+                let first = tokio::spawn(async move {
+                    match collection.get("_quarry::resolve", None).await {
+                        Err(e) if !matches!(e.kind(), ErrorKind::DocumentNotFound) => {
+                            Err(from_sdk("resolving the collection", &e))
+                        }
+                        _ => Ok(()),
                     }
-                    _ => Ok(()),
+                });
+                // A first read that lost the agent provider's race never ends: given up after a
+                // moment and made again, it finds the agent there.
+                let attempt = (tokio::time::Instant::now() + FIRST_READ).min(deadline);
+                match tokio::time::timeout_at(attempt, first).await {
+                    Ok(Ok(r)) => return r,
+                    Ok(Err(e)) => return Err(StoreError::Service(format!("resolving the collection: {e}"))),
+                    Err(_) if attempt < deadline => continue,
+                    Err(_) => return Err(self.no_answer("resolving the collection")),
                 }
-            });
-            match tokio::time::timeout_at(deadline, first).await {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => Err(StoreError::Service(format!("resolving the collection: {e}"))),
-                Err(_) => Err(self.no_answer("resolving the collection")),
             }
         });
         once.await.map(|_| ())
@@ -217,9 +261,8 @@ impl Store {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let run = async {
             self.resolve(deadline).await?;
-            let cluster = self.cluster_by(deadline).await?;
-            let [b, s, c] = &self.path;
-            let collection = cluster.bucket(b).scope(s).collection(c);
+            let [_, s, c] = &self.path;
+            let collection = self.bucket_by(deadline).await?.scope(s).collection(c);
             tokio::time::timeout_at(deadline, op(collection)).await.map_err(|_| self.no_answer(what))?
         };
         count_store(kind, run.await)
@@ -241,12 +284,16 @@ impl Store {
                 }
                 Err(e) => return Err(from_sdk("looking up the bucket", &e)),
             }
-            let scopes = cluster
-                .bucket(b)
-                .collections()
-                .get_all_scopes(None)
-                .await
-                .map_err(|e| from_sdk("listing the scopes", &e))?;
+            // A read, so tried again if the bucket handle's first call lost the SDK's race.
+            let bucket = self.bucket_by(deadline).await?;
+            let scopes = loop {
+                let attempt = (tokio::time::Instant::now() + FIRST_READ).min(deadline);
+                match tokio::time::timeout_at(attempt, bucket.collections().get_all_scopes(None)).await {
+                    Ok(r) => break r.map_err(|e| from_sdk("listing the scopes", &e))?,
+                    Err(_) if attempt < deadline => continue,
+                    Err(_) => return Err(self.no_answer("listing the scopes")),
+                }
+            };
             let Some(scope) = scopes.iter().find(|x| x.name() == s) else {
                 return Err(StoreError::NotFound(format!(
                     "bucket {b:?} has no scope {s:?}; create it, or name another"
@@ -405,9 +452,9 @@ impl Store {
     {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let run = async {
-            let cluster = self.cluster_by(deadline).await?;
-            let [b, s, _] = &self.path;
-            tokio::time::timeout_at(deadline, op(cluster.bucket(b).scope(s))).await.map_err(|_| self.no_answer(what))?
+            self.resolve(deadline).await?;
+            let scope = self.bucket_by(deadline).await?.scope(&self.path[1]);
+            tokio::time::timeout_at(deadline, op(scope)).await.map_err(|_| self.no_answer(what))?
         };
         count_store(kind, run.await)
     }
@@ -498,6 +545,18 @@ impl Store {
         request: couchbase::search::request::SearchRequest,
         opts: couchbase::options::search_options::SearchOptions,
     ) -> Result<Vec<(String, f64)>> {
+        let found = self.search_hits(name, request, opts).await?;
+        Ok(found.hits.into_iter().map(|h| (h.key, h.score)).collect())
+    }
+
+    /// [`Store::search`] with each hit's stored fields (those `opts` asks for) and the number of
+    /// documents the query matched in all.
+    pub async fn search_hits(
+        &self,
+        name: &str,
+        request: couchbase::search::request::SearchRequest,
+        opts: couchbase::options::search_options::SearchOptions,
+    ) -> Result<SearchHits> {
         self.scope_bounded(StoreOp::Search, "searching", |s| async move {
             let mut res =
                 s.search(name, request, opts).await.map_err(|e| from_sdk(&format!("searching index {name:?}"), &e))?;
@@ -505,9 +564,16 @@ impl Store {
             let mut rows = res.rows();
             while let Some(row) = rows.next().await {
                 let row = row.map_err(|e| from_sdk(&format!("reading the hits of index {name:?}"), &e))?;
-                hits.push((row.id, row.score));
+                let fields = row.fields::<Value>().ok();
+                hits.push(SearchHit { key: row.id, score: row.score, fields });
             }
-            Ok(hits)
+            drop(rows);
+            let total = res
+                .metadata()
+                .map_err(|e| from_sdk(&format!("reading the totals of index {name:?}"), &e))?
+                .metrics
+                .total_hits;
+            Ok(SearchHits { hits, total })
         })
         .await
     }
