@@ -88,6 +88,16 @@ async fn a_couchbase_corpus_answers_as_a_local_one() {
     let words = remote.keyword("checksums", Some(&[0.0, 1.0, 0.0, 0.0]), 3, &Filter::all()).await.unwrap();
     assert_eq!(ids(&words), ["c"]);
     assert!((words[0].similarity.unwrap() - 1.0).abs() < 1e-5, "{words:?}");
+    // Keyword scores are the local BM25's, whatever the Search service's own text scoring: the
+    // same order and scores, with and without a filter.
+    for (query, f) in [("bandwidth limits", Filter::all()), ("bandwidth", under("90.1")), ("the hashes", Filter::all())] {
+        let want = g.keyword(query, None, 4, &f).unwrap();
+        let got = remote.keyword(query, None, 4, &f).await.unwrap();
+        assert_eq!(ids(&got), ids(&want), "{query:?} {f:?}");
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a.score - b.score).abs() < 1e-5, "{query:?}: {a:?} vs {b:?}");
+        }
+    }
     let asked: Vec<String> = ["b", "zz", "d"].map(String::from).to_vec();
     assert_eq!(remote.get(&asked).await.unwrap(), g.get(&asked));
     assert_eq!(remote.list(&Filter::all(), 1, 2).await.unwrap(), g.list(&Filter::all(), 1, 2));

@@ -44,6 +44,20 @@ pub fn terms(text: &str) -> Vec<String> {
     out
 }
 
+/// What a term adds to a document's BM25 score: the term occurs `f` times in the document of
+/// `len` terms, and in `df` of the `n` documents whose mean length is `avg`. The one formula for
+/// every corpus, wherever its statistics come from (this index, or a Couchbase corpus's
+/// manifest and Search service).
+pub fn term_score(f: f32, len: f32, df: f32, n: f32, avg: f32) -> f32 {
+    let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+    idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * len / avg))
+}
+
+/// The mean length BM25 normalises by: the terms of `n` documents over their number, at least 1.
+pub fn mean_length(total: u64, n: u64) -> f32 {
+    if n == 0 { 1.0 } else { (total as f32 / n as f32).max(1.0) }
+}
+
 /// A BM25 index over texts known by position: for each term, the documents that hold it
 /// (postings), so that a query touches only the documents sharing a term with it.
 #[derive(Default)]
@@ -80,7 +94,7 @@ impl Bm25 {
         if n == 0.0 {
             return Vec::new();
         }
-        let avg = (self.total_len as f32 / n).max(1.0);
+        let avg = mean_length(self.total_len, self.lengths.len() as u64);
         let mut q = terms(query);
         q.sort();
         q.dedup();
@@ -89,10 +103,8 @@ impl Bm25 {
         for t in &q {
             let Some(postings) = self.postings.get(t) else { continue };
             let df = postings.len() as f32;
-            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
             for &(doc, f) in postings {
-                let (f, len) = (f as f32, self.lengths[doc as usize] as f32);
-                scores[doc as usize] += idf * f * (K1 + 1.0) / (f + K1 * (1.0 - B + B * len / avg));
+                scores[doc as usize] += term_score(f as f32, self.lengths[doc as usize] as f32, df, n, avg);
             }
         }
         let mut scored: Vec<(usize, f32)> =

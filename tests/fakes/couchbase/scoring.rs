@@ -130,7 +130,8 @@ fn compile_boosted(q: Query, index: &Index<'_>, boost: f64) -> Plan {
         Query::Term { field, term } => {
             let analyzer = index.analyzer(field.as_deref());
             let s = index.scorers(field.as_deref(), analyzer, vec![term.clone()], boost);
-            leaf(Query::Term { field, term }, s, false, false)
+            // Matched by the term among the field's analysed terms, as bleve does.
+            leaf(Query::Term { field, term }, s, false, true)
         }
         Query::WholeTerm { field, term } => {
             let s = index.scorers(Some(&field), Analyzer::Keyword, vec![term.clone()], boost);

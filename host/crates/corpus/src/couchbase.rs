@@ -70,6 +70,10 @@ struct Manifest {
     /// corpus counts it against its `max_bytes`.
     #[serde(default)]
     bytes: u64,
+    /// The terms of every chunk's text (BM25's lengths, as [`rag_core::bm25::terms`] counts
+    /// them), for the mean length a keyword search normalises by.
+    #[serde(default)]
+    terms: u64,
     notes: String,
     /// Chunks whose key is not their id (rewritten with other content): id -> key.
     #[serde(default)]
@@ -94,7 +98,17 @@ pub struct CouchbaseCorpus {
     index: String,
     shape: Shape,
     max_bytes: u64,
+    /// Document frequencies of query terms in one generation (a bounded cache).
+    doc_freqs: parking_lot::Mutex<(u64, HashMap<String, u64>)>,
 }
+
+/// Candidates a keyword search reads per chunk it returns (at least [`MIN_CANDIDATES`]): the
+/// Search service's scoring picks them, BM25 ranks them.
+const CANDIDATES_PER_HIT: usize = 4;
+/// The fewest candidates a keyword search reads.
+const MIN_CANDIDATES: usize = 100;
+/// The most document frequencies a corpus keeps before it starts its cache again.
+const MAX_CACHED_TERMS: usize = 100_000;
 
 /// What a chunk holds, as [`Manifest::bytes`] counts it.
 fn record_bytes(r: &Record) -> u64 {
@@ -114,6 +128,11 @@ fn metric_name(m: Metric) -> &'static str {
         Metric::Cosine => "cosine",
         Metric::Dot => "dot",
     }
+}
+
+/// The terms of a chunk's text, as BM25 counts them.
+fn text_terms(text: &str) -> usize {
+    rag_core::bm25::terms(text).len()
 }
 
 /// A chunk's content, hashed: a commit that writes the same chunk again leaves it be.
@@ -259,6 +278,7 @@ impl CouchbaseCorpus {
             metric: shape.metric,
             chunks: 0,
             bytes: 0,
+            terms: 0,
             notes: "{}".into(),
             moved: BTreeMap::new(),
             retired: Vec::new(),
@@ -291,7 +311,14 @@ impl CouchbaseCorpus {
         let vector =
             VectorField { path: "embedding".into(), dims: shape.dimension as u32, similarity: "dot_product".into() };
         store.ensure_index(index, index_params(scope, collection, shape), &vector).await.map_err(fail)?;
-        Ok(CouchbaseCorpus { name: name.to_string(), store, index: index.to_string(), shape, max_bytes: u64::MAX })
+        Ok(CouchbaseCorpus {
+            name: name.to_string(),
+            store,
+            index: index.to_string(),
+            shape,
+            max_bytes: u64::MAX,
+            doc_freqs: Default::default(),
+        })
     }
 
     /// Refuses commits that would make the corpus hold more than `bytes`.
@@ -358,8 +385,12 @@ impl CouchbaseCorpus {
         Ok(Self::ids_of(&m, hits).into_iter().map(|(id, s)| Found { id, score: s as f32, similarity: None }).collect())
     }
 
-    /// The `k` best chunks for `query` by the Search service's text scoring among those `filter`
-    /// lets through; each with its similarity to `similar_to` when given (its vector read).
+    /// The `k` best chunks for `query` by BM25 among those `filter` lets through, each with its
+    /// similarity to `similar_to` when given (its vector read). The Search service's text query
+    /// picks the candidates (its own scoring, tf-idf or bleve's BM25, ranks them differently
+    /// from a local corpus's); they are ranked by the one BM25 formula of every corpus
+    /// ([`rag_core::bm25::term_score`]) over this generation's statistics: its chunks and terms
+    /// from the manifest, each query term's document frequency from the Search service.
     pub async fn keyword(
         &self,
         query: &str,
@@ -368,15 +399,47 @@ impl CouchbaseCorpus {
         filter: &Filter,
     ) -> Result<Vec<Found>, CorpusError> {
         let similar_to = similar_to.map(|v| self.query_vector(v)).transpose()?;
+        let mut wanted = rag_core::bm25::terms(query);
+        wanted.sort();
+        wanted.dedup();
+        if wanted.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
         let (m, _) = self.manifest().await?;
         let text = Query::Match(MatchQuery::new(query).field("text"));
         let request = SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![
             text,
             prefilter_boosted(filter, m.generation, Some(0.0)),
         ])));
-        let opts = SearchOptions::new().limit(k.min(MAX_WINDOW) as u32);
-        let hits = self.store.search(&self.index, request, opts).await.map_err(|e| unavailable(&self.name, e))?;
-        let hits = Self::ids_of(&m, hits);
+        let candidates = k.saturating_mul(CANDIDATES_PER_HIT).clamp(MIN_CANDIDATES, MAX_WINDOW);
+        let opts = SearchOptions::new().limit(candidates as u32).fields(vec!["text".to_string()]);
+        let found = self.store.search_hits(&self.index, request, opts).await.map_err(|e| unavailable(&self.name, e))?;
+        let df = self.doc_freqs(&m, &wanted).await?;
+        let (n, avg) = (m.chunks as f32, rag_core::bm25::mean_length(m.terms, m.chunks));
+        let score = |text: &str| -> f32 {
+            let have = rag_core::bm25::terms(text);
+            let len = have.len() as f32;
+            wanted
+                .iter()
+                .zip(&df)
+                .filter_map(|(t, &d)| {
+                    let f = have.iter().filter(|h| *h == t).count();
+                    (f > 0).then(|| rag_core::bm25::term_score(f as f32, len, d as f32, n.max(d as f32), avg))
+                })
+                .sum()
+        };
+        let mut scored: Vec<(String, f64)> = found
+            .hits
+            .into_iter()
+            .filter_map(|h| {
+                let text = h.fields.as_ref().and_then(|f| f.get("text")).and_then(Value::as_str)?;
+                let s = score(text);
+                (s > 0.0).then_some((h.key, f64::from(s)))
+            })
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        scored.truncate(k);
+        let hits = Self::ids_of(&m, scored);
         let similarity = match &similar_to {
             None => vec![None; hits.len()],
             Some(q) => {
@@ -393,6 +456,35 @@ impl CouchbaseCorpus {
             .zip(similarity)
             .map(|((id, s), similarity)| Found { id, score: s as f32, similarity })
             .collect())
+    }
+
+    /// How many chunks of generation `m` hold each of `terms` (the Search service's count of a
+    /// term query's matches), cached per generation.
+    async fn doc_freqs(&self, m: &Manifest, terms: &[String]) -> Result<Vec<u64>, CorpusError> {
+        let missing: Vec<&String> = {
+            let mut cache = self.doc_freqs.lock();
+            if cache.0 != m.generation || cache.1.len() > MAX_CACHED_TERMS {
+                *cache = (m.generation, HashMap::new());
+            }
+            terms.iter().filter(|t| !cache.1.contains_key(*t)).collect()
+        };
+        let mut counts = Vec::with_capacity(missing.len());
+        for t in &missing {
+            let request = SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![
+                Query::Term(TermQuery::new(t.as_str()).field("text")),
+                prefilter_boosted(&Filter::all(), m.generation, Some(0.0)),
+            ])));
+            counts.push(self.store.search_hits(&self.index, request, SearchOptions::new().limit(1)));
+        }
+        let counted = futures::future::join_all(counts).await;
+        let mut cache = self.doc_freqs.lock();
+        for (t, c) in missing.into_iter().zip(counted) {
+            let total = c.map_err(|e| unavailable(&self.name, e))?.total;
+            if cache.0 == m.generation {
+                cache.1.insert(t.clone(), total);
+            }
+        }
+        Ok(terms.iter().map(|t| cache.1.get(t).copied().unwrap_or(0)).collect())
     }
 
     /// The chunks of `ids` in the committed generation, in order.
@@ -578,6 +670,9 @@ impl CouchbaseCorpus {
         let mut chunks = m.chunks as i64;
         let mut bytes = m.bytes as i64;
         let held = |d: &quarry_couchbase::store::Doc| record(&d.value).map_or(0, |(r, ..)| record_bytes(&r) as i64);
+        let mut terms = m.terms as i64;
+        let held_terms =
+            |d: &quarry_couchbase::store::Doc| record(&d.value).map_or(0, |(r, ..)| text_terms(&r.text) as i64);
         for ((id, key), doc) in ids.iter().zip(&keys).zip(current) {
             let live = doc.as_ref().filter(|d| visible(&d.value, m.generation));
             if let Some(r) = upserts.get(id) {
@@ -590,6 +685,7 @@ impl CouchbaseCorpus {
                     Some(d) if d.value["quarry"]["hash"] == hash => {} // unchanged
                     Some(d) => {
                         bytes += record_bytes(&r) as i64 - held(d);
+                        terms += text_terms(&r.text) as i64 - held_terms(d);
                         // Other content: a new key, the old version removed at the flip.
                         let moved = format!("{id}@@{next}");
                         let mut old = d.value.clone();
@@ -603,6 +699,7 @@ impl CouchbaseCorpus {
                     None => {
                         chunks += 1;
                         bytes += record_bytes(&r) as i64;
+                        terms += text_terms(&r.text) as i64;
                         let pending = doc.as_ref().is_some_and(|d| d.value["quarry"]["gen"] == next);
                         // A removed version still there (readers one generation behind may
                         // read it until the next commit deletes it) keeps its key.
@@ -625,6 +722,7 @@ impl CouchbaseCorpus {
             } else if let Some(d) = live {
                 chunks -= 1;
                 bytes -= held(d);
+                terms -= held_terms(d);
                 // Readers of the new generation do not look it up; readers of this one have
                 // their own copy of the manifest.
                 m.moved.remove(id);
@@ -661,6 +759,7 @@ impl CouchbaseCorpus {
         let deleting = std::mem::replace(&mut m.retired, attempt.marked.iter().cloned().collect());
         m.generation = next;
         m.chunks = chunks.max(0) as u64;
+        m.terms = terms.max(0) as u64;
         m.bytes = bytes - notes.as_ref().map_or(m.notes.len(), String::len) as u64;
         if let Some(n) = notes {
             m.notes = n;
