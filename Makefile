@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval eval-docx
+.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval eval-couchbase eval-docx
 
 setup:
 	rustup target add wasm32-wasip2
@@ -140,5 +140,13 @@ eval: setup models
 
 # The docx-search tool on the same manuals and questions (pandoc's DOCX of each), through the
 # release host: global vector and global hybrid, scored by heading path.
+# `make eval` with each manual's corpus in Couchbase beside a local one (the project's fake
+# cluster, as Couchbase 8.0, unless QUARRY_EVAL_COUCHBASE names a real one: tests/eval/couchbase.sh);
+# fails unless every column of every manual is within one question.
+eval-couchbase: setup models
+	$(CARGO) build --release -p chapter-eval --features couchbase
+	$(CARGO) build --release -p quarry-tests --bin fake-couchbase
+	QUARRY_SHARED_DATA=$(SHARED_DATA) bash tests/eval/couchbase.sh $(EVAL_ARGS)
+
 eval-docx: setup models components host
 	QUARRY_SHARED_DATA=$(SHARED_DATA) bash tests/eval/docx.sh $(EVAL_ARGS)

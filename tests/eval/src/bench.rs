@@ -98,8 +98,9 @@ pub struct Bench {
 
 impl Bench {
     /// Opens `spec`'s manual with `env` (building or reopening its index under
-    /// `~/.cache/quarry/eval/<model>/<name>`) and embeds its questions.
-    pub fn open(spec: &Spec, env: &Arc<Native>) -> Result<Bench> {
+    /// `~/.cache/quarry/eval/<model>/<name>`) and embeds its questions; with `corpus`, its
+    /// chunks are kept in the host corpus of that name (the vectors taken from that index).
+    pub fn open(spec: &Spec, env: &Arc<Native>, corpus: Option<&str>) -> Result<Bench> {
         use chapter_rag::tool::BaseEnv as _;
         let questions = quarry::eval::load_questions(&spec.questions, spec.sections.as_deref())?;
         let model_id = env.model().id;
@@ -109,12 +110,16 @@ impl Bench {
             .join(&spec.name);
         std::fs::create_dir_all(&index_dir)?;
         let t = Instant::now();
-        let config = json!({"manual": spec.manual, "index_dir": index_dir, "similarity_threshold": 0.0});
+        let mut config = json!({"manual": spec.manual, "index_dir": index_dir, "similarity_threshold": 0.0});
+        if let Some(name) = corpus {
+            config["corpus"] = json!(name);
+        }
         let tool = ChapterTool::open(&config.to_string(), env.as_ref()).map_err(|e| anyhow!("{}: {e}", spec.name))?;
         let r = tool.report().clone();
         let summary = format!(
-            "{}: {} chapters, {} chunks ({} embedded, {} tokens; {} over the window) in {:.1} s, model {model_id}",
+            "{}{}: {} chapters, {} chunks ({} embedded, {} tokens; {} over the window) in {:.1} s, model {model_id}",
             spec.manual.display(),
+            corpus.map(|c| format!(" (corpus {c})")).unwrap_or_default(),
             r.chapters,
             r.chunks,
             r.embedded,

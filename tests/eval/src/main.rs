@@ -15,9 +15,15 @@
 //! host's own inference ([`native`]), so scores equal the component's; indexes are cached in
 //! ~/.cache/quarry/eval/<model>/<name>/ and rebuilt only when the manual or the model changes.
 //! `make eval` runs it on every development manual (tests/eval/run.sh).
+//!
+//! `--couchbase` (built with the `couchbase` feature) scores every manual twice, its corpus
+//! local and kept in Couchbase ([`couchbase`]), and fails unless each column of each manual
+//! differs by at most one question (`make eval-couchbase`, on the project's fake cluster).
 
 mod bench;
 mod calibrate;
+#[cfg(feature = "couchbase")]
+mod couchbase;
 mod native;
 mod sweep;
 
@@ -35,6 +41,7 @@ fn main() -> Result<()> {
     let mut flag = |name: &str| args.iter().position(|a| a == name).map(|i| args.remove(i)).is_some();
     let details = flag("--details");
     let calibrate = flag("--calibrate");
+    let couchbase = flag("--couchbase");
     // --sweep or --sweep=LEVER,LEVER: judge the levers; --set NAME=VALUE,...: params to start from.
     let mut valued = |name: &str| {
         let prefix = format!("{name}=");
@@ -61,26 +68,43 @@ fn main() -> Result<()> {
     if specs.is_empty() {
         bail!("usage: chapter-eval [--details] [--sweep] NAME=MANUAL,QUESTIONS,MODEL_DIR[,SECTIONS]...");
     }
+    let cluster = if couchbase { Some(open_cluster()?) } else { None };
     // One model instance per model directory, shared by its manuals.
     let mut models: HashMap<PathBuf, Arc<native::Native>> = HashMap::new();
     let mut benches = Vec::new();
+    let mut kept = Vec::new();
     for spec in &specs {
         let env = match models.get(&spec.model) {
             Some(e) => e.clone(),
             None => {
-                let e = Arc::new(native::Native::open(&spec.model)?);
+                #[allow(unused_mut, reason = "set only with the couchbase feature")]
+                let mut native = native::Native::open(&spec.model)?;
+                #[cfg(feature = "couchbase")]
+                {
+                    native.cluster = cluster.clone();
+                }
+                let e = Arc::new(native);
                 models.insert(spec.model.clone(), e.clone());
                 e
             }
         };
-        let b = Bench::open(spec, &env)?;
+        let b = Bench::open(spec, &env, None)?;
         println!("{}", b.summary);
         benches.push(b);
+        if cluster.is_some() {
+            // The same manual, its corpus in the cluster (its vectors from the index just opened).
+            let b = Bench::open(spec, &env, Some(&spec.name))?;
+            println!("{}", b.summary);
+            kept.push(b);
+        }
     }
     let mut params = Params::default();
     for pair in sets.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
         let (name, value) = pair.split_once('=').ok_or_else(|| anyhow::anyhow!("--set {pair:?}: write NAME=VALUE"))?;
         sweep::set(&mut params, name, value.parse()?)?;
+    }
+    if couchbase && (calibrate || sweep.is_some()) {
+        bail!("--couchbase compares the backends under one set of params: leave out --calibrate and --sweep");
     }
     if calibrate {
         return calibrate::calibrate(&mut benches, &params);
@@ -98,7 +122,71 @@ fn main() -> Result<()> {
     if benches.len() > 1 {
         macro_tables(&benches, &outcomes);
     }
+    if !kept.is_empty() {
+        let mut kept_outcomes = Vec::new();
+        for b in kept.iter_mut() {
+            let out = b.run(&params)?;
+            println!("\n# {} with its corpus in Couchbase", b.spec.name);
+            report(b, &out, details);
+            kept_outcomes.push(out);
+        }
+        let apart = compare(&benches, &outcomes, &kept_outcomes);
+        if !apart.is_empty() {
+            bail!("the Couchbase backend is more than one question from the local one in {}", apart.join(", "));
+        }
+        println!("\nThe Couchbase backend is within one question of the local one in every manual and column.");
+    }
     Ok(())
+}
+
+#[cfg(feature = "couchbase")]
+fn open_cluster() -> Result<Arc<couchbase::Cluster>> {
+    Ok(Arc::new(couchbase::Cluster::from_env()?))
+}
+
+/// Without the `couchbase` feature there is no cluster to keep corpora in.
+#[cfg(not(feature = "couchbase"))]
+fn open_cluster() -> Result<()> {
+    bail!(
+        "--couchbase: this chapter-eval was built without the couchbase feature (make eval-couchbase builds one with it)"
+    )
+}
+
+/// The Couchbase backend beside the local one: per manual, retriever and column, how many
+/// questions more (+) or fewer (-) the Couchbase corpus got right (MRR: its sum of reciprocal
+/// ranks, so that one question moves it by at most 1). Returns the cells beyond one question.
+fn compare(benches: &[Bench], local: &[Outcome], kept: &[Outcome]) -> Vec<String> {
+    println!("\n## Couchbase beside local: questions apart (Couchbase minus local; ** beyond one)\n");
+    println!("| manual | retriever | sec@1 | sec@3 | sec@5 | sec@10 | chap@1 | chap@3 | all-found@10 | MRR@10 (sum) |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let names = ["sec@1", "sec@3", "sec@5", "sec@10", "chap@1", "chap@3", "all-found@10", "MRR@10"];
+    let mut apart = Vec::new();
+    for ((b, l), k) in benches.iter().zip(local).zip(kept) {
+        for (r, retriever) in RETRIEVERS.iter().enumerate() {
+            let counts = |t: &Tally| -> Vec<f64> {
+                let mut c: Vec<f64> = t.section.iter().chain(&t.chapter).map(|&x| x as f64).collect();
+                c.push(t.all_found as f64);
+                c.push(t.reciprocal_ranks);
+                c
+            };
+            let cells: Vec<String> = counts(&k.tallies[r])
+                .iter()
+                .zip(counts(&l.tallies[r]))
+                .zip(names)
+                .map(|((cb, lo), column)| {
+                    let d = cb - lo;
+                    let far = d.abs() > 1.0 + 1e-9;
+                    if far {
+                        apart.push(format!("{} {retriever} {column} ({d:+.2})", b.spec.name));
+                    }
+                    let shown = if column == "MRR@10" { format!("{d:+.2}") } else { format!("{d:+.0}") };
+                    if far { format!("**{shown}**") } else { shown }
+                })
+                .collect();
+            println!("| {} | {retriever} | {} |", b.spec.name, cells.join(" | "));
+        }
+    }
+    apart
 }
 
 /// One manual's table, its confidence buckets and latency, and with `details` every question.

@@ -31,6 +31,10 @@ impl Inference for HostInference {
 pub struct Native {
     model: onnx::Model<HostInference>,
     threads: usize,
+    /// Where `open_corpus` keeps corpora (`--couchbase`); without one it refuses, as a host
+    /// without corpora does.
+    #[cfg(feature = "couchbase")]
+    pub cluster: Option<std::sync::Arc<crate::couchbase::Cluster>>,
 }
 
 impl Native {
@@ -51,7 +55,12 @@ impl Native {
             quarry::capability::nn::native::Models::default().model(&section).map_err(|e| anyhow::anyhow!("{e}"))?,
         );
         let model = onnx::Model::open(&dir, true, graph).map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        Ok(Native { model, threads: std::thread::available_parallelism().map_or(2, |n| n.get()) })
+        Ok(Native {
+            model,
+            threads: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            #[cfg(feature = "couchbase")]
+            cluster: None,
+        })
     }
 }
 
@@ -104,6 +113,17 @@ impl BaseEnv for Native {
     fn progress(&self, task: &str, done: u64, total: u64, unit: &str) {
         if done.is_multiple_of(640) || done == total {
             eprintln!("{task}: {done}/{total} {unit}");
+        }
+    }
+    #[cfg(feature = "couchbase")]
+    fn open_corpus(
+        &self,
+        name: &str,
+        shape: rag_core::corpus::Shape,
+    ) -> Result<std::rc::Rc<dyn rag_core::corpus::Corpus>, ToolError> {
+        match &self.cluster {
+            Some(c) => c.open(name, shape).map_err(|e| ToolError::Upstream(format!("corpus {name}: {e}"))),
+            None => Err(ToolError::InvalidConfig(format!("corpus {name:?}: run with --couchbase to keep corpora"))),
         }
     }
 }
