@@ -90,7 +90,8 @@ async fn a_couchbase_corpus_answers_as_a_local_one() {
     assert!((words[0].similarity.unwrap() - 1.0).abs() < 1e-5, "{words:?}");
     // Keyword scores are the local BM25's, whatever the Search service's own text scoring: the
     // same order and scores, with and without a filter.
-    for (query, f) in [("bandwidth limits", Filter::all()), ("bandwidth", under("90.1")), ("the hashes", Filter::all())] {
+    for (query, f) in [("bandwidth limits", Filter::all()), ("bandwidth", under("90.1")), ("the hashes", Filter::all())]
+    {
         let want = g.keyword(query, None, 4, &f).unwrap();
         let got = remote.keyword(query, None, 4, &f).await.unwrap();
         assert_eq!(ids(&got), ids(&want), "{query:?} {f:?}");

@@ -127,6 +127,49 @@ async fn a_killed_builder_is_taken_over_after_its_lease() {
     }
 }
 
+/// A host waiting for another's build says what the builder is doing, its progress shared
+/// through the write lease: in `/readyz` while it waits, and then it answers as a local host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_host_shows_the_builders_progress() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), small_manual()).unwrap();
+    let want = local_answer(&env).await;
+    let path = env.config(&config(Some(&fake), "60s"));
+    // The builder embeds, then is held at its commit (the cluster refusing that write for now),
+    // renewing its lease.
+    fake.fail_writes_to(Some("_quarry::attempt"));
+    let _builder = Served::start(&quarry_bin(), &path);
+    let lease = |fake: &FakeCluster| {
+        fake.documents("travel", "inventory", "airlines").into_iter().find(|(k, _)| k == "_quarry::lease").map(|d| d.1)
+    };
+    let started = Instant::now();
+    let shared = loop {
+        if let Some(l) = lease(&fake).filter(|l| l["progress"]["total"].as_u64().unwrap_or(0) > 0) {
+            break l;
+        }
+        assert!(started.elapsed() < Duration::from_secs(120), "no progress in the lease: {:?}", lease(&fake));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let task = shared["progress"]["task"].as_str().unwrap().to_string();
+    let holder = shared["holder"].as_str().unwrap().to_string();
+
+    let waiting = Served::start(&quarry_bin(), &path);
+    let readyz = waiting.url.replace("/mcp", "/readyz");
+    let started = Instant::now();
+    loop {
+        let r = quarry_tests::local_prometheus::fetch("GET", &readyz, None).await.unwrap();
+        if r.status == 503 && r.body.contains(&format!("waiting for {holder}, {task}")) {
+            assert!(r.body.contains(" of "), "how far along: {}", r.body);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{} {}", r.status, r.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    fake.fail_writes_to(None);
+    assert_eq!(routed_passages(&search(&waiting.url).await), routed_passages(&want));
+}
+
 /// The manual is edited under a fleet: the first host asked rebuilds, embedding only the chunks
 /// that changed, and commits the new generation; the others take it up at their next call
 /// without embedding anything, and every host answers as a local host over the edited manual

@@ -158,6 +158,30 @@ pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> &mut State)
 
 impl wit::Host for State {
     async fn report(&mut self, task: String, done: u64, total: u64, unit: String) -> wasmtime::Result<()> {
+        self.link().deliver(task, done, total, unit);
+        Ok(())
+    }
+}
+
+impl State {
+    /// Where this store's reports go, for the host's own code to report through (a corpus
+    /// relaying another host's progress) and to read the latest from.
+    pub fn link(&self) -> Link {
+        Link { instance: self.instance.clone(), bus: self.bus.clone(), sink: self.sink.clone() }
+    }
+}
+
+/// A store's reporting, apart from the store: its instance's name, the app's bus and its sink.
+#[derive(Clone)]
+pub struct Link {
+    instance: String,
+    bus: broadcast::Sender<Progress>,
+    sink: Option<Arc<Sink>>,
+}
+
+impl Link {
+    /// Sends one report to the sink and the bus, its strings cut short.
+    fn deliver(&self, task: String, done: u64, total: u64, unit: String) {
         // Bounded, so a hostile guest cannot push megabytes through every subscriber.
         let cut = |mut s: String| {
             if s.len() > 200 {
@@ -182,7 +206,24 @@ impl wit::Host for State {
             });
         }
         let _ = self.bus.send(progress);
-        Ok(())
+    }
+}
+
+impl quarry_corpus::host::ProgressLink for Link {
+    fn latest(&self) -> Option<quarry_corpus::host::LeaseProgress> {
+        let sink = self.sink.as_ref()?;
+        let latest = sink.borrow();
+        let p = &latest.as_ref()?.progress;
+        Some(quarry_corpus::host::LeaseProgress {
+            task: p.task.clone(),
+            done: p.done,
+            total: p.total,
+            unit: p.unit.clone(),
+        })
+    }
+
+    fn report(&self, p: &quarry_corpus::host::LeaseProgress) {
+        self.deliver(p.task.clone(), p.done, p.total, p.unit.clone());
     }
 }
 

@@ -602,7 +602,7 @@ impl ToolInstance {
     }
 
     /// What the preparation is doing, from its latest progress report.
-    fn status(&self) -> String {
+    pub(crate) fn status(&self) -> String {
         match self.sinks[0].borrow().as_ref() {
             Some(r) => format!("preparing: {}", r.status()),
             None => "preparing (no progress reported yet)".to_string(),
@@ -694,6 +694,10 @@ async fn start(
     let mut store = new_store(engine, config, embedder)
         .map_err(|source| OpenError::Sandbox { instance: config.name.clone(), source })?;
     store.data_mut().caps.get_mut::<progress::Reporting>().set_sink(sink.clone());
+    // A corpus shared with other hosts relays its builder's progress to this store's sink, and
+    // shares this store's while it builds.
+    let link = store.data_mut().caps.get_mut::<progress::Reporting>().link();
+    store.data_mut().caps.get_mut::<crate::capability::corpus::Corpora>().set_progress(Arc::new(link));
     let deadline = config.grants.deadline;
     let pre = version.pre.clone();
     let bindings =

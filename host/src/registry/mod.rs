@@ -343,7 +343,10 @@ impl Registry {
         for name in self.config.tools.keys() {
             match tools.get(name).map(|inst| inst.readiness()) {
                 Some(Readiness::Ready) => {}
-                Some(Readiness::Preparing) => report.waiting.push(format!("{name}: preparing")),
+                // With what it is doing: a host of a fleet may be waiting for another's build.
+                Some(Readiness::Preparing) => {
+                    report.waiting.push(format!("{name}: {}", tools.get(name).map(|i| i.status()).unwrap_or_default()))
+                }
                 Some(Readiness::Failed(why)) => report.failed.push(format!("{name}: preparation failed: {why}")),
                 None if opening.contains(name) => report.waiting.push(format!("{name}: opening")),
                 // Not served and not opening: its failure is listed above.

@@ -46,6 +46,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::host::{LeaseProgress, ProgressLink};
 use crate::{Change, Filter, Found, Info, Match, Metric, Record, Shape};
 /// Why a call failed: the errors of the `corpus` interface (shape, invalid, busy, unavailable).
 pub use rag_core::corpus::CorpusError;
@@ -534,12 +535,35 @@ impl CouchbaseCorpus {
     /// Takes the write lease for `holder`, waiting at most `wait` while another holds it. The
     /// lease lasts `ttl` and renews itself while held; a holder that dies loses it after `ttl`.
     pub async fn lease(&self, holder: &str, ttl: Duration, wait: Duration) -> Result<Lease, CorpusError> {
+        self.lease_sharing(holder, ttl, wait, None).await
+    }
+
+    /// [`CouchbaseCorpus::lease`], sharing progress through the lease document: while it waits,
+    /// the holder's latest report (what it is building, how far along) goes to `progress` as
+    /// this host's own, about once a second; once it holds the lease, `progress`'s latest report
+    /// goes into the document at each renewal, for the hosts that wait.
+    pub async fn lease_sharing(
+        &self,
+        holder: &str,
+        ttl: Duration,
+        wait: Duration,
+        progress: Option<Arc<dyn ProgressLink>>,
+    ) -> Result<Lease, CorpusError> {
         let started = tokio::time::Instant::now();
         let body = json!({"holder": holder, "ttl_s": ttl.as_secs()});
+        let mut looked = None::<tokio::time::Instant>;
         loop {
             match self.store.insert(LEASE, &body, Some(ttl)).await {
-                Ok(cas) => return Ok(Lease::start(self.store.clone(), body, ttl, cas)),
+                Ok(cas) => return Ok(Lease::start(self.store.clone(), body, ttl, cas, progress)),
                 Err(StoreError::Exists(_)) if started.elapsed() < wait => {
+                    if let Some(p) = &progress
+                        && looked.is_none_or(|at| at.elapsed() >= WAITING_REPORTS)
+                    {
+                        looked = Some(tokio::time::Instant::now());
+                        if let Ok(Some(d)) = self.store.get(LEASE).await {
+                            relay(p.as_ref(), &d.value);
+                        }
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(StoreError::Exists(_)) => {
@@ -563,6 +587,27 @@ impl CouchbaseCorpus {
     }
 }
 
+/// How a relayed report begins.
+const RELAYED: &str = "waiting for ";
+/// How often a host waiting for the lease reads the holder's progress.
+const WAITING_REPORTS: Duration = Duration::from_secs(1);
+/// How often the holder writes its progress into the lease (and renews it), at most.
+const HOLDER_REPORTS: Duration = Duration::from_secs(2);
+
+/// The holder's progress in lease document `lease`, reported to `to` as a waiting host's own.
+fn relay(to: &dyn ProgressLink, lease: &Value) {
+    let holder = lease["holder"].as_str().unwrap_or("another host");
+    match serde_json::from_value::<LeaseProgress>(lease["progress"].clone()) {
+        Ok(p) => to.report(&LeaseProgress { task: format!("{RELAYED}{holder}, {}", p.task), ..p }),
+        Err(_) => to.report(&LeaseProgress {
+            task: format!("{RELAYED}{holder}, which holds the write lease"),
+            done: 0,
+            total: 0,
+            unit: String::new(),
+        }),
+    }
+}
+
 /// The write lease, renewed every third of its time to live while held, given back when
 /// dropped.
 pub struct Lease {
@@ -573,13 +618,21 @@ pub struct Lease {
 }
 
 impl Lease {
-    fn start(store: Store, body: Value, ttl: Duration, cas: u64) -> Lease {
+    fn start(store: Store, mut body: Value, ttl: Duration, cas: u64, progress: Option<Arc<dyn ProgressLink>>) -> Lease {
         let lost = Arc::new(AtomicBool::new(false));
         let cas = Arc::new(AtomicU64::new(cas));
         let (l, c, s) = (lost.clone(), cas.clone(), store.clone());
+        // With progress to share, renewed as often as it is worth reading.
+        let every = if progress.is_some() { (ttl / 3).min(HOLDER_REPORTS) } else { ttl / 3 };
         let renew = tokio::spawn(async move {
             loop {
-                tokio::time::sleep(ttl / 3).await;
+                tokio::time::sleep(every).await;
+                // Its own work only: not what it relayed from a holder before it.
+                if let Some(latest) =
+                    progress.as_ref().and_then(|p| p.latest()).filter(|p| !p.task.starts_with(RELAYED))
+                {
+                    body["progress"] = serde_json::to_value(latest).unwrap_or(Value::Null);
+                }
                 match s.replace(LEASE, &body, c.load(Ordering::Acquire), Some(ttl)).await {
                     Ok(next) => c.store(next, Ordering::Release),
                     // Taken over or gone: the holder must not commit.

@@ -311,18 +311,48 @@ pub struct WriterHandle {
     lease: WriteLease,
 }
 
+/// One report of long work, as a corpus shares it between hosts (in a Couchbase corpus's
+/// write lease).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaseProgress {
+    /// What is being done.
+    pub task: String,
+    /// Units done.
+    pub done: u64,
+    /// Units in all; 0 when unknown.
+    pub total: u64,
+    /// The unit.
+    pub unit: String,
+}
+
+/// A store's progress reporting, as its corpora use it: the builder of a shared corpus shares
+/// its latest report with the hosts waiting for its lease, which report it as theirs.
+pub trait ProgressLink: Send + Sync {
+    /// The store's latest report, if any.
+    fn latest(&self) -> Option<LeaseProgress>;
+    /// Reports `p` as the store's own.
+    fn report(&self, p: &LeaseProgress);
+}
+
 /// One store's corpora: its grant, and the handles its guest holds.
 pub struct State {
     grant: CorpusGrant,
     table: ResourceTable,
     max_output: u64,
+    progress: Option<Arc<dyn ProgressLink>>,
 }
 
 impl State {
     /// The state for an instance granted `grant`, whose calls may bring at most `max_output`
     /// bytes back into the guest.
     pub fn new(grant: &CorpusGrant, max_output: u64) -> State {
-        State { grant: grant.clone(), table: ResourceTable::new(), max_output }
+        State { grant: grant.clone(), table: ResourceTable::new(), max_output, progress: None }
+    }
+
+    /// Shares the store's progress through the corpora it writes, and reports what a corpus's
+    /// other writer shares while this store waits for it.
+    pub fn set_progress(&mut self, link: Arc<dyn ProgressLink>) {
+        self.progress = Some(link);
     }
 }
 
@@ -529,7 +559,8 @@ impl View<'_> {
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => {
                 let Backend::Couchbase(t) = &shared.section.backend else { unreachable!("kept as configured") };
-                match Box::pin(c.lease(&holder(), t.lease_ttl, wait.saturating_sub(start.elapsed()))).await {
+                let waiting = wait.saturating_sub(start.elapsed());
+                match Box::pin(c.lease_sharing(&holder(), t.lease_ttl, waiting, self.state.progress.clone())).await {
                     Ok(lease) => WriteLease::Couchbase(Box::new(lease)),
                     Err(e) => return Ok(Err(from_rag(e))),
                 }
