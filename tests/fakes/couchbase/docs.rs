@@ -65,11 +65,23 @@ pub(super) struct Docs {
     last_cas: Mutex<u64>,
     /// Bumped by every change: what was read of the documents before is current while it holds.
     version: std::sync::atomic::AtomicU64,
+    /// How far the Search service's indexes trail the data (a real one indexes a mutation some
+    /// time after it is acknowledged): 0 for at once.
+    lag: Mutex<Duration>,
+    /// While there is a lag: each changed key's value before its last change, and when that
+    /// change was made (the index shows the value before until the lag has passed).
+    before: Mutex<HashMap<DocKey, (Option<StoredDoc>, Instant)>>,
 }
 
 impl Default for Docs {
     fn default() -> Self {
-        Docs { docs: Mutex::default(), last_cas: Mutex::new(0), version: Default::default() }
+        Docs {
+            docs: Mutex::default(),
+            last_cas: Mutex::new(0),
+            version: Default::default(),
+            lag: Mutex::new(Duration::ZERO),
+            before: Mutex::default(),
+        }
     }
 }
 
@@ -90,6 +102,24 @@ impl Docs {
     /// The documents' version: it changes with every write.
     pub(super) fn version(&self) -> u64 {
         self.version.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Makes the Search service trail the data by `lag`.
+    pub(super) fn set_lag(&self, lag: Duration) {
+        *self.lag.lock() = lag;
+        self.before.lock().clear();
+    }
+
+    /// The index trails the data.
+    pub(super) fn lagging(&self) -> bool {
+        !self.lag.lock().is_zero()
+    }
+
+    /// Remembers `k`'s value before a change, while the index trails the data.
+    fn remember(&self, k: &DocKey, previous: Option<&StoredDoc>, now: Instant) {
+        if self.lagging() {
+            self.before.lock().insert(k.clone(), (previous.filter(|d| d.live(now)).cloned(), now));
+        }
     }
 
     fn next_cas(&self) -> u64 {
@@ -128,6 +158,7 @@ impl Docs {
             (Store::Set | Store::Replace, Some(cas)) if m.cas != 0 && m.cas != cas => return Err(ST_KEY_EXISTS),
             _ => {}
         }
+        self.remember(&k, docs.get(&k), now);
         let cas = self.next_cas();
         let doc = StoredDoc {
             value: m.value.to_vec(),
@@ -150,6 +181,7 @@ impl Docs {
             Some(d) if cas != 0 && d.cas != cas => return Err(ST_KEY_EXISTS),
             Some(_) => {}
         }
+        self.remember(&k, docs.get(&k), now);
         docs.remove(&k);
         Ok(self.next_cas())
     }
@@ -179,6 +211,31 @@ impl Docs {
             .filter(|((b, c, _), d)| b == bucket && *c == collection && d.live(now))
             .map(|((_, _, k), d)| (String::from_utf8_lossy(k).into_owned(), d.clone()))
             .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The documents of one collection as the Search service has indexed them: each changed
+    /// within the lag as it was before that change.
+    pub(super) fn indexed(&self, bucket: &str, collection: u32) -> Vec<(String, StoredDoc)> {
+        let now = Instant::now();
+        let lag = *self.lag.lock();
+        let mut by_key: HashMap<String, StoredDoc> = self.all(bucket, collection).into_iter().collect();
+        if !lag.is_zero() {
+            let mut before = self.before.lock();
+            before.retain(|_, (_, at)| now.duration_since(*at) < lag);
+            for ((b, c, k), (previous, _)) in before.iter() {
+                if b != bucket || *c != collection {
+                    continue;
+                }
+                let key = String::from_utf8_lossy(k).into_owned();
+                match previous {
+                    Some(d) => by_key.insert(key, d.clone()),
+                    None => by_key.remove(&key),
+                };
+            }
+        }
+        let mut out: Vec<(String, StoredDoc)> = by_key.into_iter().collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }

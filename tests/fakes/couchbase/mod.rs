@@ -310,6 +310,12 @@ impl FakeCluster {
         self.state.failing_writes.store(n, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Makes the Search service's indexes trail the data by `lag`, as a real one's do (a
+    /// mutation is searchable some time after it is acknowledged); `Duration::ZERO` for at once.
+    pub fn set_search_lag(&self, lag: Duration) {
+        self.state.docs.set_lag(lag);
+    }
+
     /// Answers every change to document `key` (in any collection: SET, REPLACE, DELETE, TOUCH;
     /// not its creation, ADD) with a temporary failure from now on; `None` ends it.
     pub fn fail_writes_to(&self, key: Option<&str>) {

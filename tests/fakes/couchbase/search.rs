@@ -128,8 +128,10 @@ fn keyword_paths(def: &Value) -> Vec<String> {
 fn materialise(state: &State, c: &CreatedIndex) -> Found {
     let version = state.docs.version();
     let key = (c.bucket.clone(), c.scope.clone(), c.name.clone(), c.def["uuid"].to_string());
+    // A lagging index changes as time passes, not only with writes: read again each time.
     if let Some((v, spec, analysed)) = state.materialised.lock().get(&key)
         && *v == version
+        && !state.docs.lagging()
     {
         return Found { spec: spec.clone(), def: Some(c.def.clone()), analysed: analysed.clone() };
     }
@@ -149,7 +151,7 @@ fn read_index(state: &State, c: &CreatedIndex) -> Found {
         let Some((scope, coll)) = ty.split_once('.') else { continue };
         let Some((_, id)) = ids.iter().find(|((s, n), _)| s == scope && n == coll) else { continue };
         collection.get_or_insert_with(|| coll.to_string());
-        for (key, stored) in state.docs.all(&c.bucket, *id) {
+        for (key, stored) in state.docs.indexed(&c.bucket, *id) {
             let Ok(Value::Object(fields)) = serde_json::from_slice::<Value>(&stored.value) else { continue };
             let mut at = Some(&Value::Object(fields.clone()));
             for part in field.split('.').filter(|p| !p.is_empty()) {

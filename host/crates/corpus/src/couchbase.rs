@@ -587,6 +587,10 @@ impl CouchbaseCorpus {
     }
 }
 
+/// How long a commit waits for the Search index to hold its generation before it gives up
+/// (nothing flipped; the next commit keeps what this one wrote).
+const INDEX_WAIT: Duration = Duration::from_secs(120);
+
 /// How a relayed report begins.
 const RELAYED: &str = "waiting for ";
 /// How often a host waiting for the lease reads the holder's progress.
@@ -806,6 +810,9 @@ impl CouchbaseCorpus {
         self.clear_written(&leftovers, next).await?;
         let unmark: Vec<String> = dead.marked.difference(&attempt.marked).cloned().collect();
         self.clear_marks(&unmark, next).await?;
+        // The Search service indexes a write some time after the data node took it: the flip
+        // waits until the index holds the whole generation, or readers of it would miss some.
+        self.await_indexed(lease, next, attempt.written.len() as u64, attempt.marked.len() as u64).await?;
 
         // The flip: readers see all of it from here.
         lease.check(&self.name)?;
@@ -834,6 +841,40 @@ impl CouchbaseCorpus {
             Err(e) => return Err(fail(e)),
         }
         Ok(next)
+    }
+
+    /// Waits until the Search index holds generation `g` whole: `written` chunks of it, and
+    /// `marked` chunks it removes marked so; fails as unavailable after [`INDEX_WAIT`].
+    async fn await_indexed(&self, lease: &Lease, g: u64, written: u64, marked: u64) -> Result<(), CorpusError> {
+        let started = tokio::time::Instant::now();
+        let count = |field: &str| {
+            let at_g = NumericRangeQuery::new()
+                .field(field)
+                .min(g as f32)
+                .inclusive_min(g as f32, true)
+                .max(g as f32)
+                .inclusive_max(g as f32, true);
+            let request = SearchRequest::with_search_query(Query::NumericRange(at_g));
+            self.store.search_hits(&self.index, request, SearchOptions::new().limit(1))
+        };
+        loop {
+            lease.check(&self.name)?;
+            let fail = |e| unavailable(&self.name, e);
+            let (new, gone) =
+                (count("quarry.gen").await.map_err(fail)?.total, count("quarry.until").await.map_err(fail)?.total);
+            if new >= written && gone >= marked {
+                return Ok(());
+            }
+            if started.elapsed() >= INDEX_WAIT {
+                return Err(CorpusError::Unavailable(format!(
+                    "corpus {}: after {} s the Search index {:?} holds {new} of the {written} chunks of generation {g} and {gone} of its {marked} removals; nothing was flipped: write again (what was written is kept)",
+                    self.name,
+                    INDEX_WAIT.as_secs(),
+                    self.index
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Deletes what a dead commit of generation `next` wrote and this one does not keep.
