@@ -23,6 +23,7 @@ use serde_json::Value;
 use unicode_segmentation::UnicodeSegmentation;
 
 use super::Doc;
+use super::query_string::values;
 
 /// bleve's `stop_en` list (Snowball's English stop words), used by the `standard` analyzer.
 #[rustfmt::skip]
@@ -175,30 +176,14 @@ impl FieldStats {
 /// The text values of `field` in a document (every string field without one: `_all`); numbers
 /// and booleans as their JSON text, for keyword fields that hold them.
 pub(super) fn field_texts(doc: &Doc, field: Option<&str>) -> Vec<String> {
-    fn flatten(v: &Value, out: &mut Vec<String>) {
-        match v {
-            Value::Array(a) => a.iter().for_each(|x| flatten(x, out)),
-            Value::Object(o) => o.values().for_each(|x| flatten(x, out)),
-            Value::String(s) => out.push(s.clone()),
-            Value::Null => {}
-            other => out.push(other.to_string()),
-        }
-    }
-    let mut out = Vec::new();
-    match field {
-        None => doc.fields.values().for_each(|v| flatten(v, &mut out)),
-        Some(path) => {
-            let mut parts = path.split('.');
-            let mut cur = parts.next().and_then(|p| doc.fields.get(p));
-            for p in parts {
-                cur = cur.and_then(|v| v.get(p));
-            }
-            if let Some(v) = cur {
-                flatten(v, &mut out);
-            }
-        }
-    }
-    out
+    values(doc, &field.map(str::to_string))
+        .into_iter()
+        .filter_map(|v| match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        })
+        .collect()
 }
 
 /// A field (`None`: `_all`) under an analyzer.

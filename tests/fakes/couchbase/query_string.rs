@@ -242,7 +242,7 @@ fn tokens(s: &str) -> Vec<String> {
 
 /// The values a field path names in a document (dotted paths reach into objects; arrays
 /// contribute each element); no field means every stored field (`_all`).
-fn values<'a>(doc: &'a Doc, field: &Option<String>) -> Vec<&'a Value> {
+pub(super) fn values<'a>(doc: &'a Doc, field: &Option<String>) -> Vec<&'a Value> {
     fn flatten<'a>(v: &'a Value, out: &mut Vec<&'a Value>) {
         match v {
             Value::Array(a) => a.iter().for_each(|x| flatten(x, out)),
