@@ -80,6 +80,7 @@ lint: setup
 	$(CARGO) clippy -p quarry --no-default-features -- -D warnings
 	$(CARGO) clippy --target wasm32-wasip2 $(GUESTS) -- -D warnings
 	$(CARGO) clippy -p chapter-eval -- -D warnings
+	$(CARGO) clippy -p chapter-eval --features couchbase -- -D warnings
 
 bench: setup
 	$(CARGO) bench -p quarry-tests --bench host

@@ -236,6 +236,22 @@ async fn corpus_backends(fake: &FakeCluster) {
     );
     println!("{:<52} {:>10.2} {:>12.0}", "local corpus (one generation file)", local_s, n as f64 / local_s);
     println!("{:<52} {:>10.2} {:>12.0}", "Couchbase corpus (fake cluster, loopback)", remote_s, n as f64 / remote_s);
+    // What a corpus costs to keep, per 1,000 chunks: the documents' JSON as the data service
+    // stores it (before its own per-document overhead and compression), beside the local
+    // corpus's files.
+    let docs = fake.documents("travel", "inventory", "hotels");
+    let chunk_bytes: usize =
+        docs.iter().filter(|(k, _)| !k.starts_with("_quarry::")).map(|(_, v)| v.to_string().len()).sum();
+    let local_bytes: u64 = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok()?.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    let per_1000 = |bytes: f64| bytes / n as f64 * 1000.0 / 1e6;
+    println!("{:<52} {:>10} {:>12}", "size per 1,000 chunks (384 dimensions)", "MB", "");
+    println!("{:<52} {:>10.2}", "Couchbase documents (JSON, as written)", per_1000(chunk_bytes as f64));
+    println!("{:<52} {:>10.2}", "local corpus (its generation files)", per_1000(local_bytes as f64));
 
     drop(local_host);
     // Search: chapter-rag's search over each backend, the same questions, each in a `quarry

@@ -209,12 +209,12 @@ impl Link {
     }
 }
 
-impl quarry_corpus::host::ProgressLink for Link {
-    fn latest(&self) -> Option<quarry_corpus::host::LeaseProgress> {
+impl quarry_corpus::progress::ProgressLink for Link {
+    fn latest(&self) -> Option<quarry_corpus::progress::LeaseProgress> {
         let sink = self.sink.as_ref()?;
         let latest = sink.borrow();
         let p = &latest.as_ref()?.progress;
-        Some(quarry_corpus::host::LeaseProgress {
+        Some(quarry_corpus::progress::LeaseProgress {
             task: p.task.clone(),
             done: p.done,
             total: p.total,
@@ -222,7 +222,7 @@ impl quarry_corpus::host::ProgressLink for Link {
         })
     }
 
-    fn report(&self, p: &quarry_corpus::host::LeaseProgress) {
+    fn report(&self, p: &quarry_corpus::progress::LeaseProgress) {
         self.deliver(p.task.clone(), p.done, p.total, p.unit.clone());
     }
 }

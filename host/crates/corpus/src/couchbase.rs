@@ -46,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::host::{LeaseProgress, ProgressLink};
+use crate::progress::{LeaseProgress, ProgressLink};
 use crate::{Change, Filter, Found, Info, Match, Metric, Record, Shape};
 /// Why a call failed: the errors of the `corpus` interface (shape, invalid, busy, unavailable).
 pub use rag_core::corpus::CorpusError;

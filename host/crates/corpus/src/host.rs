@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
 use crate::config::{Backend, CorpusGrant, CorpusSection, Mode};
+use crate::progress::ProgressLink;
 use crate::{Change, Clause, CorpusError, Filter, LeaseFile, LocalCorpus, Match, Metric, Record, Shape};
 
 /// The interface's host bindings, generated here from the project's WIT (a world that imports it
@@ -309,29 +310,6 @@ pub struct WriterHandle {
     spent: bool,
     _queue: tokio::sync::OwnedMutexGuard<()>,
     lease: WriteLease,
-}
-
-/// One report of long work, as a corpus shares it between hosts (in a Couchbase corpus's
-/// write lease).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct LeaseProgress {
-    /// What is being done.
-    pub task: String,
-    /// Units done.
-    pub done: u64,
-    /// Units in all; 0 when unknown.
-    pub total: u64,
-    /// The unit.
-    pub unit: String,
-}
-
-/// A store's progress reporting, as its corpora use it: the builder of a shared corpus shares
-/// its latest report with the hosts waiting for its lease, which report it as theirs.
-pub trait ProgressLink: Send + Sync {
-    /// The store's latest report, if any.
-    fn latest(&self) -> Option<LeaseProgress>;
-    /// Reports `p` as the store's own.
-    fn report(&self, p: &LeaseProgress);
 }
 
 /// One store's corpora: its grant, and the handles its guest holds.

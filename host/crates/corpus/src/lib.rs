@@ -25,6 +25,7 @@ pub mod config;
 pub mod couchbase;
 mod file;
 pub mod host;
+pub mod progress;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
