@@ -127,8 +127,8 @@ pub fn small_manual() -> String {
 }
 
 /// What a chapter-rag answer must keep wherever its corpus is: the chapters it routes to, and
-/// its passages, in order. (The routing's confidences may differ: keyword scores come from the
-/// Search service's text scoring in a Couchbase corpus, from BM25 in a local one.)
+/// its passages, in order. (The routing's confidences are left out: a Couchbase corpus's scores
+/// cross JSON as decimals, so a confidence may round apart in its last printed digit.)
 pub fn routed_passages(answer: &str) -> (Vec<String>, String) {
     let routed = answer.lines().next().unwrap_or_default();
     let chapters = routed
