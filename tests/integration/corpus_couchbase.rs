@@ -263,6 +263,50 @@ async fn a_commit_flips_once_the_index_holds_its_generation() {
     assert_eq!(ids(&found), ["b"], "the new version of b is searchable");
 }
 
+/// An index the corpus finds already made, analysing the text otherwise than it would (here as
+/// LangChain's store makes one, with the `standard` analyzer), is refused by name: its keyword
+/// counts would not be the local BM25's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_index_analysing_text_otherwise_is_refused() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let mapping = json!({
+        "default_mapping": {"enabled": false, "dynamic": true},
+        "default_type": "_default",
+        "type_field": "_type",
+        "types": {"inventory.hotels": {"enabled": true, "dynamic": true, "properties": {
+            "embedding": {"enabled": true, "dynamic": false, "fields": [
+                {"name": "embedding", "type": "vector", "dims": 4, "similarity": "dot_product", "index": true}
+            ]},
+            "text": {"enabled": true, "dynamic": false, "fields": [
+                {"name": "text", "type": "text", "analyzer": "standard", "index": true, "store": true}
+            ]}
+        }}}
+    });
+    let params = [
+        ("doc_config".to_string(), json!({"mode": "scope.collection.type_field", "type_field": "type"})),
+        ("mapping".to_string(), mapping),
+    ]
+    .into();
+    let vector = quarry::capability::couchbase::store::VectorField {
+        path: "embedding".into(),
+        dims: 4,
+        similarity: "dot_product".into(),
+    };
+    assert!(store(&fake, Duration::from_secs(5)).ensure_index("quarry-manual", params, &vector).await.unwrap());
+    let e = CouchbaseCorpus::open("manual", store(&fake, Duration::from_secs(5)), "quarry-manual", SHAPE)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, CorpusError::Invalid(m) if m.contains("analyses the chunks' text with \"standard\", not \"cjk\"")),
+        "{e:?}"
+    );
+    // Its own index, made by the corpus, passes when the corpus opens again.
+    let fake = FakeCluster::start(fc::standard()).await;
+    open(&fake).await;
+    open(&fake).await;
+}
+
 /// Opening for another shape is refused, saying what the corpus holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shape_is_kept_with_the_corpus() {

@@ -226,6 +226,37 @@ fn prefilter_boosted(filter: &Filter, g: u64, boost: Option<f32>) -> Query {
     Query::Boolean(BooleanQuery::new().must(ConjunctionQuery::new(must)).must_not(DisjunctionQuery::new(vec![removed])))
 }
 
+/// The analyzer index definition `def` gives the chunks' `text`: the field's own, else the
+/// nearest `default_analyzer` above it, else the mapping's (bleve's own default is `standard`).
+fn text_analyzer(def: &Value) -> String {
+    let Some(mapping) = def.pointer("/params/mapping") else { return "standard".into() };
+    let top = mapping.get("default_analyzer").and_then(Value::as_str).unwrap_or("standard");
+    for ty in mapping.get("types").and_then(Value::as_object).into_iter().flatten().map(|(_, t)| t) {
+        let text = ty.pointer("/properties/text");
+        let own = text
+            .and_then(|t| t.get("fields"))
+            .and_then(Value::as_array)
+            .and_then(|fs| fs.iter().find_map(|f| f.get("analyzer").and_then(Value::as_str)))
+            .filter(|a| !a.is_empty());
+        let inherited = text.and_then(|t| t.get("default_analyzer")).or_else(|| ty.get("default_analyzer"));
+        if let Some(a) = own.or_else(|| inherited.and_then(Value::as_str)) {
+            return a.to_string();
+        }
+    }
+    top.to_string()
+}
+
+/// Refuses an existing index that analyses the text otherwise than the corpus makes it (`cjk`):
+/// its term counts would not be the local BM25's, and keyword ranking would differ.
+fn check_text_analyzer(name: &str, index: &str, def: &Value) -> Result<(), CorpusError> {
+    match text_analyzer(def).as_str() {
+        "cjk" => Ok(()),
+        other => Err(CorpusError::Invalid(format!(
+            "corpus {name}: search index {index:?} analyses the chunks' text with {other:?}, not \"cjk\" (what a local corpus's BM25 counts): drop the index (the corpus makes it again), or give the corpus another index name"
+        ))),
+    }
+}
+
 /// The index's parameters: the LangChain fields (`text` and `metadata` stored, as LangChain's
 /// store and CrewAI's tool read them from a hit), and Quarry's (numbers for the generations,
 /// untokenised strings for the filter fields, so that a term is a whole value and a prefix a
@@ -311,7 +342,10 @@ impl CouchbaseCorpus {
         let (scope, collection) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
         let vector =
             VectorField { path: "embedding".into(), dims: shape.dimension as u32, similarity: "dot_product".into() };
-        store.ensure_index(index, index_params(scope, collection, shape), &vector).await.map_err(fail)?;
+        let created = store.ensure_index(index, index_params(scope, collection, shape), &vector).await.map_err(fail)?;
+        if !created && let Some(def) = store.index_definition(index).await.map_err(fail)? {
+            check_text_analyzer(name, index, &def)?;
+        }
         Ok(CouchbaseCorpus {
             name: name.to_string(),
             store,

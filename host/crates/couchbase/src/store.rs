@@ -510,7 +510,7 @@ impl Store {
     }
 
     /// Index `name`'s definition, if the scope has it.
-    async fn index_definition(&self, name: &str) -> Result<Option<Value>> {
+    pub async fn index_definition(&self, name: &str) -> Result<Option<Value>> {
         self.scope_bounded(StoreOp::Index, "reading a search index", |s| async move {
             match s.search_indexes().get_index(name, None).await {
                 Ok(i) => serde_json::to_value(&i).map(Some).map_err(|e| StoreError::Service(e.to_string())),
