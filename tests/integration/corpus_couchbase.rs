@@ -99,6 +99,17 @@ async fn a_couchbase_corpus_answers_as_a_local_one() {
             assert!((a.score - b.score).abs() < 1e-5, "{query:?}: {a:?} vs {b:?}");
         }
     }
+    // Each term a Couchbase corpus has not counted is a Search request: a query of more distinct
+    // terms than it counts is refused, saying so, before any is sent.
+    let searches = |fake: &FakeCluster| fake.seen().iter().filter(|s| s.service == "fts").count();
+    let before = searches(&fake);
+    let long: Vec<String> = (0..300).map(|i| format!("word{i}")).collect();
+    let e = remote.keyword(&long.join(" "), None, 4, &Filter::all()).await.unwrap_err();
+    assert!(
+        matches!(&e, CorpusError::Invalid(m) if m.contains("300 distinct terms") && m.contains("at most 256")),
+        "{e:?}"
+    );
+    assert_eq!(searches(&fake), before);
     let asked: Vec<String> = ["b", "zz", "d"].map(String::from).to_vec();
     assert_eq!(remote.get(&asked).await.unwrap(), g.get(&asked));
     assert_eq!(remote.list(&Filter::all(), 1, 2).await.unwrap(), g.list(&Filter::all(), 1, 2));
@@ -208,7 +219,8 @@ async fn one_writer_at_a_time_and_a_dead_one_lets_go() {
 
 /// The index analyses text as a local corpus does (`cjk`: words and CJK bigrams, no stop
 /// words) and asks for BM25; a 7.6 cluster, which refuses `scoring_model`, gets it without. A
-/// keyword search's filter decides what matches and adds nothing to the scores.
+/// keyword search's filter decides what matches and, sent with boost 0, adds nothing to the
+/// Search service's scores (which pick the candidates).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_index_scores_text_by_bm25_where_the_cluster_can() {
     for version_8 in [false, true] {
@@ -225,13 +237,24 @@ async fn the_index_scores_text_by_bm25_where_the_cluster_can() {
 
         let lease = corpus.lease("host-a", Duration::from_secs(30), Duration::from_secs(5)).await.unwrap();
         corpus.commit(&lease, manual(), None).await.unwrap();
-        // `bandwidth` is in a and b; filtered to chapter 90.11, only b, scored as without a
-        // filter (the generation range and the chapter add nothing).
+        // `bandwidth` is in a and b; filtered to chapter 90.11, only b, with its score unfiltered
+        // (BM25 counts over the whole generation).
         let all = corpus.keyword("bandwidth", None, 10, &Filter::all()).await.unwrap();
         let only_b = corpus.keyword("bandwidth", None, 10, &Filter::exact("chapter", "90.11")).await.unwrap();
         assert_eq!(only_b.len(), 1, "{only_b:?}");
         let b = all.iter().find(|f| f.id == "b").expect("b has the word");
         assert!((b.score - only_b[0].score).abs() < 1e-6, "{all:?} vs {only_b:?}");
+        // The request's filter clauses: boosted 0, the generation range and the chapter term.
+        let asked = fake
+            .seen()
+            .into_iter()
+            .rev()
+            .find(|s| s.service == "fts" && s.body["query"]["conjuncts"][0]["match"] == "bandwidth")
+            .expect("the keyword search");
+        let must = &asked.body["query"]["conjuncts"][1]["must"]["conjuncts"];
+        assert_eq!(must[0]["field"], "quarry.gen", "{must}");
+        assert_eq!(must[0]["boost"], 0.0, "{must}");
+        assert_eq!(must[1]["disjuncts"][0]["boost"], 0.0, "{must}");
     }
 }
 
@@ -264,29 +287,12 @@ async fn a_commit_flips_once_the_index_holds_its_generation() {
 }
 
 /// An index the corpus finds already made, analysing the text otherwise than it would (here as
-/// LangChain's store makes one, with the `standard` analyzer), is refused by name: its keyword
+/// LangChain's store makes one: no analyzer named, so bleve's `standard`), is refused by name: its keyword
 /// counts would not be the local BM25's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_index_analysing_text_otherwise_is_refused() {
     let fake = FakeCluster::start(fc::standard()).await;
-    let mapping = json!({
-        "default_mapping": {"enabled": false, "dynamic": true},
-        "default_type": "_default",
-        "type_field": "_type",
-        "types": {"inventory.hotels": {"enabled": true, "dynamic": true, "properties": {
-            "embedding": {"enabled": true, "dynamic": false, "fields": [
-                {"name": "embedding", "type": "vector", "dims": 4, "similarity": "dot_product", "index": true}
-            ]},
-            "text": {"enabled": true, "dynamic": false, "fields": [
-                {"name": "text", "type": "text", "analyzer": "standard", "index": true, "store": true}
-            ]}
-        }}}
-    });
-    let params = [
-        ("doc_config".to_string(), json!({"mode": "scope.collection.type_field", "type_field": "type"})),
-        ("mapping".to_string(), mapping),
-    ]
-    .into();
+    let params = crate::couchbase_store::langchain_index("quarry-manual").params.expect("its mapping");
     let vector = quarry::capability::couchbase::store::VectorField {
         path: "embedding".into(),
         dims: 4,

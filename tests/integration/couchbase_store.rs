@@ -135,7 +135,7 @@ async fn an_unknown_collection_is_asked_for_again_and_nothing_is_written() {
 
 /// A scoped vector index as LangChain's Couchbase store defines one: `text`, a 4-dimensional
 /// `embedding` and `metadata`, in collection `inventory.hotels`.
-fn langchain_index(name: &str) -> SearchIndex {
+pub(crate) fn langchain_index(name: &str) -> SearchIndex {
     let mapping = json!({
         "default_mapping": {"enabled": false, "dynamic": true},
         "default_type": "_default",

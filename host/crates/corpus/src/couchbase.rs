@@ -110,6 +110,10 @@ const CANDIDATES_PER_HIT: usize = 4;
 const MIN_CANDIDATES: usize = 100;
 /// The most document frequencies a corpus keeps before it starts its cache again.
 const MAX_CACHED_TERMS: usize = 100_000;
+/// The most distinct terms a keyword query may have (each not yet counted is a Search request).
+const MAX_QUERY_TERMS: usize = 256;
+/// Term counts asked of the Search service at once.
+const COUNTS_AT_ONCE: usize = 16;
 
 /// What a chunk holds, as [`Manifest::bytes`] counts it.
 fn record_bytes(r: &Record) -> u64 {
@@ -440,6 +444,14 @@ impl CouchbaseCorpus {
         if wanted.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
+        // Each term not yet counted in this generation is a request to the Search service.
+        if wanted.len() > MAX_QUERY_TERMS {
+            return Err(CorpusError::Invalid(format!(
+                "corpus {}: a keyword query of {} distinct terms; a corpus in Couchbase counts at most {MAX_QUERY_TERMS} (a Search request each): shorten the query",
+                self.name,
+                wanted.len()
+            )));
+        }
         let (m, _) = self.manifest().await?;
         let text = Query::Match(MatchQuery::new(query).field("text"));
         let request = SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![
@@ -503,23 +515,27 @@ impl CouchbaseCorpus {
             }
             terms.iter().filter(|t| !cache.1.contains_key(*t)).collect()
         };
-        let mut counts = Vec::with_capacity(missing.len());
-        for t in &missing {
-            let request = SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![
-                Query::Term(TermQuery::new(t.as_str()).field("text")),
-                prefilter_boosted(&Filter::all(), m.generation, Some(0.0)),
-            ])));
-            counts.push(self.store.search_hits(&self.index, request, SearchOptions::new().limit(1)));
-        }
-        let counted = futures::future::join_all(counts).await;
-        let mut cache = self.doc_freqs.lock();
-        for (t, c) in missing.into_iter().zip(counted) {
-            let total = c.map_err(|e| unavailable(&self.name, e))?.total;
-            if cache.0 == m.generation {
-                cache.1.insert(t.clone(), total);
+        let mut counted = HashMap::with_capacity(missing.len());
+        // A few at a time, as the store writes its batches.
+        for batch in missing.chunks(COUNTS_AT_ONCE) {
+            let mut counts = Vec::with_capacity(batch.len());
+            for t in batch {
+                let request = SearchRequest::with_search_query(Query::Conjunction(ConjunctionQuery::new(vec![
+                    Query::Term(TermQuery::new(t.as_str()).field("text")),
+                    prefilter_boosted(&Filter::all(), m.generation, Some(0.0)),
+                ])));
+                counts.push(self.store.search_hits(&self.index, request, SearchOptions::new().limit(1)));
+            }
+            for (t, c) in batch.iter().zip(futures::future::join_all(counts).await) {
+                counted.insert((*t).clone(), c.map_err(|e| unavailable(&self.name, e))?.total);
             }
         }
-        Ok(terms.iter().map(|t| cache.1.get(t).copied().unwrap_or(0)).collect())
+        let mut cache = self.doc_freqs.lock();
+        let freqs = terms.iter().map(|t| counted.get(t).or_else(|| cache.1.get(t)).copied().unwrap_or(0)).collect();
+        if cache.0 == m.generation {
+            cache.1.extend(counted);
+        }
+        Ok(freqs)
     }
 
     /// The chunks of `ids` in the committed generation, in order.

@@ -222,8 +222,8 @@ impl Store {
     /// after `notify_waiters` has fired (they then wait forever); and it sets the entry after it
     /// has awaited the resolution, so a first caller dropped meanwhile (by a timeout) leaves the
     /// entry pending for every later call. Here one read resolves it, alone, in a task of its own
-    /// that completes even if its caller gives up. (Other rare stalls of an SDK call remain under
-    /// heavy load; each is bounded by the timeout.)
+    /// that completes even if its caller gives up. (The bucket handle's own race: see
+    /// [`Store::bucket_by`].)
     async fn resolve(&self, deadline: tokio::time::Instant) -> Result<()> {
         let bucket = self.bucket_by(deadline).await?;
         let once = self.resolved.get_or_try_init(|| async {
@@ -241,6 +241,8 @@ impl Store {
                 // A first read that lost the agent provider's race never ends: given up after a
                 // moment and made again, it finds the agent there.
                 let attempt = (tokio::time::Instant::now() + FIRST_READ).min(deadline);
+                // Not aborted when given up: a resolution dropped part-way would leave the
+                // resolver's entry pending (above); a read stuck in the race is one idle task.
                 match tokio::time::timeout_at(attempt, first).await {
                     Ok(Ok(r)) => return r,
                     Ok(Err(e)) => return Err(StoreError::Service(format!("resolving the collection: {e}"))),
