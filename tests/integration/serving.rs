@@ -45,7 +45,7 @@ async fn tools_are_listed_at_once_and_calls_wait_for_the_preparation() {
     assert!(host.tools().iter().any(|t| t.qualified == "slow.echo"), "the tools are listed while it prepares");
 
     let heard = Heard::default();
-    let caller = Caller { client: "a", listener: Some(&heard) };
+    let caller = Caller { client: "a", listener: Some(&heard), asker: None };
     let out = within(
         30,
         host.call_cancellable(
@@ -130,7 +130,7 @@ async fn a_pool_serves_calls_in_parallel() {
             .map(|client| {
                 let host = host.clone();
                 tokio::spawn(async move {
-                    let caller = Caller { client, listener: None };
+                    let caller = Caller { client, listener: None, asker: None };
                     host.call_cancellable(
                         "slow.sleep",
                         &quarry::Args::parse(r#"{"ms": 1500}"#).unwrap(),

@@ -179,7 +179,7 @@ impl Tool {
                 extra[key] = v.clone();
             }
         }
-        Ok(Output { text: output::dumps(&answer), hits, extra })
+        Ok(Output { text: output::dumps(&answer), hits, extra, content: Vec::new() })
     }
 }
 

@@ -279,6 +279,7 @@ impl Tool {
                 "embedding_key": c.embedding_key,
                 "prefilter": prefilter,
             }),
+            content: Vec::new(),
         })
     }
 }

@@ -15,6 +15,7 @@
 //! the component linker keeps only the imports the module uses.
 
 pub mod args;
+pub mod catalog;
 pub mod tool;
 
 /// A component's tools, as the `tool` export serves them: an instance opened from its config,
@@ -32,6 +33,35 @@ pub trait Tools: Sized + 'static {
     /// Runs tool `tool` on `args`; a tool it does not offer is `not-found`
     /// ([`tool::check_tool`] for a single-tool component).
     fn call(&self, tool: &str, args: &str) -> Result<tool::Output, tool::ToolError>;
+    /// Its resource templates and prompts, and whether it lists resources; none by default.
+    fn catalog(&self) -> catalog::Catalog {
+        catalog::Catalog::default()
+    }
+    /// The resources it lists now; none by default.
+    fn resources(&self) -> Result<Vec<catalog::Resource>, tool::ToolError> {
+        Ok(Vec::new())
+    }
+    /// The resource at `uri`; `not-found` by default.
+    fn read(&self, uri: &str) -> Result<Vec<catalog::Contents>, tool::ToolError> {
+        Err(tool::ToolError::NotFound(format!("no resource at {uri}")))
+    }
+    /// Prompt `name` filled in with `args` (a JSON object of strings); `not-found` by default.
+    fn get_prompt(&self, name: &str, args: &str) -> Result<catalog::Prompt, tool::ToolError> {
+        let _ = args;
+        Err(tool::ToolError::NotFound(format!("no prompt named {name:?}")))
+    }
+    /// Values for `argument` of `target` matching `value` (`context`: the arguments already
+    /// chosen, a JSON object); none by default.
+    fn complete(
+        &self,
+        target: catalog::Target,
+        argument: &str,
+        value: &str,
+        context: &str,
+    ) -> Result<catalog::Completion, tool::ToolError> {
+        let _ = (target, argument, value, context);
+        Ok(catalog::Completion::default())
+    }
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -43,7 +73,7 @@ mod bindings {
 }
 
 #[cfg(target_arch = "wasm32")]
-pub use bindings::quarry::retrieval::{corpus, embedder, progress, types};
+pub use bindings::quarry::retrieval::{client, corpus, embedder, progress, types};
 
 /// The host's corpora (WIT's `corpus` import) as rag-core's `Corpus`.
 #[cfg(target_arch = "wasm32")]
@@ -52,7 +82,10 @@ pub mod host_corpus;
 #[cfg(target_arch = "wasm32")]
 mod mapping;
 #[cfg(target_arch = "wasm32")]
-pub use mapping::{GuestEnv, output, specs, to_wit};
+pub use mapping::{
+    GuestEnv, catalog_to_wit, completion_to_wit, contents_to_wit, output, prompt_to_wit, resource_to_wit, specs,
+    target_from_wit, to_wit,
+};
 
 /// The name of the custom section that carries a component's version, as `wasm-tools metadata
 /// add --version` writes it (wasm-metadata's OCI annotations: `quarry push` passes it on as
@@ -131,6 +164,50 @@ macro_rules! export_tools {
 
             fn call(&self, tool: String, args: String) -> Result<$crate::types::ToolOutput, $crate::types::ToolError> {
                 <$instance as $crate::Tools>::call(self, &tool, &args).map($crate::output).map_err($crate::to_wit)
+            }
+
+            fn catalog(&self) -> $crate::types::Catalog {
+                $crate::catalog_to_wit(<$instance as $crate::Tools>::catalog(self))
+            }
+
+            fn resources(&self) -> Result<Vec<$crate::types::ResourceInfo>, $crate::types::ToolError> {
+                <$instance as $crate::Tools>::resources(self)
+                    .map(|list| list.into_iter().map($crate::resource_to_wit).collect())
+                    .map_err($crate::to_wit)
+            }
+
+            fn read(&self, uri: String) -> Result<Vec<$crate::types::Contents>, $crate::types::ToolError> {
+                <$instance as $crate::Tools>::read(self, &uri)
+                    .map(|list| list.into_iter().map($crate::contents_to_wit).collect())
+                    .map_err($crate::to_wit)
+            }
+
+            fn get_prompt(
+                &self,
+                name: String,
+                args: String,
+            ) -> Result<$crate::types::Prompt, $crate::types::ToolError> {
+                <$instance as $crate::Tools>::get_prompt(self, &name, &args)
+                    .map($crate::prompt_to_wit)
+                    .map_err($crate::to_wit)
+            }
+
+            fn complete(
+                &self,
+                target: $crate::types::CompletionTarget,
+                argument: String,
+                value: String,
+                context: String,
+            ) -> Result<$crate::types::Completion, $crate::types::ToolError> {
+                <$instance as $crate::Tools>::complete(
+                    self,
+                    $crate::target_from_wit(target),
+                    &argument,
+                    &value,
+                    &context,
+                )
+                .map($crate::completion_to_wit)
+                .map_err($crate::to_wit)
             }
         }
 

@@ -1,5 +1,6 @@
 //! The SDK's types to and from the WIT bindings, and the imports as a [`BaseEnv`].
 
+use crate::catalog::{Block, Body, Catalog, Completion, Contents, Prompt, Resource, Target};
 use crate::tool::{BaseEnv, Model, Output, TokenSpan, ToolError};
 
 use crate::embedder::{self, EmbedError, InputKind};
@@ -32,6 +33,96 @@ pub fn output(out: Output) -> types::ToolOutput {
             })
             .collect(),
         extra: Some(out.extra.to_string()),
+        content: out.content.into_iter().map(block_to_wit).collect(),
+    }
+}
+
+/// A block as WIT's `content-block`.
+pub fn block_to_wit(b: Block) -> types::ContentBlock {
+    match b {
+        Block::Text(t) => types::ContentBlock::Text(t),
+        Block::Image(data, mime_type) => types::ContentBlock::Image(types::Media { data, mime_type }),
+        Block::Audio(data, mime_type) => types::ContentBlock::Audio(types::Media { data, mime_type }),
+        Block::Link(l) => types::ContentBlock::Link(types::ResourceLink {
+            uri: l.uri,
+            name: l.name,
+            description: l.description,
+            mime_type: l.mime_type,
+        }),
+        Block::Embedded(c) => types::ContentBlock::Embedded(contents_to_wit(c)),
+    }
+}
+
+/// Contents as WIT's `contents`.
+pub fn contents_to_wit(c: Contents) -> types::Contents {
+    let body = match c.body {
+        Body::Text(t) => types::Body::Text(t),
+        Body::Blob(b) => types::Body::Blob(b),
+    };
+    types::Contents { uri: c.uri, mime_type: c.mime_type, body }
+}
+
+/// A listed resource as WIT's `resource-info`.
+pub fn resource_to_wit(r: Resource) -> types::ResourceInfo {
+    types::ResourceInfo { uri: r.uri, name: r.name, title: r.title, description: r.description, mime_type: r.mime_type }
+}
+
+/// A catalog as WIT's.
+pub fn catalog_to_wit(c: Catalog) -> types::Catalog {
+    types::Catalog {
+        lists_resources: c.lists_resources,
+        templates: c
+            .templates
+            .into_iter()
+            .map(|t| types::ResourceTemplate {
+                uri_template: t.uri_template,
+                name: t.name,
+                description: t.description,
+                mime_type: t.mime_type,
+            })
+            .collect(),
+        prompts: c
+            .prompts
+            .into_iter()
+            .map(|p| types::PromptSpec {
+                name: p.name,
+                description: p.description,
+                arguments: p
+                    .arguments
+                    .into_iter()
+                    .map(|a| types::PromptArgument { name: a.name, description: a.description, required: a.required })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// A prompt as WIT's.
+pub fn prompt_to_wit(p: Prompt) -> types::Prompt {
+    types::Prompt {
+        description: p.description,
+        messages: p
+            .messages
+            .into_iter()
+            .map(|m| types::PromptMessage {
+                role: if m.assistant { types::Role::Assistant } else { types::Role::User },
+                content: block_to_wit(m.content),
+            })
+            .collect(),
+    }
+}
+
+/// A completion as WIT's.
+pub fn completion_to_wit(c: Completion) -> types::Completion {
+    types::Completion { values: c.values, total: c.total, has_more: c.has_more }
+}
+
+/// WIT's completion target as the SDK's.
+pub fn target_from_wit(t: types::CompletionTarget) -> Target {
+    match t {
+        types::CompletionTarget::Prompt(p) => Target::Prompt(p),
+        types::CompletionTarget::ResourceTemplate(t) => Target::Template(t),
+        types::CompletionTarget::Tool(t) => Target::Tool(t),
     }
 }
 
@@ -104,5 +195,26 @@ impl BaseEnv for GuestEnv {
     ) -> Result<std::rc::Rc<dyn rag_core::corpus::Corpus>, ToolError> {
         let c = crate::host_corpus::open(name, shape).map_err(crate::tool::corpus_error)?;
         Ok(std::rc::Rc::new(c))
+    }
+
+    fn ask(
+        &self,
+        key: &str,
+        kind: crate::tool::Ask,
+        params: &serde_json::Value,
+    ) -> Result<serde_json::Value, crate::tool::AskError> {
+        use crate::client::{AskError as E, RequestKind};
+        use crate::tool::{Ask, AskError};
+        let kind = match kind {
+            Ask::Sampling => RequestKind::Sampling,
+            Ask::Elicitation => RequestKind::Elicitation,
+            Ask::Roots => RequestKind::Roots,
+        };
+        let answer = crate::client::ask(key, kind, &params.to_string()).map_err(|e| match e {
+            E::Unsupported(m) => AskError::Unsupported(m),
+            E::Pending => AskError::Pending,
+            E::Failed(m) => AskError::Failed(m),
+        })?;
+        serde_json::from_str(&answer).map_err(|e| AskError::Failed(format!("the client's answer is not JSON: {e}")))
     }
 }

@@ -64,6 +64,8 @@ pub struct Output {
     pub hits: Vec<Hit>,
     /// Extra structured data (paging tokens, the query's settings).
     pub extra: serde_json::Value,
+    /// Blocks after the text (links to the resources the hits lie in); usually none.
+    pub content: Vec<crate::catalog::Block>,
 }
 
 /// What every RAG tool asks of its environment: the host-linked embedder, granted files, the
@@ -94,6 +96,35 @@ pub trait BaseEnv {
         let _ = shape;
         Err(ToolError::InvalidConfig(format!("corpus {name:?}: this environment keeps no corpora")))
     }
+    /// Asks the MCP client behind the call (WIT's `client.ask`): `params` are the JSON params of
+    /// the request `kind` names, the answer its JSON result. An environment without a client
+    /// answers `Unsupported`.
+    fn ask(&self, key: &str, kind: Ask, params: &serde_json::Value) -> Result<serde_json::Value, AskError> {
+        let _ = (key, params);
+        Err(AskError::Unsupported(format!("no client to ask for {kind:?}")))
+    }
+}
+
+/// What a tool may ask its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// A completion from the client's model.
+    Sampling,
+    /// A form the user fills in.
+    Elicitation,
+    /// The client's roots.
+    Roots,
+}
+
+/// Why a question got no answer (WIT's `ask-error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskError {
+    /// The client cannot answer it, or the grant does not allow asking: go on without.
+    Unsupported(String),
+    /// The answer comes with the call made again: return now.
+    Pending,
+    /// The client refused or failed.
+    Failed(String),
 }
 
 /// A corpus's error as a tool's: a shape mismatch is the config's fault (another model, another

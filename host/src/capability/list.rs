@@ -289,6 +289,7 @@ capabilities! {
     embedder: super::embedder::Embedder,
     progress: super::progress::Reporting,
     corpora: super::corpus::Corpora,
+    client: super::client::Client,
     #[cfg(feature = "bedrock")]
     bedrock: super::bedrock::Bedrock,
     #[cfg(feature = "couchbase")]

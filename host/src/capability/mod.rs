@@ -20,6 +20,7 @@
 //! | [`embedder::Embedder`] | (the instance's `embedder = "NAME"`) | | `quarry:retrieval/embedder` |
 //! | [`progress::Reporting`] | | | `quarry:retrieval/progress` |
 //! | [`corpus::Corpora`] | `corpora` | `[corpora.NAME]` | `quarry:retrieval/corpus` |
+//! | [`client::Client`] | `client` | | `quarry:retrieval/client` |
 //! | `bedrock::Bedrock` | `bedrock` | | `quarry:retrieval/bedrock` |
 //! | `couchbase::Couchbase` | `couchbase` | `[couchbase.NAME]` | `quarry:retrieval/couchbase` |
 //! | `nn::Nn` | `models` | `[models.NAME]`, `[host] onnxruntime` | `wasi:nn` |
@@ -29,6 +30,7 @@ mod list;
 
 #[cfg(feature = "bedrock")]
 pub mod bedrock;
+pub mod client;
 pub mod corpus;
 #[cfg(feature = "couchbase")]
 pub mod couchbase;

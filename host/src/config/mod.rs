@@ -141,6 +141,17 @@ pub struct InstanceConfig {
     pub grants: Grants,
     /// How many instances serve in parallel (embedders: one per core by default; tools: 1).
     pub pool: usize,
+    /// Whether MCP lists its tools and prompts by their own names (`search`) rather than
+    /// `instance.search`: for clients that expect a server's fixed names. The host refuses a
+    /// listed name that another instance's tool or prompt already has.
+    pub bare_names: bool,
+}
+
+impl InstanceConfig {
+    /// The name MCP lists this instance's tool or prompt `name` under.
+    pub fn listed_name(&self, name: &str) -> String {
+        if self.bare_names { name.to_string() } else { format!("{}.{name}", self.name) }
+    }
 }
 
 /// What an instance may touch: the limits every instance has, and each capability's grant
@@ -209,6 +220,8 @@ struct RawInstance {
     embedder: Option<String>,
     pool: Option<usize>,
     signed_by: Option<PathBuf>,
+    #[serde(default)]
+    bare_names: bool,
     #[serde(default)]
     grants: Keyed<RawLimits, capability::RawCapabilityGrants>,
 }
@@ -505,6 +518,9 @@ fn validate_instance(
     let cx = capability::GrantContext { instance: name, base, deadline };
     let caps = capability::Grants::parse(raw_caps, sections, &cx).map_err(|e| e.under(&key(".grants")))?;
     let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if raw.bare_names && section != "tools" {
+        return Err(KeyError::new(key(".bare_names"), "only tool instances are listed by name; remove this key"));
+    }
     Ok(InstanceConfig {
         name: name.to_string(),
         component: std::fs::canonicalize(&component).unwrap_or(component),
@@ -513,6 +529,7 @@ fn validate_instance(
         config_json,
         embedder: raw.embedder,
         pool,
+        bare_names: raw.bare_names,
         grants: Grants { memory, deadline, prepare_deadline, max_output, caps },
     })
 }

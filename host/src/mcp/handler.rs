@@ -1,30 +1,45 @@
-//! The MCP handler: `tools/list` and `tools/call` over the host's registry.
+//! The MCP handler: tools, resources, prompts and completions over the host's registry.
 //!
 //! - Every tool of every loaded instance is one MCP tool named
 //!   [`mcp_name`]; the list is sorted by name, so it is the same on every call.
 //! - A result's first content block is the whole text the tool produced (CrewAI's
-//!   adapter reads only that); `structuredContent` mirrors the hits and extra data.
+//!   adapter reads only that), then the blocks the tool added (images, resource links);
+//!   `structuredContent` mirrors the hits and extra data.
 //! - A tool that runs and fails answers `isError: true` with the tool's own words;
 //!   a request that cannot be routed (an unknown tool) is a JSON-RPC error.
+//! - Resources, templates and prompts are the instances' ([`crate::registry`]'s catalog);
+//!   list and read results carry caching hints ([`LIST_TTL_MS`], private).
+//! - A tool or prompt that asks its client (sampling, elicitation, roots) is answered through
+//!   [`crate::mcp::asking`]: at once on a handshake-era session, by an input-required result for
+//!   a 2026-07-28 client.
 
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, CompleteRequestParams,
+    CompleteResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, InputResponses,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 use crate::args::Args;
 use crate::bindings::ToolOutput;
+use crate::capability::client::{Asker, RequestKind};
+use crate::mcp::asking::{RoundAsker, SessionAsker, StateSeal};
 use crate::mcp::budget::Budget;
 use crate::mcp::call_log::{self, CallLog};
 use crate::mcp::listen::{CallListener, LogLevel};
 use crate::mcp::notify::Peers;
 use crate::registry::instance::CallError;
 use crate::registry::instance::Caller;
-use crate::registry::{Registry, ToolEntry};
+use crate::registry::{ReadError, Registry, Target, ToolEntry};
+
+/// How long a client may keep a list (tools, prompts, resources, templates) or a resource it
+/// read: a minute. A change within it reaches listening clients as a `list_changed`.
+pub const LIST_TTL_MS: u64 = 60_000;
 
 /// Lines for failed calls: a client can send failing calls as fast as it likes.
 static FAILURES_LOG: crate::support::log_budget::LogBudget =
@@ -49,6 +64,11 @@ pub struct QuarryMcp {
     client: Arc<str>,
     /// The level this session asked for with `logging/setLevel`.
     log_level: LogLevel,
+    /// Seals the request state of 2026-07-28 calls that ask their client; why not, if the
+    /// configured key is unusable.
+    seal: Arc<Result<StateSeal, String>>,
+    /// The resources this session subscribed to (handshake era).
+    subscribed: Arc<parking_lot::Mutex<std::collections::BTreeSet<String>>>,
 }
 
 /// Session keys for the fair queues: unique in this process.
@@ -87,6 +107,10 @@ impl QuarryMcp {
             budget: Budget::new(limits.max_request_bytes),
             client: session_key(),
             log_level: LogLevel::default(),
+            seal: Arc::new(StateSeal::from_env().inspect_err(|e| {
+                tracing::error!(target: "quarry::mcp", "tools cannot ask 2026-07-28 clients: {e}");
+            })),
+            subscribed: Arc::default(),
         }
     }
 
@@ -117,8 +141,29 @@ impl QuarryMcp {
             session,
             client: session_key(),
             log_level: LogLevel::default(),
+            subscribed: Arc::default(),
             ..self.clone()
         }
+    }
+
+    /// The asker of a request that runs guest code (`call`: its listed name, `args`: its
+    /// arguments' JSON), for this request's era; an error for a 2026-07-28 request state that
+    /// this host did not seal for this call.
+    fn asker(
+        &self,
+        context: &RequestContext<RoleServer>,
+        call: &str,
+        args: &str,
+        responses: Option<InputResponses>,
+        state: Option<&str>,
+    ) -> Result<CallAsker, ErrorData> {
+        let modern = context.protocol_version().is_some_and(|v| v.as_str() >= "2026-07-28");
+        if !modern {
+            return Ok(CallAsker::Session(Arc::new(SessionAsker::new(context.peer.clone()))));
+        }
+        let seal = self.seal.as_ref().as_ref().map_err(|e| ErrorData::internal_error(e.clone(), None))?;
+        let caps: Option<ClientCapabilities> = context.client_capabilities();
+        RoundAsker::new(seal, call, args, caps, responses, state).map(|a| CallAsker::Round(Arc::new(a)))
     }
 
     /// The MCP tools, sorted by name.
@@ -136,6 +181,44 @@ pub fn mcp_name(entry: &ToolEntry) -> String {
 
 fn to_mcp_tool(entry: &ToolEntry) -> Tool {
     Tool::new(mcp_name(entry), entry.spec.description.clone(), entry.schema.clone())
+}
+
+/// Who answers the questions of one request.
+enum CallAsker {
+    /// A handshake-era session's client.
+    Session(Arc<SessionAsker>),
+    /// A 2026-07-28 client, across rounds.
+    Round(Arc<RoundAsker>),
+}
+
+impl CallAsker {
+    fn shared(&self) -> Arc<dyn Asker> {
+        match self {
+            CallAsker::Session(a) => a.clone(),
+            CallAsker::Round(a) => a.clone(),
+        }
+    }
+
+    /// The capabilities the request asked for that the client did not declare.
+    fn missing(&self) -> Vec<RequestKind> {
+        match self {
+            CallAsker::Session(a) => a.take_missing(),
+            CallAsker::Round(a) => a.take_missing(),
+        }
+    }
+
+    /// The input-required result, when a 2026-07-28 request asked what it has no answer to.
+    fn input_required(
+        &self,
+        seal: &Result<StateSeal, String>,
+        call: &str,
+        args: &str,
+    ) -> Option<rmcp::model::InputRequiredResult> {
+        match (self, seal) {
+            (CallAsker::Round(a), Ok(seal)) => a.input_required(seal, call, args),
+            _ => None,
+        }
+    }
 }
 
 /// A tool-level failure: the tool's own message as the text (CrewAI's wording where the tool
@@ -180,11 +263,26 @@ fn failure(e: &CallError) -> Failure<'_> {
     Failure::Tool(kind, e.to_string().into())
 }
 
+/// A failed request beside a tool call (a read, a prompt, a listing): a JSON-RPC error, since
+/// those results have no error flag; invalid params when the component says the request was.
+fn request_failed(e: &CallError) -> ErrorData {
+    let message = crate::support::text::cut(&e.to_string(), 4096);
+    match e {
+        CallError::Tool {
+            error: crate::bindings::ToolError::InvalidArgs(_) | crate::bindings::ToolError::NotFound(_),
+            ..
+        } => ErrorData::invalid_params(message, None),
+        _ => ErrorData::internal_error(message, None),
+    }
+}
+
 /// Maps a call's outcome to MCP. Only an unknown tool is a protocol error.
 fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult, ErrorData> {
     match outcome {
         Ok(out) => {
-            let mut r = CallToolResult::success(vec![ContentBlock::text(out.text.clone())]);
+            let mut blocks = vec![ContentBlock::text(out.text.clone())];
+            blocks.extend(out.content.iter().map(crate::mcp::content::block));
+            let mut r = CallToolResult::success(blocks);
             r.structured_content = Some(crate::output::structured(&out));
             Ok(r)
         }
@@ -199,7 +297,17 @@ impl ServerHandler for QuarryMcp {
     #[allow(deprecated, reason = "rmcp marks MCP logging deprecated (SEP-2577); 2025-11-25 clients use it")]
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
-            ServerCapabilities::builder().enable_tools().enable_tool_list_changed().enable_logging().build(),
+            ServerCapabilities::builder()
+                .enable_logging()
+                .enable_completions()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
         )
         .with_server_info(Implementation::new("quarry", env!("CARGO_PKG_VERSION")))
         .with_instructions(
@@ -216,7 +324,164 @@ impl ServerHandler for QuarryMcp {
         // The tools are known once every instance has opened (cheap); their preparation (an
         // index build) goes on in the background, and calls wait for it.
         self.registry.loaded().await;
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        let mut r = ListToolsResult::with_all_items(self.tools());
+        (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
+        Ok(r)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.registry.loaded().await;
+        let prompts =
+            self.registry.prompts().iter().map(|p| crate::mcp::content::prompt_spec(&p.listed, &p.spec)).collect();
+        let mut r = ListPromptsResult::with_all_items(prompts);
+        (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
+        Ok(r)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.registry.loaded().await;
+        let GetPromptRequestParams { name, arguments, input_responses, request_state, .. } = request;
+        let args = serde_json::Value::Object(arguments.unwrap_or_default()).to_string();
+        let asker = self.asker(&context, &name, &args, input_responses, request_state.as_deref())?;
+        let shared = asker.shared();
+        let caller = Caller { client: &self.client, listener: None, asker: Some(&shared) };
+        let outcome = self.registry.get_prompt(&name, args.clone(), caller, context.ct.cancelled()).await;
+        if let Some(round) = asker.input_required(&self.seal, &name, &args) {
+            return Ok(GetPromptResponse::InputRequired(round));
+        }
+        match outcome {
+            None => Err(ErrorData::invalid_params(
+                format!("no prompt named {:?}; prompts/list lists them", crate::support::text::cut(&name, 256)),
+                None,
+            )),
+            Some(Ok(prompt)) => {
+                let mut r = crate::mcp::content::prompt(&prompt);
+                // What rmcp's constructors set (and take off again for an older client).
+                r.result_type = Some(rmcp::model::ResultType::COMPLETE);
+                Ok(GetPromptResponse::Complete(r))
+            }
+            Some(Err(e)) => {
+                let missing = asker.missing();
+                if !missing.is_empty() {
+                    return Err(crate::mcp::asking::missing_error(&missing));
+                }
+                Err(request_failed(&e))
+            }
+        }
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.registry.loaded().await;
+        let caller = Caller { client: &self.client, listener: None, asker: None };
+        let listed = self.registry.resources(caller).await.map_err(|e| request_failed(&e))?;
+        let mut r = ListResourcesResult::with_all_items(listed.iter().map(crate::mcp::content::resource).collect());
+        (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
+        Ok(r)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.registry.loaded().await;
+        let templates = self.registry.templates().iter().map(|(_, t)| crate::mcp::content::template(t)).collect();
+        let mut r = ListResourceTemplatesResult::with_all_items(templates);
+        (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
+        Ok(r)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.registry.loaded().await;
+        let ReadResourceRequestParams { uri, input_responses, request_state, .. } = request;
+        let asker = self.asker(&context, &uri, "", input_responses, request_state.as_deref())?;
+        let shared = asker.shared();
+        let caller = Caller { client: &self.client, listener: None, asker: Some(&shared) };
+        let outcome = self.registry.read(&uri, caller, context.ct.cancelled()).await;
+        if let Some(round) = asker.input_required(&self.seal, &uri, "") {
+            return Ok(ReadResourceResponse::InputRequired(round));
+        }
+        match outcome {
+            Ok(contents) => {
+                let mut r = ReadResourceResult::new(contents.iter().map(crate::mcp::content::contents).collect());
+                (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
+                Ok(ReadResourceResponse::Complete(r))
+            }
+            // As SEP-2164 asks: invalid params, naming the URI.
+            Err(ReadError::NotFound(_)) => Err(ErrorData::invalid_params(
+                "Resource not found: resources/list and resources/templates/list say what there is",
+                Some(serde_json::json!({ "uri": uri })),
+            )),
+            Err(ReadError::Call(e)) => {
+                let missing = asker.missing();
+                if !missing.is_empty() {
+                    return Err(crate::mcp::asking::missing_error(&missing));
+                }
+                Err(request_failed(&e))
+            }
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // Bounded: a client may hold at most this many.
+        let mut subscribed = self.subscribed.lock();
+        if subscribed.len() >= 1024 && !subscribed.contains(&request.uri) {
+            return Err(ErrorData::invalid_params("a session may subscribe to at most 1024 resources", None));
+        }
+        subscribed.insert(crate::support::text::cut(&request.uri, 4096));
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscribed.lock().remove(&request.uri);
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.registry.loaded().await;
+        let CompleteRequestParams { r#ref, argument, context, .. } = request;
+        let chosen = context.and_then(|c| c.arguments).unwrap_or_default();
+        let chosen = serde_json::to_string(&chosen).unwrap_or_else(|_| "{}".into());
+        let target = match &r#ref {
+            Reference::Prompt(p) => Target::Prompt(&p.name),
+            Reference::Resource(r) => Target::Template(&r.uri),
+            _ => return Err(ErrorData::invalid_params("completion refers to a prompt or a resource template", None)),
+        };
+        let caller = Caller { client: &self.client, listener: None, asker: None };
+        match self.registry.complete(target, argument.name, argument.value, chosen, caller).await {
+            // Nothing to complete: no values, as the spec allows.
+            None => Ok(CompleteResult::new(rmcp::model::CompletionInfo::default())),
+            Some(Ok(c)) => Ok(CompleteResult::new(crate::mcp::content::completion(&c))),
+            Some(Err(e)) => Err(request_failed(&e)),
+        }
     }
 
     #[allow(deprecated, reason = "rmcp marks MCP logging deprecated (SEP-2577); 2025-11-25 clients use it")]
@@ -239,11 +504,10 @@ impl ServerHandler for QuarryMcp {
         mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
-        // Only the name and the arguments are kept across the wait: the rest of the request
-        // (`_meta`, input responses, request state) is a tree the client sized, and unused.
-        let CallToolRequestParams { name, arguments, .. } = request;
+        // Only the name, the arguments and the client's answers are kept across the wait: the
+        // rest of the request (`_meta`) is a tree the client sized, and unused.
+        let CallToolRequestParams { name, arguments, input_responses, request_state, .. } = request;
         let token = crate::mcp::listen::progress_token(&context.meta);
-        context.meta = Default::default();
         // The arguments wait and run as their JSON text (what the guest receives), charged to
         // the server's budget: a tree of them costs many times their size, and is dropped here.
         let arguments = arguments.unwrap_or_default();
@@ -265,6 +529,10 @@ impl ServerHandler for QuarryMcp {
             Ok(a) => a.as_str(),
             Err((_, head)) => head.as_str(),
         };
+        let asker = self.asker(&context, &name, logged, input_responses, request_state.as_deref())?;
+        let shared = asker.shared();
+        // The rest of `_meta` is a tree the client sized: not kept across the wait.
+        context.meta = Default::default();
         // Cancelled when the client closes the connection this call came on (HTTP).
         let gone = parts.and_then(|p| p.extensions.get::<ClientGone>()).map(|g| g.0.clone()).unwrap_or_default();
         let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -298,6 +566,7 @@ impl ServerHandler for QuarryMcp {
                 let caller = Caller {
                     client: &self.client,
                     listener: listener.as_ref().map(|l| l as &dyn crate::registry::instance::Listener),
+                    asker: Some(&shared),
                 };
                 let outcome = self.registry.call_cancellable(&name, args, caller, cancelled).await;
                 if let Some(l) = listener {
@@ -336,6 +605,13 @@ impl ServerHandler for QuarryMcp {
                 duration: start.elapsed(),
             });
         }
+        if let Some(round) = asker.input_required(&self.seal, &name, logged) {
+            return Ok(CallToolResponse::InputRequired(round));
+        }
+        let missing = asker.missing();
+        if matches!(answer, Answer::Call(Err(_))) && !missing.is_empty() {
+            return Err(crate::mcp::asking::missing_error(&missing));
+        }
         let response = match answer {
             Answer::Busy(message) => Ok(tool_error("busy", message)),
             Answer::Call(outcome) => to_response(outcome),
@@ -351,21 +627,37 @@ impl ServerHandler for QuarryMcp {
         Some(requested.supported_by(&self.get_info().capabilities))
     }
 
-    /// A 2026-07-28 client's `subscriptions/listen`: one `tools/list_changed` per swap until
-    /// the client cancels it.
+    /// A 2026-07-28 client's `subscriptions/listen`: the `list_changed` of each change it
+    /// asked to hear of, until it cancels (the sink drops what its filter leaves out).
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let mut swaps = self.registry.subscribe();
+        use crate::capability::client::ListKind;
+        let mut changes = crate::mcp::notify::Changes::of(&self.registry);
         loop {
-            tokio::select! {
+            let kinds = tokio::select! {
                 () = context.cancelled() => return Ok(()),
-                swap = swaps.recv() => match swap {
-                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        if context.sink().notify_tool_list_changed().await.is_err() {
-                            return Ok(());
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                kinds = changes.next() => match kinds {
+                    Some(k) => k,
+                    None => return Ok(()),
                 },
+            };
+            let sink = context.sink();
+            let accepted = context.accepted();
+            for kind in kinds {
+                let sent = match kind {
+                    ListKind::Tools if accepted.tools_list_changed == Some(true) => {
+                        sink.notify_tool_list_changed().await
+                    }
+                    ListKind::Prompts if accepted.prompts_list_changed == Some(true) => {
+                        sink.notify_prompt_list_changed().await
+                    }
+                    ListKind::Resources if accepted.resources_list_changed == Some(true) => {
+                        sink.notify_resource_list_changed().await
+                    }
+                    _ => Ok(()),
+                };
+                if sent.is_err() {
+                    return Ok(());
+                }
             }
         }
     }
@@ -387,6 +679,7 @@ mod tests {
                 metadata: r#"{"chapter_id":"1.1"}"#.into(),
             }],
             extra: Some(r#"{"route":[]}"#.into()),
+            content: Vec::new(),
         };
         let r = to_response(Ok(out)).unwrap();
         assert_eq!(r.is_error, Some(false));

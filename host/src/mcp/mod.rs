@@ -14,8 +14,10 @@
 //! log lines to its client; [`call_log`] is the opt-in audit log of every tool call; [`ops`]
 //! answers the operator's endpoints of the HTTP server (`/healthz`, `/readyz`, `/metrics`).
 
+pub mod asking;
 pub mod budget;
 pub mod call_log;
+pub mod content;
 pub mod handler;
 pub mod http;
 pub mod listen;

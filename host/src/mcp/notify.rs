@@ -1,17 +1,54 @@
-//! Telling connected MCP clients that the tools changed.
+//! Telling connected MCP clients that the tools, resources or prompts changed.
 //!
-//! Handshake-era sessions (stdio, or one HTTP session per client) register their
-//! peer when the client says `initialized`; [`fan_out`] sends each of them
-//! `notifications/tools/list_changed` after every successful swap. 2026-07-28
-//! clients hear of swaps through `subscriptions/listen` instead (see the handler).
+//! Two things change them: a swap (a new component version: any of the three), and a call that
+//! says one of its instance's lists changed (`quarry:retrieval/client`'s `changed`).
+//! [`Changes`] hears both. Handshake-era sessions (stdio, or one HTTP session per client)
+//! register their peer when the client says `initialized`; [`fan_out`] sends each of them the
+//! `notifications/*/list_changed` of every change. 2026-07-28 clients hear of them through
+//! `subscriptions/listen` instead (see the handler), filtered as they asked.
 
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::{Peer, RoleServer};
+use tokio::sync::broadcast::Receiver;
+use tokio::sync::broadcast::error::RecvError;
 
-use crate::registry::Registry;
+use crate::capability::client::{ListChange, ListKind};
+use crate::registry::{Registry, SwapReport};
+
+/// Every list a swap may change.
+const ALL: [ListKind; 3] = [ListKind::Tools, ListKind::Resources, ListKind::Prompts];
+
+/// The changes of one registry, as they come.
+pub struct Changes {
+    swaps: Receiver<SwapReport>,
+    lists: Receiver<ListChange>,
+}
+
+impl Changes {
+    /// Hears `registry`'s changes from now on.
+    pub fn of(registry: &Registry) -> Changes {
+        Changes { swaps: registry.subscribe(), lists: registry.apps().client.subscribe() }
+    }
+
+    /// The lists the next change changed; `None` once the registry is gone. A receiver that
+    /// lagged behind says all of them changed.
+    pub async fn next(&mut self) -> Option<Vec<ListKind>> {
+        tokio::select! {
+            swap = self.swaps.recv() => match swap {
+                Ok(_) | Err(RecvError::Lagged(_)) => Some(ALL.to_vec()),
+                Err(RecvError::Closed) => None,
+            },
+            change = self.lists.recv() => match change {
+                Ok(c) => Some(vec![c.kind]),
+                Err(RecvError::Lagged(_)) => Some(ALL.to_vec()),
+                Err(RecvError::Closed) => None,
+            },
+        }
+    }
+}
 
 /// How long one client may take to accept a notification before it is skipped: a stuck
 /// client must not hold up the others.
@@ -33,6 +70,12 @@ impl Peers {
 
     /// Sends `tools/list_changed` to every connected client; returns how many took it.
     pub async fn tools_changed(&self) -> usize {
+        self.changed(&[ListKind::Tools]).await
+    }
+
+    /// Sends the `list_changed` of each of `kinds` to every connected client; returns how many
+    /// took them.
+    pub async fn changed(&self, kinds: &[ListKind]) -> usize {
         // Clone the list and release the lock before any await: a slow client must not block
         // a new session from registering.
         let peers: Vec<Peer<RoleServer>> = {
@@ -42,7 +85,17 @@ impl Peers {
         };
         let mut sent = 0;
         for peer in peers {
-            match tokio::time::timeout(NOTIFY_TIMEOUT, peer.notify_tool_list_changed()).await {
+            let send = async {
+                for kind in kinds {
+                    match kind {
+                        ListKind::Tools => peer.notify_tool_list_changed().await?,
+                        ListKind::Resources => peer.notify_resource_list_changed().await?,
+                        ListKind::Prompts => peer.notify_prompt_list_changed().await?,
+                    }
+                }
+                Ok::<(), rmcp::service::ServiceError>(())
+            };
+            match tokio::time::timeout(NOTIFY_TIMEOUT, send).await {
                 Ok(Ok(())) => sent += 1,
                 Ok(Err(e)) => tracing::debug!(target: "quarry::mcp", "client gone, not notified: {e}"),
                 Err(_) => {
@@ -54,20 +107,13 @@ impl Peers {
     }
 }
 
-/// Forwards every swap of `host` to `peers` until the host goes away. Spawn it once per server.
+/// Forwards every change of `host` to `peers` until the host goes away. Spawn it once per
+/// server.
 pub async fn fan_out(registry: Arc<Registry>, peers: Arc<Peers>) {
-    let mut swaps = registry.subscribe();
+    let mut changes = Changes::of(&registry);
     drop(registry);
-    loop {
-        match swaps.recv().await {
-            Ok(report) => {
-                let sent = peers.tools_changed().await;
-                tracing::info!(target: "quarry::mcp", instances = ?report.instances, clients = sent, "tools/list_changed sent");
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                peers.tools_changed().await;
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-        }
+    while let Some(kinds) = changes.next().await {
+        let sent = peers.changed(&kinds).await;
+        tracing::info!(target: "quarry::mcp", lists = ?kinds, clients = sent, "list_changed sent");
     }
 }

@@ -22,8 +22,10 @@ use wasmtime::Store;
 use wasmtime::component::{Component, Linker, ResourceAny};
 
 use crate::args::Args;
+use crate::bindings::quarry::retrieval::types::Catalog;
 use crate::bindings::{ToolError, ToolHost, ToolHostPre, ToolOutput, ToolSpec};
 use crate::capability::CallCx;
+use crate::capability::client::{Asker, Client, ListKind};
 use crate::capability::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
 use crate::capability::progress::{self, Report};
 use crate::config::InstanceConfig;
@@ -33,6 +35,8 @@ pub use crate::runtime::guarded::Fault;
 use crate::runtime::guarded::{new_store, run_guarded, run_guarded_for};
 use crate::runtime::pool::{Lease, StorePool};
 use crate::runtime::store::StoreState;
+
+pub use super::request::{Reply, Request};
 
 /// The longest tool error message passed on (it is also cut to `max_output`).
 pub const MAX_ERROR_BYTES: usize = 64 << 10;
@@ -44,7 +48,7 @@ pub const MAX_TOOLS: usize = 128;
 pub const MAX_SPEC_BYTES: usize = 64 << 10;
 /// What each hit costs in output beside its strings: the record, and the JSON object it
 /// becomes for MCP and `--json` (`{"content":"","score":null,"source":null,"metadata":{}}`).
-pub const HIT_OVERHEAD: usize = 64;
+pub const HIT_OVERHEAD: usize = super::request::RECORD_OVERHEAD;
 
 /// One version of a component, compiled and pre-instantiated.
 pub struct ComponentVersion {
@@ -303,7 +307,7 @@ impl ComponentVersion {
         let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
         let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
         let pre = ToolHostPre::new(pre).map_err(|e| {
-            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.4.0`; see wit/)"))
+            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.5.0`; see wit/)"))
         })?;
         Ok(Arc::new(ComponentVersion { hash, version, imports_embedder, pre, _component: component }))
     }
@@ -346,6 +350,8 @@ pub struct Caller<'a> {
     pub client: &'a str,
     /// Hears the call's progress and log lines.
     pub listener: Option<&'a dyn Listener>,
+    /// Answers the questions the call asks its client (`quarry:retrieval/client`).
+    pub asker: Option<&'a Arc<dyn Asker>>,
 }
 
 /// Reports forwarded to a listener at most this often.
@@ -380,8 +386,12 @@ pub struct ToolInstance {
     pub config: Arc<InstanceConfig>,
     /// The component version it runs.
     pub version: Arc<ComponentVersion>,
-    /// The tools it offers, as listed.
-    pub tools: Vec<ToolEntry>,
+    /// The tools it offers, as listed: read again when a call says they changed.
+    tools: parking_lot::RwLock<Arc<[ToolEntry]>>,
+    /// Set when [`ToolInstance::tools`] changed since the registry last listed them.
+    respecced: std::sync::atomic::AtomicBool,
+    /// Its resource templates and prompts, and whether it lists resources.
+    pub catalog: Catalog,
     engine: QuarryEngine,
     embedder: Option<Arc<dyn EmbedderBackend>>,
     /// The members; each joins once prepared, and a call takes the first free one.
@@ -413,20 +423,15 @@ impl ToolInstance {
         })
         .await
         .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
-        let schemas = check_specs(&specs).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
-        let hash = hex::encode(version.hash);
-        let tools = specs
-            .into_iter()
-            .zip(schemas)
-            .map(|(spec, schema)| ToolEntry {
-                qualified: format!("{name}.{}", spec.name),
-                instance: name.clone(),
-                spec,
-                schema: Arc::new(schema),
-                component_hash: hash.clone(),
-                component_version: version.version.clone(),
-            })
-            .collect();
+        let tools = entries(&config, &version, specs)
+            .map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
+        let (bindings, handle) = (live.bindings.clone(), live.handle);
+        let catalog = run_guarded(&mut live.store, config.grants.deadline, |store| {
+            Box::pin(async move { bindings.quarry_retrieval_tool().instance().call_catalog(store, handle).await })
+        })
+        .await
+        .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
+        check_catalog(&catalog).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
         // The first member keeps the store it was opened in; the others start as they prepare.
         let mut first = Some(live);
         let pool = StorePool::idle(sinks.iter().map(|_| first.take()).collect());
@@ -434,7 +439,9 @@ impl ToolInstance {
             name,
             config,
             version,
-            tools,
+            tools: parking_lot::RwLock::new(tools.into()),
+            respecced: std::sync::atomic::AtomicBool::new(false),
+            catalog,
             engine: engine.clone(),
             embedder,
             pool,
@@ -530,7 +537,34 @@ impl ToolInstance {
         caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<ToolOutput, CallError> {
-        let qualified = format!("{}.{tool}", self.name);
+        let request = Request::Call { tool: tool.to_string(), args: args.clone() };
+        match self.request(&format!("{}.{tool}", self.name), request, caller, cancelled).await? {
+            Reply::Output(out) => Ok(out),
+            other => unreachable!("a call answered {other:?}"),
+        }
+    }
+
+    /// Whether the tools changed since the last time this was asked (a call said so, and they
+    /// were read again): the registry lists them again.
+    pub fn take_respecced(&self) -> bool {
+        self.respecced.swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// The tools it offers now.
+    pub fn tools(&self) -> Arc<[ToolEntry]> {
+        self.tools.read().clone()
+    }
+
+    /// Runs `request` the way [`ToolInstance::call_cancellable`] runs a call (`what` names it in
+    /// errors: `instance.tool`, or the resource or prompt).
+    pub async fn request(
+        &self,
+        what: &str,
+        request: Request,
+        caller: Caller<'_>,
+        cancelled: impl std::future::Future<Output = ()>,
+    ) -> Result<Reply, CallError> {
+        let qualified = what.to_string();
         let waited = Instant::now();
         let deadline = self.config.grants.deadline;
         let not_ready = async {
@@ -575,7 +609,7 @@ impl ToolInstance {
                 .take_or_start(restart)
                 .await
                 .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?;
-            self.run(&qualified, tool, args, live, &mut lease, caller.listener).await
+            self.run(&qualified, &request, live, &mut lease, caller).await.map(|r| r.qualify(&self.name))
         };
         let mut reports = self.sinks[member].subscribe();
         reports.mark_unchanged();
@@ -612,21 +646,25 @@ impl ToolInstance {
     async fn run(
         &self,
         qualified: &str,
-        tool: &str,
-        args: &Args,
+        request: &Request,
         mut live: Live,
         lease: &mut Lease<'_, Live>,
-        listener: Option<&dyn Listener>,
-    ) -> Result<ToolOutput, CallError> {
+        caller: Caller<'_>,
+    ) -> Result<Reply, CallError> {
+        let listener = caller.listener;
         let (bindings, handle) = (live.bindings.clone(), live.handle);
-        // Owned: the call's future may outlive this borrow of the caller's strings.
-        let (tool_name, args) = (tool.to_string(), args.clone());
-        let outcome = run_guarded_for(&mut live.store, self.config.grants.deadline, CallCx::TOOL_CODE, |store| {
-            Box::pin(async move {
-                bindings.quarry_retrieval_tool().instance().call_call(store, handle, &tool_name, args.as_str()).await
-            })
+        // Owned: the call's future may outlive this borrow of the caller's request.
+        let owned = request.clone();
+        let deadline = self.config.grants.deadline;
+        live.store.data_mut().caps.get_mut::<Client>().begin(caller.asker.cloned(), Instant::now() + deadline);
+        let outcome = run_guarded_for(&mut live.store, deadline, CallCx::TOOL_CODE, |store| {
+            Box::pin(async move { owned.invoke(&bindings, store, handle).await })
         })
         .await;
+        let changed = live.store.data_mut().caps.get_mut::<Client>().end();
+        if outcome.is_ok() && !changed.is_empty() {
+            self.lists_changed(&mut live, &changed).await;
+        }
         let refusals = live.store.data().take_refusals();
         let lines = live.store.data_mut().take_logged();
         if let Some(l) = listener {
@@ -654,7 +692,7 @@ impl ToolInstance {
             }
             Ok(Ok(out)) => {
                 lease.put_back(live);
-                let size = output_size(&out);
+                let size = out.size();
                 if size as u64 > max_output {
                     return Err(CallError::OutputTooLarge { tool: qualified, size, limit: max_output });
                 }
@@ -662,6 +700,80 @@ impl ToolInstance {
             }
         }
     }
+
+    /// A call said `changed` lists of this instance changed: its tools are read again from the
+    /// member that ran it (kept if they are unusable, with a warning), then the listening clients
+    /// are told.
+    async fn lists_changed(&self, live: &mut Live, changed: &[ListKind]) {
+        if changed.contains(&ListKind::Tools) {
+            let (bindings, handle) = (live.bindings.clone(), live.handle);
+            let specs = run_guarded(&mut live.store, self.config.grants.deadline, |store| {
+                Box::pin(async move { bindings.quarry_retrieval_tool().instance().call_specs(store, handle).await })
+            })
+            .await;
+            match specs.map_err(|f| f.to_string()).and_then(|s| entries(&self.config, &self.version, s)) {
+                Ok(tools) => {
+                    *self.tools.write() = tools.into();
+                    self.respecced.store(true, std::sync::atomic::Ordering::Release);
+                }
+                Err(e) => tracing::warn!(target: "quarry::load", instance = %self.name, "its tools changed, but: {e}"),
+            }
+        }
+        live.store.data_mut().caps.get_mut::<Client>().announce(changed);
+    }
+}
+
+/// The listed tools of `specs`, checked: named `instance.tool`, or by the tool's own name for an
+/// instance whose config says `bare_names = true`.
+fn entries(
+    config: &InstanceConfig,
+    version: &ComponentVersion,
+    specs: Vec<ToolSpec>,
+) -> Result<Vec<ToolEntry>, String> {
+    let schemas = check_specs(&specs)?;
+    let hash = hex::encode(version.hash);
+    Ok(specs
+        .into_iter()
+        .zip(schemas)
+        .map(|(spec, schema)| ToolEntry {
+            qualified: config.listed_name(&spec.name),
+            instance: config.name.clone(),
+            spec,
+            schema: Arc::new(schema),
+            component_hash: hash.clone(),
+            component_version: version.version.clone(),
+        })
+        .collect())
+}
+
+/// The most resource templates, and prompts, one instance may offer.
+pub const MAX_CATALOG: usize = 128;
+
+/// Checks an instance's catalog: names as tool names are, bounded counts.
+fn check_catalog(catalog: &Catalog) -> Result<(), String> {
+    if catalog.templates.len() > MAX_CATALOG || catalog.prompts.len() > MAX_CATALOG {
+        return Err(format!("it offers more than {MAX_CATALOG} resource templates or prompts"));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for p in &catalog.prompts {
+        let ok = !p.name.is_empty()
+            && p.name.len() <= 64
+            && p.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !ok {
+            return Err(format!(
+                "prompt name {} must use lowercase letters, digits and `_` (at most 64)",
+                crate::support::text::quoted_prefix(&p.name, 64)
+            ));
+        }
+        if !seen.insert(p.name.as_str()) {
+            return Err(format!("prompt name {:?} appears twice", p.name));
+        }
+    }
+    for t in &catalog.templates {
+        crate::registry::uri_template::Template::parse(&t.uri_template)
+            .map_err(|e| format!("resource template {:?}: {e}", crate::support::text::cut(&t.uri_template, 200)))?;
+    }
+    Ok(())
 }
 
 /// Forwards the reports `rx` sees to `listener`, at most one per [`PROGRESS_EVERY`]. Never ends
@@ -760,18 +872,6 @@ fn map_message(error: ToolError, f: impl FnOnce(String) -> String) -> ToolError 
         ToolError::Denied(m) => ToolError::Denied(f(m)),
         ToolError::Internal(m) => ToolError::Internal(f(m)),
     }
-}
-
-/// What an output costs: its strings, and [`HIT_OVERHEAD`] per hit (an empty hit is not free:
-/// it is a record here and a JSON object for every client).
-fn output_size(out: &ToolOutput) -> usize {
-    out.text.len()
-        + out.extra.as_ref().map_or(0, String::len)
-        + out
-            .hits
-            .iter()
-            .map(|h| HIT_OVERHEAD + h.content.len() + h.metadata.len() + h.source.as_ref().map_or(0, String::len))
-            .sum::<usize>()
 }
 
 /// Checks what a component offers; returns each tool's schema, parsed once here.

@@ -14,9 +14,14 @@
 //! (a pool of members); [`embedders`] is the embedder components as a pool, the embedder
 //! capability's backend; [`tool_metrics`] counts each tool's calls for `/metrics`.
 
+mod catalog;
 pub mod embedders;
 pub mod instance;
+pub mod request;
 pub mod tool_metrics;
+pub mod uri_template;
+
+pub use catalog::{PromptEntry, ReadError, Target};
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -280,7 +285,7 @@ impl Registry {
                 return Some((name.clone(), e));
             }
         };
-        tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools.len(), pool = inst.pool(), elapsed = ?start.elapsed(), "opened; preparing");
+        tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools().len(), pool = inst.pool(), elapsed = ?start.elapsed(), "opened; preparing");
         let installed = self.install_new(&inst);
         self.opening.lock().remove(name);
         if !installed {
@@ -467,11 +472,27 @@ impl Registry {
         true
     }
 
+    /// Lists the tools again when a call of `inst` said they changed.
+    fn relist_if_respecced(&self, inst: &ToolInstance) {
+        if inst.take_respecced() {
+            self.relist(&self.tools.write());
+        }
+    }
+
     /// Lists the tools of `tools`; called while they are still locked for writing, so that two
     /// installs cannot list out of order.
     fn relist(&self, tools: &BTreeMap<String, Arc<ToolInstance>>) {
-        let mut listing: Vec<ToolEntry> = tools.values().flat_map(|inst| inst.tools.iter().cloned()).collect();
+        let mut listing: Vec<ToolEntry> = tools.values().flat_map(|inst| inst.tools().to_vec()).collect();
         listing.sort_by(|a, b| a.qualified.cmp(&b.qualified));
+        // A bare name (`bare_names = true`) that another instance's tool also has: the first
+        // instance by name keeps it, and the operator hears of it.
+        listing.dedup_by(|b, a| {
+            let twice = a.qualified == b.qualified;
+            if twice {
+                tracing::warn!(target: "quarry::load", tool = %b.qualified, "instances {} and {} both list this name; {} keeps it (rename one, or drop bare_names)", a.instance, b.instance, a.instance);
+            }
+            twice
+        });
         *self.listing.write() = listing.into();
     }
 
@@ -494,6 +515,7 @@ impl Registry {
 
     /// Counts a call of `inst`'s `tool` that started at `started` and ended as `out`.
     fn count(&self, inst: &ToolInstance, tool: &str, started: Instant, out: &Result<ToolOutput, CallError>) {
+        self.relist_if_respecced(inst);
         let qualified = format!("{}.{tool}", inst.name);
         self.metrics.record(&qualified, started.elapsed(), out.as_ref().err().map(CallError::kind));
     }
@@ -518,18 +540,24 @@ impl Registry {
     }
 
     fn resolve(&self, name: &str) -> Result<(Arc<ToolInstance>, String), CallError> {
+        let listed = self.tool(name);
         let tools = self.tools.read();
+        if let Some(entry) = listed
+            && let Some(inst) = tools.get(&entry.instance)
+        {
+            return Ok((inst.clone(), entry.spec.name));
+        }
         let (inst_name, tool) = match name.split_once('.') {
             Some((i, t)) => (i, Some(t)),
             None => (name, None),
         };
         if let Some(inst) = tools.get(inst_name) {
             match tool {
-                Some(t) if inst.tools.iter().any(|e| e.spec.name == t) => {
+                Some(t) if inst.tools().iter().any(|e| e.spec.name == t) => {
                     return Ok((inst.clone(), t.to_string()));
                 }
-                None if inst.tools.len() == 1 => {
-                    return Ok((inst.clone(), inst.tools[0].spec.name.clone()));
+                None if inst.tools().len() == 1 => {
+                    return Ok((inst.clone(), inst.tools()[0].spec.name.clone()));
                 }
                 _ => {}
             }

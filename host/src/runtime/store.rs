@@ -205,6 +205,7 @@ mod tests {
             config_json: "{}".into(),
             embedder: None,
             pool: 1,
+            bare_names: false,
             grants: Grants {
                 memory,
                 deadline: Duration::from_secs(10),

@@ -36,7 +36,7 @@ use crate::{Change, Clause, CorpusError, Filter, LeaseFile, LocalCorpus, Match, 
 pub mod wit {
     wasmtime::component::bindgen!({
         path: "../../../wit",
-        inline: "package quarry:corpus-host; world host { import quarry:retrieval/corpus@0.4.0; }",
+        inline: "package quarry:corpus-host; world host { import quarry:retrieval/corpus@0.5.0; }",
         world: "quarry:corpus-host/host",
         with: {
             "quarry:retrieval/corpus.collection": super::CollectionHandle,

@@ -48,6 +48,32 @@ impl GuestInstance for Echo {
         Ok(())
     }
 
+    fn catalog(&self) -> quarry::retrieval::types::Catalog {
+        quarry::retrieval::types::Catalog { lists_resources: false, templates: Vec::new(), prompts: Vec::new() }
+    }
+
+    fn resources(&self) -> Result<Vec<quarry::retrieval::types::ResourceInfo>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    fn read(&self, uri: String) -> Result<Vec<quarry::retrieval::types::Contents>, ToolError> {
+        Err(ToolError::NotFound(uri))
+    }
+
+    fn get_prompt(&self, name: String, _args: String) -> Result<quarry::retrieval::types::Prompt, ToolError> {
+        Err(ToolError::NotFound(name))
+    }
+
+    fn complete(
+        &self,
+        _target: quarry::retrieval::types::CompletionTarget,
+        _argument: String,
+        _value: String,
+        _context: String,
+    ) -> Result<quarry::retrieval::types::Completion, ToolError> {
+        Ok(quarry::retrieval::types::Completion { values: Vec::new(), total: None, has_more: false })
+    }
+
     fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
         if tool != "echo" {
             return Err(ToolError::NotFound(format!("no tool `{tool}`; this component offers `echo`")));
@@ -68,6 +94,7 @@ impl GuestInstance for Echo {
                 metadata: format!(r#"{{"version":"{VERSION}"}}"#),
             }],
             extra: None,
+            content: Vec::new(),
         })
     }
 }

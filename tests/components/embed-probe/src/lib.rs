@@ -39,6 +39,32 @@ impl GuestInstance for Probe {
         Ok(())
     }
 
+    fn catalog(&self) -> quarry::retrieval::types::Catalog {
+        quarry::retrieval::types::Catalog { lists_resources: false, templates: Vec::new(), prompts: Vec::new() }
+    }
+
+    fn resources(&self) -> Result<Vec<quarry::retrieval::types::ResourceInfo>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    fn read(&self, uri: String) -> Result<Vec<quarry::retrieval::types::Contents>, ToolError> {
+        Err(ToolError::NotFound(uri))
+    }
+
+    fn get_prompt(&self, name: String, _args: String) -> Result<quarry::retrieval::types::Prompt, ToolError> {
+        Err(ToolError::NotFound(name))
+    }
+
+    fn complete(
+        &self,
+        _target: quarry::retrieval::types::CompletionTarget,
+        _argument: String,
+        _value: String,
+        _context: String,
+    ) -> Result<quarry::retrieval::types::Completion, ToolError> {
+        Ok(quarry::retrieval::types::Completion { values: Vec::new(), total: None, has_more: false })
+    }
+
     fn call(&self, _tool: String, args: String) -> Result<ToolOutput, ToolError> {
         let args: serde_json::Value = serde_json::from_str(&args).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
         let texts: Vec<String> = args
@@ -63,7 +89,7 @@ impl GuestInstance for Probe {
             "vectors": vectors.iter().map(|v| &v.vector).collect::<Vec<_>>(),
             "truncated": vectors.iter().map(|v| v.truncated).collect::<Vec<_>>(),
         });
-        Ok(ToolOutput { text: out.to_string(), hits: vec![], extra: None })
+        Ok(ToolOutput { text: out.to_string(), hits: vec![], extra: None, content: Vec::new() })
     }
 }
 

@@ -12,10 +12,10 @@ wit_bindgen::generate!({
     inline: "
         package quarry:hostile;
         world hostile {
-            include quarry:retrieval/http-tool@0.4.0;
-            import quarry:retrieval/couchbase@0.4.0;
-            import quarry:retrieval/bedrock@0.4.0;
-            import quarry:retrieval/progress@0.4.0;
+            include quarry:retrieval/http-tool@0.5.0;
+            import quarry:retrieval/couchbase@0.5.0;
+            import quarry:retrieval/bedrock@0.5.0;
+            import quarry:retrieval/progress@0.5.0;
             import wasi:nn/graph@0.2.0-rc-2024-10-28;
             import wasi:nn/inference@0.2.0-rc-2024-10-28;
             import wasi:nn/tensor@0.2.0-rc-2024-10-28;
@@ -208,6 +208,7 @@ fn text(s: String) -> ToolOutput {
         text: s.clone(),
         hits: vec![Hit { content: s, score: None, source: None, metadata: "{}".into() }],
         extra: None,
+        content: Vec::new(),
     }
 }
 
@@ -262,6 +263,32 @@ impl GuestInstance for Hostile {
             .collect()
     }
 
+    fn catalog(&self) -> quarry::retrieval::types::Catalog {
+        quarry::retrieval::types::Catalog { lists_resources: false, templates: Vec::new(), prompts: Vec::new() }
+    }
+
+    fn resources(&self) -> Result<Vec<quarry::retrieval::types::ResourceInfo>, ToolError> {
+        Ok(Vec::new())
+    }
+
+    fn read(&self, uri: String) -> Result<Vec<quarry::retrieval::types::Contents>, ToolError> {
+        Err(ToolError::NotFound(uri))
+    }
+
+    fn get_prompt(&self, name: String, _args: String) -> Result<quarry::retrieval::types::Prompt, ToolError> {
+        Err(ToolError::NotFound(name))
+    }
+
+    fn complete(
+        &self,
+        _target: quarry::retrieval::types::CompletionTarget,
+        _argument: String,
+        _value: String,
+        _context: String,
+    ) -> Result<quarry::retrieval::types::Completion, ToolError> {
+        Ok(quarry::retrieval::types::Completion { values: Vec::new(), total: None, has_more: false })
+    }
+
     fn call(&self, tool: String, args: String) -> Result<ToolOutput, ToolError> {
         let args: Value = serde_json::from_str(&args).map_err(|e| bad_args(format!("args are not JSON: {e}")))?;
         let s = |k: &str| {
@@ -297,9 +324,12 @@ impl GuestInstance for Hostile {
             }
             "recurse" => Ok(text(format!("{}", recurse(std::hint::black_box(0))))),
             "recurse_shadow" => Ok(text(format!("{}", recurse_shadow(std::hint::black_box(0))))),
-            "big_output" => {
-                Ok(ToolOutput { text: "x".repeat(n("mb")? as usize * (1 << 20)), hits: vec![], extra: None })
-            }
+            "big_output" => Ok(ToolOutput {
+                text: "x".repeat(n("mb")? as usize * (1 << 20)),
+                hits: vec![],
+                extra: None,
+                content: Vec::new(),
+            }),
             "panic" => panic!("hostile component panicked on purpose"),
             "hoard_fields" => {
                 for _ in 0..n("n")? {
@@ -369,6 +399,7 @@ impl GuestInstance for Hostile {
                     .map(|_| Hit { content: String::new(), score: None, source: None, metadata: String::new() })
                     .collect(),
                 extra: None,
+                content: Vec::new(),
             }),
             "big_error" => Err(ToolError::Internal("e".repeat(n("mb")? as usize * (1 << 20)))),
             "fill" => {
