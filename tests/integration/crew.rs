@@ -454,3 +454,62 @@ fn a_quarry_that_cannot_start_is_a_clear_error() {
         assert!(!runs.exists(), "no run folder for a run that never started");
     }
 }
+
+/// A small manual whose chapter 2.1 answers the bandwidth question.
+fn small_manual() -> String {
+    let para = |topic: &str| format!("This paragraph explains {topic} for the reader in some detail. ").repeat(8);
+    format!(
+        "# Installing\n\n{}\n\n## On Linux\n\n{}\n\n# Syncing\n\n{}\n\n## Bandwidth\n\nUse --bwlimit with a timetable to limit the bandwidth of a transfer. {}\n",
+        para("installation"),
+        para("linux packages"),
+        para("syncing folders"),
+        para("bandwidth limits"),
+    )
+}
+
+/// Chapter RAG's resources, template, completion, hit resources and answerer prompt through the
+/// official Python SDK, and its `route` asking the client's model (the scripted router) through
+/// MCP sampling: the model read the chapter tree and the question, and its chapters are the route.
+#[test]
+fn chapter_rag_serves_its_chapters_and_routes_through_the_clients_model() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
+        return;
+    }
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::TOY_EMBEDDER, "toy");
+    env.plugin(quarry_tests::CHAPTER_RAG, "chapters");
+    std::fs::create_dir_all(env.path("docs")).unwrap();
+    std::fs::write(env.path("docs/MANUAL.md"), small_manual()).unwrap();
+    let config = env.config(&format!(
+        r#"{TOY_SECTION}
+[tools.manual]
+component = "plugins/chapters.wasm"
+embedder = "toy"
+config = {{ manual = "/docs/MANUAL.md", similarity_threshold = 0.0 }}
+[tools.manual.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}]
+client = ["sampling"]
+memory = "1GiB"
+deadline = "120s"
+"#
+    ));
+    let routed = json!({"chapters": ["2.1", "2"], "confidence": 0.8, "reason": "bandwidth limits are in 2.1"});
+    let script = json!({"router": [[{"content": routed.to_string()}]]});
+    std::fs::write(env.path("script.json"), script.to_string()).unwrap();
+    let stub = Stub::start(&env.path("script.json"), &env.path("requests.jsonl"));
+    let mut cmd = Command::new(venv_python("mcp1"));
+    let scripts = quarry_tests::crate_dir().join("mcp");
+    cmd.current_dir(&scripts).arg(scripts.join("chapters_surface.py")).env("PYTHONUNBUFFERED", "1");
+    cmd.arg("--quarry").arg(quarry_bin()).arg("--config").arg(&config);
+    cmd.args(["--llm", &format!("http://127.0.0.1:{}", stub.port), "--question", QUESTION, "--route", "2.1,2"]);
+    let out = quarry_tests::run_with_timeout(cmd, Duration::from_secs(300));
+    let text = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert!(out.success && out.stdout.contains("] ok"), "chapters_surface.py failed\n{text}");
+    // What reached the model: the router's instructions, the tree, the question; once.
+    let requests = jsonl(&env.path("requests.jsonl"));
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let asked = requests[0]["request"]["messages"].to_string();
+    for part in ["You are Router", "1 Installing", "2.1 Bandwidth", "Syncing", "nightly upload"] {
+        assert!(asked.contains(part), "{part:?} did not reach the model: {asked}");
+    }
+}

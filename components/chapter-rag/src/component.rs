@@ -6,10 +6,11 @@ wit_bindgen::generate!({
     world: "chapter-rag",
     // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.4.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.4.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.4.0": tool_guest::progress,
-        "quarry:retrieval/corpus@0.4.0": tool_guest::corpus,
+        "quarry:retrieval/types@0.5.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.5.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.5.0": tool_guest::progress,
+        "quarry:retrieval/corpus@0.5.0": tool_guest::corpus,
+        "quarry:retrieval/client@0.5.0": tool_guest::client,
     },
     generate_all,
 });
@@ -17,6 +18,7 @@ wit_bindgen::generate!({
 use std::cell::RefCell;
 
 use tool_guest::GuestEnv;
+use tool_guest::catalog::{Catalog, Completion, Contents, Prompt, Resource, Target};
 use tool_guest::tool::{Output, Spec, ToolError};
 
 use crate::tool::{ChapterTool, Configured, Env};
@@ -39,6 +41,8 @@ enum State {
 
 struct Chapters {
     specs: Vec<Spec>,
+    /// The manual's path, for the catalog.
+    manual: String,
     state: RefCell<State>,
 }
 
@@ -61,7 +65,8 @@ impl tool_guest::Tools for Chapters {
     fn open(config: &str) -> Result<Chapters, ToolError> {
         let configured = Configured::parse(config, &ENV)?;
         let specs = configured.specs();
-        Ok(Chapters { specs, state: RefCell::new(State::Configured(configured)) })
+        let manual = configured.manual().to_string();
+        Ok(Chapters { specs, manual, state: RefCell::new(State::Configured(configured)) })
     }
 
     fn specs(&self) -> Vec<Spec> {
@@ -74,6 +79,26 @@ impl tool_guest::Tools for Chapters {
 
     fn call(&self, name: &str, args: &str) -> Result<Output, ToolError> {
         self.ready()?.call(&ENV, name, args)
+    }
+
+    fn catalog(&self) -> Catalog {
+        crate::catalog::catalog(&self.manual)
+    }
+
+    fn resources(&self) -> Result<Vec<Resource>, ToolError> {
+        Ok(self.ready()?.resources())
+    }
+
+    fn read(&self, uri: &str) -> Result<Vec<Contents>, ToolError> {
+        self.ready()?.read(uri)
+    }
+
+    fn get_prompt(&self, name: &str, args: &str) -> Result<Prompt, ToolError> {
+        self.ready()?.prompt(&ENV, name, args)
+    }
+
+    fn complete(&self, target: Target, argument: &str, value: &str, _context: &str) -> Result<Completion, ToolError> {
+        Ok(self.ready()?.complete(&target, argument, value))
     }
 }
 

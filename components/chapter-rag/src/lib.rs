@@ -13,9 +13,11 @@
 //! All but the glue is plain Rust, tested natively.
 
 pub mod args;
+pub mod catalog;
 pub mod env;
 pub mod index;
 pub mod manual;
+pub mod model_route;
 pub mod search;
 pub mod tool;
 pub mod tree;

@@ -210,6 +210,11 @@ impl Configured {
         tool_specs(&self.settings.manual, self.settings.threshold, self.settings.fragments)
     }
 
+    /// The manual's path, as configured.
+    pub fn manual(&self) -> &str {
+        &self.settings.manual
+    }
+
     /// Reads the manual and indexes it, or reopens its saved index when that is current.
     pub fn prepare(self, env: &dyn Env) -> Result<ChapterTool, ToolError> {
         let Configured { settings, text, stamp } = self;
@@ -379,6 +384,11 @@ impl ChapterTool {
         }
     }
 
+    /// The index it serves from.
+    pub(crate) fn built_ref(&self) -> &Built {
+        &self.built
+    }
+
     /// The position of chapter `id`, or a `not-found` error naming the nearest ids.
     fn node(&self, id: &str) -> Result<usize, ToolError> {
         self.built.tree.find(id.trim()).ok_or_else(|| {
@@ -438,6 +448,7 @@ impl ChapterTool {
             text,
             hits: Vec::new(),
             extra: json!({"nodes": nodes, "not_shown": more, "report": self.built.report}),
+            content: Vec::new(),
         })
     }
 
@@ -482,6 +493,7 @@ impl ChapterTool {
                 "chars": total, "truncated": truncated,
                 "children": n.children.iter().map(|&c| &tree.nodes[c].id).collect::<Vec<_>>(),
             }),
+            content: Vec::new(),
         })
     }
 
@@ -510,11 +522,21 @@ impl ChapterTool {
 
     fn route_tool(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
         let a: RouteArgs = parse_args("route", args)?;
-        let route = self.route(env, &a.question)?;
+        // The client's model routes where it can be asked; the embeddings otherwise.
+        let route = match crate::model_route::route(&self.built.tree, env, &a.question)? {
+            crate::model_route::ModelRoute::Routed(r) => r,
+            crate::model_route::ModelRoute::Fallback(why) => {
+                let mut r = self.route(env, &a.question)?;
+                if let Some(why) = why {
+                    r.reason = format!("{} ({why}; routed by embeddings)", r.reason);
+                }
+                r
+            }
+        };
         audit(env, "route", &a.question, &route, &[]);
         let body =
             json!({"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason});
-        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
+        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body, content: Vec::new() })
     }
 
     fn hit(&self, s: &Scored) -> Hit {
@@ -528,6 +550,8 @@ impl ChapterTool {
             metadata: json!({
                 "chapter_id": n.id,
                 "chapter_title": n.title,
+                // The chapter as a resource (resources/read), as the host lists it.
+                "resource": crate::tree::chapter_uri(&n.id),
                 "chapter_ids": c.chapters.iter().map(|&x| &tree.nodes[x].id).collect::<Vec<_>>(),
                 "parent_id": n.parent.map(|p| &tree.nodes[p].id),
                 "path": tree.path(c.chapter),
@@ -574,6 +598,7 @@ impl ChapterTool {
             text: pretty(&Value::Array(results)),
             hits,
             extra: json!({"chapter_ids": ids, "threshold": json_f32(threshold)}),
+            content: Vec::new(),
         })
     }
 
@@ -701,6 +726,7 @@ impl ChapterTool {
                 // Every top-level chapter with evidence, best first, for `quarry eval`'s chapter recall.
                 "chapter_ranking": route.ranking.iter().map(|&n| &self.built.tree.nodes[n].title).collect::<Vec<_>>(),
             }}),
+            content: Vec::new(),
         })
     }
 
@@ -730,7 +756,7 @@ impl ChapterTool {
         let unknown: Vec<&String> =
             a.candidates.iter().zip(&candidates).filter(|(_, n)| n.is_none()).map(|(c, _)| c).collect();
         let body = json!({"valid": valid, "cited": checks, "unknown_candidates": unknown});
-        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body })
+        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body, content: Vec::new() })
     }
 }
 

@@ -58,6 +58,12 @@ pub struct Node {
     pub subtree_last_line: usize,
 }
 
+/// The URI chapter `id` is read at (`resources/read`), as the component names it: the host lists
+/// it as `quarry://INSTANCE/chapter/{id}`.
+pub fn chapter_uri(id: &str) -> String {
+    format!("quarry://self/chapter/{id}")
+}
+
 /// The chapters of a document, in document order.
 #[derive(Clone, Debug, Default)]
 pub struct Tree {

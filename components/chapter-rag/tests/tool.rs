@@ -9,6 +9,8 @@ use rag_core::corpus::{Corpus, MemoryCorpus, Shape};
 
 use chapter_rag::tool::{BaseEnv, ChapterTool, Env, Model, ToolError};
 use serde_json::{Value, json};
+use tool_guest::catalog::{Block, Body, Target};
+use tool_guest::tool::{Ask, AskError};
 
 #[derive(Default)]
 struct Fake {
@@ -19,6 +21,10 @@ struct Fake {
     stamps: Cell<u128>,
     /// The "host's" corpora, shared by every instance opened on this environment.
     corpora: RefCell<HashMap<String, Rc<MemoryCorpus>>>,
+    /// What the "client's model" answers a sampling question (none: the client offers none).
+    model_says: RefCell<Option<Result<String, AskError>>>,
+    /// The sampling questions asked, by key.
+    sampled: RefCell<Vec<(String, Value)>>,
 }
 
 impl Fake {
@@ -88,6 +94,15 @@ impl BaseEnv for Fake {
             return Err(ToolError::InvalidConfig(format!("corpus {name} holds another shape")));
         }
         Ok(c.clone())
+    }
+    fn ask(&self, key: &str, kind: Ask, params: &Value) -> Result<Value, AskError> {
+        assert_eq!(kind, Ask::Sampling);
+        self.sampled.borrow_mut().push((key.to_string(), params.clone()));
+        match self.model_says.borrow().clone() {
+            None => Err(AskError::Unsupported("no sampling".into())),
+            Some(Ok(text)) => Ok(json!({"role": "assistant", "content": {"type": "text", "text": text}, "model": "m"})),
+            Some(Err(e)) => Err(e),
+        }
     }
 }
 
@@ -329,4 +344,104 @@ fn instances_share_a_corpus_and_build_it_once() {
     let other = json!({"manual": "/docs/m.md", "corpus": "other"}).to_string();
     let e = ChapterTool::open(&other, &env).err().unwrap();
     assert!(matches!(&e, ToolError::InvalidConfig(m) if m.contains("another shape")), "{e:?}");
+}
+
+#[test]
+fn route_asks_the_clients_model_and_falls_back_to_embeddings() {
+    let env = Fake::default();
+    env.put("/docs/m.md", &manual());
+    let mut t = open(&env);
+    let q = json!({"question": "How do I cap the bandwidth?"});
+    // No sampling: the embedding route, as before, and one question was tried.
+    let plain = call(&mut t, &env, "route", q.clone()).unwrap();
+    assert!(!plain.extra["reason"].as_str().unwrap().contains("client's model"), "{}", plain.extra);
+    assert_eq!(env.sampled.borrow().len(), 1);
+    let (key, params) = env.sampled.borrow()[0].clone();
+    let asked = params["messages"][0]["content"]["text"].as_str().unwrap().to_string();
+    assert_eq!(key, "route");
+    assert!(
+        asked.contains("1 Installing")
+            && asked.contains("  2.1 Bandwidth limits")
+            && asked.contains("cap the bandwidth"),
+        "{asked}"
+    );
+    assert!(params["systemPrompt"].as_str().unwrap().starts_with("You are Router"), "{params}");
+    // The model names 2.1 (and an id the manual lacks, dropped): that is the route.
+    *env.model_says.borrow_mut() =
+        Some(Ok("Sure: ```{\"chapters\": [\"2.1\", \"9.9\"], \"confidence\": 0.7, \"reason\": \"limits\"}```".into()));
+    let routed = call(&mut t, &env, "route", q.clone()).unwrap();
+    let ids: Vec<&str> =
+        routed.extra["chapters"].as_array().unwrap().iter().map(|c| c["chapter_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["2.1"]);
+    assert_eq!(routed.extra["reason"], "routed by the client's model: limits");
+    // Nothing usable: the embeddings route, and the reason says why.
+    *env.model_says.borrow_mut() = Some(Ok("I think chapter nine".into()));
+    let fallback = call(&mut t, &env, "route", q.clone()).unwrap();
+    assert!(
+        fallback.extra["reason"]
+            .as_str()
+            .unwrap()
+            .ends_with("(the client's model did not answer with JSON; routed by embeddings)"),
+        "{}",
+        fallback.extra
+    );
+    // A 2026 client answers in the next round: the call ends now.
+    *env.model_says.borrow_mut() = Some(Err(AskError::Pending));
+    assert!(call(&mut t, &env, "route", q).is_err());
+}
+
+#[test]
+fn chapters_are_resources_hits_name_them_and_ids_complete() {
+    let env = Fake::default();
+    env.put("/docs/m.md", &manual());
+    let mut t = open(&env);
+    let listed = t.resources();
+    let uris: Vec<&str> = listed.iter().map(|r| r.uri.as_str()).collect();
+    assert_eq!(
+        uris,
+        [
+            "quarry://self/chapter/1",
+            "quarry://self/chapter/1.1",
+            "quarry://self/chapter/1.2",
+            "quarry://self/chapter/2",
+            "quarry://self/chapter/2.1",
+            "quarry://self/chapter/2.2"
+        ]
+    );
+    assert_eq!(listed[4].name, "2.1 Bandwidth limits");
+    let read = t.read("quarry://self/chapter/2.1").unwrap();
+    match &read[0].body {
+        Body::Text(text) => assert!(text.starts_with("## Bandwidth limits") && text.contains("--bwlimit"), "{text}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(t.read("quarry://self/chapter/7"), Err(ToolError::NotFound(_))));
+    assert!(matches!(t.read("quarry://self/other/1"), Err(ToolError::NotFound(_))));
+    let done = t.complete(&Target::Template(chapter_rag::catalog::CHAPTER_TEMPLATE.into()), "id", "2");
+    assert_eq!(done.values, ["2", "2.1", "2.2"]);
+    assert_eq!(t.complete(&Target::Tool("get_chapter".into()), "chapter_id", "1.").values, ["1.1", "1.2"]);
+    assert!(t.complete(&Target::Prompt("answer".into()), "question", "").values.is_empty());
+    let found = call(&mut t, &env, "search", json!({"question": "bwlimit bandwidth timetable"})).unwrap();
+    assert!(!found.hits.is_empty());
+    for h in &found.hits {
+        assert_eq!(
+            h.metadata["resource"],
+            format!("quarry://self/chapter/{}", h.metadata["chapter_id"].as_str().unwrap())
+        );
+    }
+    assert!(found.content.is_empty(), "a search stays one text block");
+    let prompt = t.prompt(&env, "answer", &json!({"question": "How do I cap the bandwidth?"}).to_string()).unwrap();
+    match &prompt.messages[0].content {
+        Block::Text(text) => assert!(
+            text.contains("[chapter 3.4]") && text.contains("Search report:") && text.contains("cap the bandwidth")
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        prompt.messages[1..]
+            .iter()
+            .all(|m| matches!(&m.content, Block::Link(l) if l.uri.starts_with("quarry://self/chapter/")))
+    );
+    assert!(prompt.messages.len() > 1);
+    assert!(matches!(t.prompt(&env, "answer", "{}"), Err(ToolError::InvalidArgs(_))));
+    assert!(matches!(t.prompt(&env, "other", "{}"), Err(ToolError::NotFound(_))));
 }
