@@ -508,3 +508,38 @@ async fn documents_download_over_wasi_http_with_a_size_cap_and_a_timeout() {
     let err = call(&host, json!({"docx": "http://example.com/x.docx", "search_query": "x"})).await.unwrap_err();
     assert!(err.contains("denied:") && err.contains("Blocked unsafe URL"), "{err}");
 }
+
+/// The indexed documents' sections are resources, listed under the instance and read back with
+/// their chunks' overlaps taken out; another URI is no resource of it.
+#[tokio::test]
+async fn the_sections_of_indexed_documents_are_resources() {
+    let env = env();
+    let host = env.host(&config(r#"{ docx = "/docs/tables.docx" }"#)).await;
+    let caller = quarry::registry::instance::Caller::default();
+    let listed = within(60, host.resources(caller)).await.unwrap();
+    assert!(!listed.is_empty(), "no sections listed");
+    for r in &listed {
+        assert!(r.uri.starts_with("quarry://docx/doc/") && r.uri.contains("/section/"), "{}", r.uri);
+        assert_eq!(r.description.as_deref(), Some("a section of /docs/tables.docx"));
+    }
+    // Every chunk of the document lies in one section, so the sections hold its text.
+    let first = &listed[0];
+    let read = within(60, host.read(&first.uri, caller, std::future::pending())).await.unwrap();
+    assert_eq!(read[0].uri, first.uri);
+    let quarry::bindings::quarry::retrieval::types::Body::Text(text) = &read[0].body else { panic!("not text") };
+    assert!(!text.is_empty());
+    let found = call(&host, json!({"search_query": "Header 0.1", "similarity_threshold": 0.0})).await.unwrap();
+    let mut all = String::new();
+    for r in &listed {
+        if let quarry::bindings::quarry::retrieval::types::Body::Text(t) =
+            &within(60, host.read(&r.uri, caller, std::future::pending())).await.unwrap()[0].body
+        {
+            all.push_str(t);
+        }
+    }
+    for h in &found.hits {
+        assert!(all.contains(h.content.trim()), "a hit's text is in no section: {:?}", h.content);
+    }
+    let gone = host.read("quarry://docx/doc/nope/section/0", caller, std::future::pending()).await;
+    assert!(matches!(gone, Err(quarry::registry::ReadError::NotFound(_))), "{gone:?}");
+}

@@ -7,10 +7,10 @@ wit_bindgen::generate!({
     world: "docx-search",
     // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
     with: {
-        "quarry:retrieval/types@0.4.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.4.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.4.0": tool_guest::progress,
-        "quarry:retrieval/corpus@0.4.0": tool_guest::corpus,
+        "quarry:retrieval/types@0.5.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.5.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.5.0": tool_guest::progress,
+        "quarry:retrieval/corpus@0.5.0": tool_guest::corpus,
     },
     generate_all,
 });
@@ -149,6 +149,18 @@ impl tool_guest::Tools for Docx {
     fn call(&self, name: &str, args: &str) -> Result<Output, tool::ToolError> {
         check_tool(name, tool::TOOL_NAME)?;
         self.0.borrow_mut().call(args)
+    }
+
+    fn catalog(&self) -> tool_guest::catalog::Catalog {
+        tool_guest::catalog::Catalog { lists_resources: true, ..Default::default() }
+    }
+
+    fn resources(&self) -> Result<Vec<tool_guest::catalog::Resource>, tool::ToolError> {
+        self.0.borrow().resources()
+    }
+
+    fn read(&self, uri: &str) -> Result<Vec<tool_guest::catalog::Contents>, tool::ToolError> {
+        self.0.borrow().read(uri)
     }
 }
 

@@ -374,6 +374,17 @@ impl<E: Env> DocxTool<E> {
     }
 
     /// The corpus the index is kept in (prepared: opened).
+    /// The corpus it serves from, once prepared.
+    pub(crate) fn corpus_ref(&self) -> Result<Rc<dyn Corpus>, ToolError> {
+        self.corpus()
+    }
+
+    /// The documents indexed, by source.
+    pub(crate) fn documents_indexed(&self) -> Result<Vec<(String, DocNote)>, ToolError> {
+        let corpus = self.corpus()?;
+        Ok(documents(&corpus.info().map_err(corpus_error)?.notes).into_iter().collect())
+    }
+
     fn corpus(&self) -> Result<Rc<dyn Corpus>, ToolError> {
         self.corpus.clone().ok_or_else(|| ToolError::Internal("the index is not open: prepare first".into()))
     }
@@ -800,7 +811,7 @@ impl<E: Env> DocxTool<E> {
             extra["added"] = a.json();
             extra["added"]["docx"] = json!(d);
         }
-        Ok(Output { text, hits, extra })
+        Ok(Output { text, hits, extra, content: Vec::new() })
     }
 }
 
@@ -814,13 +825,13 @@ struct Search {
 
 /// What the corpus's notes keep of one indexed document.
 #[derive(Clone, Debug, serde::Serialize, Deserialize)]
-struct DocNote {
+pub(crate) struct DocNote {
     /// The key of its chunks (`KEY#POSITION`, field `doc`).
-    key: String,
+    pub(crate) key: String,
     /// sha256 of its bytes.
     sha256: String,
     /// How many chunks it has.
-    chunks: usize,
+    pub(crate) chunks: usize,
 }
 
 /// The documents the corpus's notes list as this tool's, by source.
