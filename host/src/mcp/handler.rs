@@ -207,6 +207,13 @@ impl CallAsker {
         }
     }
 
+    /// A failed request beside a call, as a JSON-RPC error: -32021 naming what it asked for that
+    /// the client did not declare, else [`request_failed`].
+    fn failed(&self, e: &CallError) -> ErrorData {
+        let missing = self.missing();
+        if missing.is_empty() { request_failed(e) } else { crate::mcp::asking::missing_error(&missing) }
+    }
+
     /// The input-required result, when a 2026-07-28 request asked what it has no answer to.
     fn input_required(
         &self,
@@ -368,13 +375,7 @@ impl ServerHandler for QuarryMcp {
                 r.result_type = Some(rmcp::model::ResultType::COMPLETE);
                 Ok(GetPromptResponse::Complete(r))
             }
-            Some(Err(e)) => {
-                let missing = asker.missing();
-                if !missing.is_empty() {
-                    return Err(crate::mcp::asking::missing_error(&missing));
-                }
-                Err(request_failed(&e))
-            }
+            Some(Err(e)) => Err(asker.failed(&e)),
         }
     }
 
@@ -428,13 +429,7 @@ impl ServerHandler for QuarryMcp {
                 "Resource not found: resources/list and resources/templates/list say what there is",
                 Some(serde_json::json!({ "uri": uri })),
             )),
-            Err(ReadError::Call(e)) => {
-                let missing = asker.missing();
-                if !missing.is_empty() {
-                    return Err(crate::mcp::asking::missing_error(&missing));
-                }
-                Err(request_failed(&e))
-            }
+            Err(ReadError::Call(e)) => Err(asker.failed(&e)),
         }
     }
 

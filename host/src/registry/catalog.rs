@@ -83,12 +83,17 @@ impl Registry {
         (resources, prompts)
     }
 
-    /// The resources every instance that lists some lists now, in instance order. A URI listed
-    /// twice is kept once (the first instance's).
+    /// The resources every instance that lists some lists now, in instance order (one still
+    /// preparing is waited for, as a call waits; one whose preparation failed is left out, so
+    /// that it does not hide the others'). A URI listed twice is kept once (the first
+    /// instance's).
     pub async fn resources(&self, caller: Caller<'_>) -> Result<Vec<ResourceInfo>, CallError> {
         let mut all: Vec<ResourceInfo> = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
-        for inst in self.instances_sorted().into_iter().filter(|i| i.catalog.lists_resources) {
+        let listing = |i: &Arc<ToolInstance>| {
+            i.catalog.lists_resources && !matches!(i.readiness(), super::instance::Readiness::Failed(_))
+        };
+        for inst in self.instances_sorted().into_iter().filter(listing) {
             let what = format!("{} (resources)", inst.name);
             match inst.request(&what, Request::Resources, caller, std::future::pending()).await? {
                 Reply::Resources(list) => {
