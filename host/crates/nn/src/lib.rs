@@ -369,7 +369,9 @@ impl wit::wasi::nn::inference::HostGraphExecutionContext for View<'_> {
             Some((client, d)) => (client.clone(), (*d).min(self.deadline)),
             None => (self.state.instance.clone(), self.deadline),
         };
-        let outputs = match self.state.app.pool.run(&client, deadline, move || model.run(inputs)).await {
+        // The job's size: the first input's elements (the token ids, batch times length).
+        let tokens = inputs.first().map_or(0, |t| t.dims.iter().map(|&d| d as usize).product());
+        let outputs = match self.state.app.pool.run(&client, deadline, tokens, move || model.run(inputs)).await {
             Ok(outputs) => outputs,
             Err(e) => return self.fail(e),
         };

@@ -2,9 +2,12 @@
 //! default), shared by every instance through a [`FairQueue`], so a tool ingesting a manual
 //! takes its turn with a tool answering a query, and the MCP server's workers stay free.
 //!
-//! A job that starts while no other runs or waits and the host has been running one tool call at
-//! most for a while (a query on an idle host) splits its matrix products over every core, as onnxruntime does for one run; under
-//! load each job keeps to its own thread, which is the faster way to use the cores for many jobs.
+//! A job that starts while no other runs or waits, on a host that has been running one tool call
+//! at most for a while, and whose input is large enough ([`wide_min_tokens`]: an ingest batch, a
+//! long text), splits its matrix products over every core, as onnxruntime does for one run. A
+//! question of a few dozen tokens keeps to one thread: its products are too small to split, and
+//! the other cores would only spin waiting for them. Under load each job keeps to its own thread,
+//! which is the faster way to use the cores for many jobs.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -17,6 +20,16 @@ use quarry_support::fair::FairQueue;
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The least input (tokens across the batch, padding included) a job splits over every core:
+/// `QUARRY_NN_WIDE_MIN_TOKENS`, else 256. Chosen with `make bench-mcp` (2 cores, a lone
+/// `search`, whose question is 10 to 40 tokens): see tests/benches/README.md.
+pub fn wide_min_tokens() -> usize {
+    static MIN: OnceLock<usize> = OnceLock::new();
+    *MIN.get_or_init(|| {
+        std::env::var("QUARRY_NN_WIDE_MIN_TOKENS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(256)
+    })
 }
 
 /// How long after two tool calls ran at once the host still counts as busy: calls of a loaded
@@ -120,7 +133,7 @@ impl Pool {
         }
     }
 
-    /// Runs `job` on an inference thread when `client`'s turn comes, unless `deadline` passes
+    /// Runs `job` (on an input of `tokens`) on an inference thread when `client`'s turn comes, unless `deadline` passes
     /// first: a job never waits past it, and one that would start after it is refused. A caller
     /// that gives up does not stop a job that has started; the job keeps its slot until it ends,
     /// so the pool never runs more jobs than it has slots.
@@ -128,6 +141,7 @@ impl Pool {
         &self,
         client: &str,
         deadline: Instant,
+        tokens: usize,
         job: impl FnOnce() -> Result<T, NnError> + Send + 'static,
     ) -> Result<T, NnError> {
         let late = || NnError::new(Code::Timeout, "the call's deadline passed before the inference could start");
@@ -136,7 +150,7 @@ impl Pool {
             return Err(late());
         }
         let (free, waiting) = self.queue.load();
-        let wide = (cores() > 1 && free + 1 == cores() && waiting == 0 && self.quiet())
+        let wide = (cores() > 1 && tokens >= wide_min_tokens() && free + 1 == cores() && waiting == 0 && self.quiet())
             .then(|| self.wide.get_or_init(|| Executor::multithread_with_name(cores(), "quarry-nn")).clone());
         self.jobs.fetch_add(1, Ordering::Relaxed);
         let busy = self.busy_nanos.clone();
@@ -170,7 +184,7 @@ mod tests {
         let ran = Arc::new(AtomicBool::new(false));
         let r = ran.clone();
         let e = pool
-            .run("late", Instant::now(), move || {
+            .run("late", Instant::now(), 1, move || {
                 r.store(true, Ordering::Relaxed);
                 Ok(())
             })
@@ -186,7 +200,7 @@ mod tests {
             .map(|_| {
                 let pool = pool.clone();
                 tokio::spawn(async move {
-                    pool.run("ingest", Instant::now() + Duration::from_secs(60), || {
+                    pool.run("ingest", Instant::now() + Duration::from_secs(60), 1, || {
                         std::thread::sleep(Duration::from_secs(2));
                         Ok(())
                     })
@@ -197,7 +211,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (r, start) = (ran.clone(), Instant::now());
         let e = pool
-            .run("query", Instant::now() + Duration::from_millis(200), move || {
+            .run("query", Instant::now() + Duration::from_millis(200), 1, move || {
                 r.store(true, Ordering::Relaxed);
                 Ok(())
             })
@@ -209,6 +223,6 @@ mod tests {
             b.await.unwrap().unwrap();
         }
         assert!(!ran.load(Ordering::Relaxed), "a job refused at its deadline never runs");
-        assert_eq!(pool.run("query", Instant::now() + Duration::from_secs(5), || Ok(7)).await.unwrap(), 7);
+        assert_eq!(pool.run("query", Instant::now() + Duration::from_secs(5), 1, || Ok(7)).await.unwrap(), 7);
     }
 }
