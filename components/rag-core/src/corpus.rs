@@ -235,7 +235,13 @@ pub struct Collection {
     by_id: HashMap<String, usize>,
     vectors: VectorIndex,
     bm25: OnceLock<Bm25>,
+    /// The entries of each field value, built at the first filtered search: a filter is then
+    /// the entries its values name, not a comparison of strings with every entry's fields.
+    postings: OnceLock<Postings>,
 }
+
+/// For each field, each value's entries, in order.
+type Postings = HashMap<String, std::collections::BTreeMap<String, Vec<u32>>>;
 
 impl std::fmt::Debug for Collection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -313,12 +319,66 @@ impl Collection {
             index.push(v).map_err(|e| CorpusError::Shape(e.to_string()))?;
         }
         index.prepare();
-        Ok(Collection { number, shape, notes, entries, by_id, vectors: index, bm25: OnceLock::new() })
+        Ok(Collection {
+            number,
+            shape,
+            notes,
+            entries,
+            by_id,
+            vectors: index,
+            bm25: OnceLock::new(),
+            postings: OnceLock::new(),
+        })
     }
 
     /// Builds the BM25 index now rather than at the first keyword search.
     pub fn prepare(&self) {
         self.bm25();
+    }
+
+    fn postings(&self) -> &Postings {
+        self.postings.get_or_init(|| {
+            let mut p: Postings = HashMap::new();
+            for (i, e) in self.entries.iter().enumerate() {
+                for (field, values) in &e.fields {
+                    let by_value = p.entry(field.clone()).or_default();
+                    for v in values {
+                        let list = by_value.entry(v.clone()).or_default();
+                        // A value listed twice in one entry counts once.
+                        if list.last() != Some(&(i as u32)) {
+                            list.push(i as u32);
+                        }
+                    }
+                }
+            }
+            p
+        })
+    }
+
+    /// Which entries `filter` lets through, as one flag per entry (the same entries as
+    /// [`Filter::matches`] passes, found through the postings).
+    fn allowed(&self, filter: &Filter) -> Vec<bool> {
+        let postings = self.postings();
+        let n = self.entries.len();
+        let mut allowed = vec![true; n];
+        for c in &filter.0 {
+            let mut hit = vec![false; n];
+            if let Some(by_value) = postings.get(&c.field) {
+                for w in &c.values {
+                    let lists: Box<dyn Iterator<Item = &Vec<u32>>> = match c.how {
+                        Match::Exact => Box::new(by_value.get(w).into_iter()),
+                        Match::Prefix => Box::new(
+                            by_value.range(w.clone()..).take_while(|(v, _)| v.starts_with(w.as_str())).map(|(_, l)| l),
+                        ),
+                    };
+                    for &i in lists.flatten() {
+                        hit[i as usize] = true;
+                    }
+                }
+            }
+            allowed.iter_mut().zip(hit).for_each(|(a, h)| *a &= h);
+        }
+        allowed
     }
 
     fn bm25(&self) -> &Bm25 {
@@ -435,8 +495,9 @@ impl Collection {
     pub fn nearest(&self, vector: &[f32], k: usize, filter: &Filter) -> Result<Vec<Found>, CorpusError> {
         let query = self.query(vector)?;
         let entries = &self.entries;
-        let allowed = |i: usize| filter.matches(&entries[i].fields);
-        let allowed = (!filter.is_empty()).then_some(&allowed as &dyn Fn(usize) -> bool);
+        let flags = (!filter.is_empty()).then(|| self.allowed(filter));
+        let allowed = |i: usize| flags.as_ref().is_none_or(|f| f[i]);
+        let allowed = flags.is_some().then_some(&allowed as &dyn Fn(usize) -> bool);
         let found = self.vectors.nearest(&query, k, allowed).map_err(|e| CorpusError::Shape(e.to_string()))?;
         Ok(found.into_iter().map(|(i, score)| Found { id: entries[i].id.clone(), score, similarity: None }).collect())
     }
@@ -451,8 +512,9 @@ impl Collection {
     ) -> Result<Vec<Found>, CorpusError> {
         let similar_to = similar_to.map(|v| self.query(v)).transpose()?;
         let entries = &self.entries;
-        let allowed = |i: usize| filter.matches(&entries[i].fields);
-        let allowed = (!filter.is_empty()).then_some(&allowed as &dyn Fn(usize) -> bool);
+        let flags = (!filter.is_empty()).then(|| self.allowed(filter));
+        let allowed = |i: usize| flags.as_ref().is_none_or(|f| f[i]);
+        let allowed = flags.is_some().then_some(&allowed as &dyn Fn(usize) -> bool);
         Ok(self
             .bm25()
             .search(query, k, allowed)
@@ -630,6 +692,40 @@ mod tests {
         });
         assert_eq!(ids(c.keyword("north", None, 5, &either).unwrap()).len(), 2);
         assert!(c.nearest(&[1.0, 0.0], 3, &Filter::exact("missing", "x")).unwrap().is_empty());
+    }
+
+    /// The postings let through exactly what comparing each entry's fields does, for every
+    /// kind of clause, a missing field, several values and several clauses.
+    #[test]
+    fn the_postings_pass_what_the_fields_match() {
+        let c = Collection::empty(Shape { dimension: 2, metric: Metric::Cosine });
+        let mut entries = Vec::new();
+        for (i, chapters) in [&["1.", "1.2."][..], &["1.20."], &["2."], &[], &["1.2.3.", "2.1."]].iter().enumerate() {
+            let mut fields: Fields =
+                BTreeMap::from([("chapters".into(), chapters.iter().map(|s| s.to_string()).collect())]);
+            if i % 2 == 0 {
+                fields.insert("doc".into(), vec![format!("d{}", i % 3)]);
+            }
+            entries.push(Entry { id: format!("e{i}"), text: String::new(), metadata: String::new(), fields });
+        }
+        let c = Collection { entries, ..c };
+        let clause = |field: &str, values: &[&str], how| Clause {
+            field: field.into(),
+            values: values.iter().map(|s| s.to_string()).collect(),
+            how,
+        };
+        let filters = [
+            Filter::all(),
+            Filter::all().and(clause("chapters", &["1.2."], Match::Prefix)),
+            Filter::all().and(clause("chapters", &["1.2.", "2."], Match::Exact)),
+            Filter::all().and(clause("chapters", &["1."], Match::Prefix)).and(clause("doc", &["d0"], Match::Exact)),
+            Filter::all().and(clause("missing", &["x"], Match::Exact)),
+            Filter::all().and(clause("chapters", &[""], Match::Prefix)),
+        ];
+        for f in &filters {
+            let want: Vec<bool> = c.entries.iter().map(|e| f.matches(&e.fields)).collect();
+            assert_eq!(c.allowed(f), want, "{f:?}");
+        }
     }
 
     #[test]
