@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase eval eval-couchbase eval-docx
+.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase profile eval eval-couchbase eval-docx
 
 setup:
 	rustup target add wasm32-wasip2
@@ -116,6 +116,12 @@ bench-chapters: setup models
 bench-mcp: setup models
 	$(CARGO) build --release -p quarry
 	$(CARGO) bench -p quarry-tests --bench mcp
+
+# Where one search's CPU goes: perf on the release server while one client searches over MCP,
+# the samples attributed to guest code, inference, the corpus, wasmtime, MCP, the kernel.
+profile: setup models
+	$(CARGO) build --release -p quarry
+	$(CARGO) bench -p quarry-tests --bench profile
 
 # Couchbase vector search against the local fake cluster: the SDK alone beside the component in
 # the host (scoped and cluster-level), so the ratio is Quarry's cost.

@@ -42,15 +42,20 @@ struct Stats {
     p50: f64,
     p99: f64,
     per_sec: f64,
+    /// The server's CPU (user and system) per call, in ms; NaN where it was not measured.
+    cpu_ms: f64,
 }
 
 fn stats(mut ms: Vec<f64>, wall: f64) -> Stats {
     ms.sort_by(f64::total_cmp);
-    Stats { p50: percentile(&ms, 0.5), p99: percentile(&ms, 0.99), per_sec: ms.len() as f64 / wall }
+    Stats { p50: percentile(&ms, 0.5), p99: percentile(&ms, 0.99), per_sec: ms.len() as f64 / wall, cpu_ms: f64::NAN }
 }
 
-/// `calls` calls of `tool` spread over `clients` sessions, all at once.
-async fn over_mcp(url: &str, tool: &str, calls: usize, clients: usize, questions: &Arc<Vec<String>>) -> Stats {
+/// `calls` calls of `tool` spread over `clients` sessions, all at once, on `served` (its CPU
+/// read from `/proc` around them).
+async fn over_mcp(served: &Served, tool: &str, calls: usize, clients: usize, questions: &Arc<Vec<String>>) -> Stats {
+    let url = served.url.as_str();
+    let cpu = cpu_seconds(served.pid());
     let mut sessions = Vec::new();
     for _ in 0..clients {
         sessions.push(McpHttp::open(url).await.expect("MCP session"));
@@ -77,7 +82,9 @@ async fn over_mcp(url: &str, tool: &str, calls: usize, clients: usize, questions
     for w in workers {
         ms.extend(w.await.expect("worker"));
     }
-    stats(ms, start.elapsed().as_secs_f64())
+    let mut s = stats(ms, start.elapsed().as_secs_f64());
+    s.cpu_ms = (cpu_seconds(served.pid()) - cpu) * 1e3 / calls as f64;
+    s
 }
 
 async fn in_process(host: &quarry::Registry, tool: &str, calls: usize, questions: &[String]) -> Stats {
@@ -116,27 +123,29 @@ async fn main() {
     drop(host);
 
     let served = Served::start(&quarry_bin(), &config);
-    println!("\ntools/call over streamable HTTP ({}), one session per client:", served.url);
+    println!("\n{}", quarry_tests::cpu_line());
+    println!("tools/call over streamable HTTP ({}), one session per client:", served.url);
     let mut pool1 = Vec::new();
-    println!("| call | clients | calls | calls/s | p50 ms | p99 ms | p50 vs in-process |");
-    println!("|---|---|---|---|---|---|---|");
+    println!("| call | clients | calls | calls/s | p50 ms | p99 ms | p50 vs in-process | server CPU ms per call |");
+    println!("|---|---|---|---|---|---|---|---|");
     for ((tool, calls), base) in cases.into_iter().zip(&baseline) {
-        over_mcp(&served.url, tool, calls / 10, 1, &questions).await; // warm-up
+        over_mcp(&served, tool, calls / 10, 1, &questions).await; // warm-up
         println!(
-            "| {tool} in process | 1 | {} | {:.0} | {:.2} | {:.2} | 1.00 |",
+            "| {tool} in process | 1 | {} | {:.0} | {:.2} | {:.2} | 1.00 | - |",
             calls / 2,
             base.per_sec,
             base.p50,
             base.p99
         );
         for clients in CLIENTS {
-            let s = over_mcp(&served.url, tool, calls, clients, &questions).await;
+            let s = over_mcp(&served, tool, calls, clients, &questions).await;
             println!(
-                "| {tool} | {clients} | {calls} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                "| {tool} | {clients} | {calls} | {:.0} | {:.2} | {:.2} | {:.2} | {:.1} |",
                 s.per_sec,
                 s.p50,
                 s.p99,
-                s.p50 / base.p50
+                s.p50 / base.p50,
+                s.cpu_ms
             );
             if tool == "rclone.search" {
                 pool1.push(s);
@@ -166,26 +175,33 @@ fn demo_variant(root: &std::path::Path, demo: &std::path::Path, dir: &std::path:
     config
 }
 
-/// `search` over MCP with `pool = 1` (the rows measured above, on the demo config) and
-/// `pool = 2` (the same config with two instances of the tool), side by side.
+/// `search` over MCP with `pool = 1` (the rows measured above, on the demo config) and a pool
+/// of one instance per core (at least 2: the same config with `pool = N`), side by side.
 async fn pools(root: &std::path::Path, demo: &std::path::Path, questions: &Arc<Vec<String>>, pool1: &[Stats]) {
+    let n = cores().max(2);
     let work = tempfile::tempdir().expect("temp dir");
-    let config = demo_variant(root, demo, work.path(), "pool = 2\n");
+    let config = demo_variant(root, demo, work.path(), &format!("pool = {n}\n"));
     let served = Served::start(&quarry_bin(), &config);
-    over_mcp(&served.url, "rclone.search", POOL_CALLS / 10, 2, questions).await; // warm-up: both members
-    println!("\nrclone.search over MCP, pool = 1 against pool = 2 (tools.rclone.pool), {} cores:", cores());
-    println!("| clients | pool | calls/s | p50 ms | p99 ms | calls/s vs pool = 1 | p99 vs pool = 1 |");
-    println!("|---|---|---|---|---|---|---|");
+    over_mcp(&served, "rclone.search", POOL_CALLS / 10, n, questions).await; // warm-up: every member
+    println!("\nrclone.search over MCP, pool = 1 against pool = {n} (tools.rclone.pool), {} cores:", cores());
+    println!(
+        "| clients | pool | calls/s | p50 ms | p99 ms | server CPU ms per call | calls/s vs pool = 1 | p99 vs pool = 1 |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
     for (clients, one) in CLIENTS.into_iter().zip(pool1) {
-        let two = over_mcp(&served.url, "rclone.search", POOL_CALLS, clients, questions).await;
-        println!("| {clients} | 1 | {:.0} | {:.2} | {:.2} | 1.00 | 1.00 |", one.per_sec, one.p50, one.p99);
+        let many = over_mcp(&served, "rclone.search", POOL_CALLS, clients, questions).await;
         println!(
-            "| {clients} | 2 | {:.0} | {:.2} | {:.2} | {:.2} | {:.2} |",
-            two.per_sec,
-            two.p50,
-            two.p99,
-            two.per_sec / one.per_sec,
-            two.p99 / one.p99
+            "| {clients} | 1 | {:.0} | {:.2} | {:.2} | {:.1} | 1.00 | 1.00 |",
+            one.per_sec, one.p50, one.p99, one.cpu_ms
+        );
+        println!(
+            "| {clients} | {n} | {:.0} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} |",
+            many.per_sec,
+            many.p50,
+            many.p99,
+            many.cpu_ms,
+            many.per_sec / one.per_sec,
+            many.p99 / one.p99
         );
     }
 }
@@ -255,9 +271,9 @@ rclone.search over MCP at {INDEX_CLIENTS} clients, the index in a host corpus or
             }
             let served = Served::start(&quarry_bin(), &config);
             // Warm-up: every member prepared and called.
-            over_mcp(&served.url, "rclone.search", 4 * pool, pool, questions).await;
+            over_mcp(&served, "rclone.search", 4 * pool, pool, questions).await;
             let cpu = cpu_seconds(served.pid());
-            let s = over_mcp(&served.url, "rclone.search", POOL_CALLS, INDEX_CLIENTS, questions).await;
+            let s = over_mcp(&served, "rclone.search", POOL_CALLS, INDEX_CLIENTS, questions).await;
             let cpu_ms = (cpu_seconds(served.pid()) - cpu) * 1e3 / POOL_CALLS as f64;
             rows.push((kept, s, cpu_ms, rss_mb(served.pid())));
         }
