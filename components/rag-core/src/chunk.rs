@@ -210,9 +210,11 @@ pub fn windows(text: &str, long: usize) -> Vec<&str> {
                 // A bound smaller than one character: the piece is that character.
                 at += text[piece..].chars().next().map_or(1, char::len_utf8);
             }
-            // The last white space of the piece, unless it is too near the start to help.
-            if let Some(ws) = text[piece..at].rfind(char::is_whitespace).filter(|&w| w > long / 2) {
-                at = piece + ws + 1;
+            // After the last white space of the piece (which may take several bytes: U+3000),
+            // unless it is too near the start to help.
+            let last_space = text[piece..at].char_indices().rev().find(|&(_, c)| c.is_whitespace());
+            if let Some((ws, c)) = last_space.filter(|&(w, _)| w > long / 2) {
+                at = piece + ws + c.len_utf8();
             }
             cuts.push(at);
             piece = at;
@@ -266,6 +268,13 @@ mod tests {
         assert!(pieces.iter().all(|p| p.len() <= 1001));
         // A bound smaller than a character still ends: a character a piece.
         assert_eq!(windows("ééé", 1), ["é", "é", "é"]);
+        // A long line whose white space is the ideographic space (3 bytes): cut after it, whole
+        // (the fuzzer's find: cutting one byte after its start split the character).
+        let cjk = "段落\u{3000}第二句。".repeat(300);
+        let pieces = windows(&cjk, 100);
+        assert_eq!(pieces.concat(), cjk);
+        assert!(pieces.iter().all(|p| p.len() <= 100));
+        assert!(pieces[..pieces.len() - 1].iter().all(|p| p.ends_with('\u{3000}')));
     }
 
     /// A text of ordinary lines chunks as it did, and a long line's chunks are slices of the
