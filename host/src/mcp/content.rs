@@ -1,6 +1,7 @@
 //! What components answer (WIT's content blocks, resources, prompts, completions) as MCP's
 //! types. Each is written as the MCP JSON shape and read back into rmcp's type, so the spec's
-//! shape is spelled once, here.
+//! shape is spelled once, here. A shape rmcp would not read is an internal error naming it,
+//! never a panic: what goes in is a component's.
 
 use base64::Engine as _;
 use rmcp::model::{
@@ -17,9 +18,16 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
-    // The shapes below are the spec's; rmcp reads every one of them.
-    serde_json::from_value(v).unwrap_or_else(|e| unreachable!("an MCP shape rmcp does not read: {e}"))
+/// What a conversion gives: rmcp's type, or why it could not be made.
+pub type Converted<T> = Result<T, rmcp::ErrorData>;
+
+fn from<T: serde::de::DeserializeOwned>(v: Value) -> Converted<T> {
+    serde_json::from_value(v).map_err(|e| {
+        rmcp::ErrorData::internal_error(
+            format!("a component's answer does not make an MCP {}: {e}", std::any::type_name::<T>()),
+            None,
+        )
+    })
 }
 
 /// A resource's contents, as MCP's JSON.
@@ -56,17 +64,17 @@ fn block_json(b: &ContentBlock) -> Value {
 }
 
 /// A content block as MCP's.
-pub fn block(b: &ContentBlock) -> McpBlock {
+pub fn block(b: &ContentBlock) -> Converted<McpBlock> {
     from(block_json(b))
 }
 
 /// A resource's contents as MCP's.
-pub fn contents(c: &Contents) -> ResourceContents {
+pub fn contents(c: &Contents) -> Converted<ResourceContents> {
     from(contents_json(c))
 }
 
 /// A listed resource as MCP's.
-pub fn resource(r: &ResourceInfo) -> Resource {
+pub fn resource(r: &ResourceInfo) -> Converted<Resource> {
     let mut v = json!({ "uri": r.uri, "name": r.name });
     for (key, value) in [("title", &r.title), ("description", &r.description), ("mimeType", &r.mime_type)] {
         if let Some(x) = value {
@@ -77,7 +85,7 @@ pub fn resource(r: &ResourceInfo) -> Resource {
 }
 
 /// A resource template as MCP's.
-pub fn template(t: &ResourceTemplate) -> McpTemplate {
+pub fn template(t: &ResourceTemplate) -> Converted<McpTemplate> {
     let mut v = json!({ "uriTemplate": t.uri_template, "name": t.name });
     for (key, value) in [("description", &t.description), ("mimeType", &t.mime_type)] {
         if let Some(x) = value {
@@ -88,7 +96,7 @@ pub fn template(t: &ResourceTemplate) -> McpTemplate {
 }
 
 /// A prompt as MCP lists it, under `listed`.
-pub fn prompt_spec(listed: &str, p: &PromptSpec) -> McpPrompt {
+pub fn prompt_spec(listed: &str, p: &PromptSpec) -> Converted<McpPrompt> {
     let arguments: Vec<Value> = p
         .arguments
         .iter()
@@ -104,7 +112,7 @@ pub fn prompt_spec(listed: &str, p: &PromptSpec) -> McpPrompt {
 }
 
 /// A filled-in prompt as MCP's result.
-pub fn prompt(p: &Prompt) -> GetPromptResult {
+pub fn prompt(p: &Prompt) -> Converted<GetPromptResult> {
     let messages: Vec<Value> = p
         .messages
         .iter()
@@ -124,7 +132,7 @@ pub fn prompt(p: &Prompt) -> GetPromptResult {
 }
 
 /// Completion values as MCP's (at most its 100).
-pub fn completion(c: &Completion) -> CompletionInfo {
+pub fn completion(c: &Completion) -> Converted<CompletionInfo> {
     let max = CompletionInfo::MAX_VALUES;
     let more = c.has_more || c.values.len() > max;
     let mut v = json!({ "values": c.values.iter().take(max).collect::<Vec<_>>(), "hasMore": more });
@@ -141,7 +149,7 @@ mod tests {
 
     #[test]
     fn every_block_is_the_spec_shape() {
-        let image = block(&ContentBlock::Image(Media { data: vec![1, 2, 3], mime_type: "image/png".into() }));
+        let image = block(&ContentBlock::Image(Media { data: vec![1, 2, 3], mime_type: "image/png".into() })).unwrap();
         assert_eq!(
             serde_json::to_value(&image).unwrap(),
             json!({"type": "image", "data": "AQID", "mimeType": "image/png"})
@@ -151,7 +159,8 @@ mod tests {
             name: "3 Install".into(),
             description: None,
             mime_type: Some("text/markdown".into()),
-        }));
+        }))
+        .unwrap();
         assert_eq!(
             serde_json::to_value(&link).unwrap(),
             json!({"type": "resource_link", "uri": "quarry://m/chapter/3", "name": "3 Install", "mimeType": "text/markdown"})
@@ -160,7 +169,8 @@ mod tests {
             uri: "test://x".into(),
             mime_type: None,
             body: Body::Blob(vec![0xff]),
-        }));
+        }))
+        .unwrap();
         assert_eq!(
             serde_json::to_value(&embedded).unwrap(),
             json!({"type": "resource", "resource": {"uri": "test://x", "blob": "/w=="}})

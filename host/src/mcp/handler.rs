@@ -288,7 +288,9 @@ fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult,
     match outcome {
         Ok(out) => {
             let mut blocks = vec![ContentBlock::text(out.text.clone())];
-            blocks.extend(out.content.iter().map(crate::mcp::content::block));
+            for b in &out.content {
+                blocks.push(crate::mcp::content::block(b)?);
+            }
             let mut r = CallToolResult::success(blocks);
             r.structured_content = Some(crate::output::structured(&out));
             Ok(r)
@@ -342,8 +344,12 @@ impl ServerHandler for QuarryMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         self.registry.loaded().await;
-        let prompts =
-            self.registry.prompts().iter().map(|p| crate::mcp::content::prompt_spec(&p.listed, &p.spec)).collect();
+        let prompts = self
+            .registry
+            .prompts()
+            .iter()
+            .map(|p| crate::mcp::content::prompt_spec(&p.listed, &p.spec))
+            .collect::<Result<_, _>>()?;
         let mut r = ListPromptsResult::with_all_items(prompts);
         (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
         Ok(r)
@@ -370,7 +376,7 @@ impl ServerHandler for QuarryMcp {
                 None,
             )),
             Some(Ok(prompt)) => {
-                let mut r = crate::mcp::content::prompt(&prompt);
+                let mut r = crate::mcp::content::prompt(&prompt)?;
                 // What rmcp's constructors set (and take off again for an older client).
                 r.result_type = Some(rmcp::model::ResultType::COMPLETE);
                 Ok(GetPromptResponse::Complete(r))
@@ -387,7 +393,8 @@ impl ServerHandler for QuarryMcp {
         self.registry.loaded().await;
         let caller = Caller { client: &self.client, listener: None, asker: None };
         let listed = self.registry.resources(caller).await.map_err(|e| request_failed(&e))?;
-        let mut r = ListResourcesResult::with_all_items(listed.iter().map(crate::mcp::content::resource).collect());
+        let listed = listed.iter().map(crate::mcp::content::resource).collect::<Result<_, _>>()?;
+        let mut r = ListResourcesResult::with_all_items(listed);
         (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
         Ok(r)
     }
@@ -398,7 +405,12 @@ impl ServerHandler for QuarryMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.registry.loaded().await;
-        let templates = self.registry.templates().iter().map(|(_, t)| crate::mcp::content::template(t)).collect();
+        let templates = self
+            .registry
+            .templates()
+            .iter()
+            .map(|(_, t)| crate::mcp::content::template(t))
+            .collect::<Result<_, _>>()?;
         let mut r = ListResourceTemplatesResult::with_all_items(templates);
         (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
         Ok(r)
@@ -420,7 +432,8 @@ impl ServerHandler for QuarryMcp {
         }
         match outcome {
             Ok(contents) => {
-                let mut r = ReadResourceResult::new(contents.iter().map(crate::mcp::content::contents).collect());
+                let contents = contents.iter().map(crate::mcp::content::contents).collect::<Result<_, _>>()?;
+                let mut r = ReadResourceResult::new(contents);
                 (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
                 Ok(ReadResourceResponse::Complete(r))
             }
@@ -474,7 +487,7 @@ impl ServerHandler for QuarryMcp {
         match self.registry.complete(target, argument.name, argument.value, chosen, caller).await {
             // Nothing to complete: no values, as the spec allows.
             None => Ok(CompleteResult::new(rmcp::model::CompletionInfo::default())),
-            Some(Ok(c)) => Ok(CompleteResult::new(crate::mcp::content::completion(&c))),
+            Some(Ok(c)) => Ok(CompleteResult::new(crate::mcp::content::completion(&c)?)),
             Some(Err(e)) => Err(request_failed(&e)),
         }
     }
