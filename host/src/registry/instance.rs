@@ -565,6 +565,11 @@ impl ToolInstance {
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<Reply, CallError> {
         let qualified = what.to_string();
+        // A read's URI, a prompt's arguments, a completion's value come from the client.
+        let size = request.bytes();
+        if size > crate::args::MAX_ARGS_BYTES {
+            return Err(CallError::ArgsTooLarge { tool: qualified, size, limit: crate::args::MAX_ARGS_BYTES });
+        }
         let waited = Instant::now();
         let deadline = self.config.grants.deadline;
         let not_ready = async {
@@ -753,6 +758,25 @@ pub const MAX_CATALOG: usize = 128;
 fn check_catalog(catalog: &Catalog) -> Result<(), String> {
     if catalog.templates.len() > MAX_CATALOG || catalog.prompts.len() > MAX_CATALOG {
         return Err(format!("it offers more than {MAX_CATALOG} resource templates or prompts"));
+    }
+    // Each described in at most what a tool's spec may take.
+    let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+    let template_bytes = |t: &crate::bindings::quarry::retrieval::types::ResourceTemplate| {
+        t.uri_template.len() + t.name.len() + opt(&t.description) + opt(&t.mime_type)
+    };
+    let prompt_bytes = |p: &crate::bindings::quarry::retrieval::types::PromptSpec| {
+        p.name.len()
+            + p.description.len()
+            + p.arguments.iter().map(|a| a.name.len() + opt(&a.description)).sum::<usize>()
+    };
+    if catalog
+        .templates
+        .iter()
+        .map(template_bytes)
+        .chain(catalog.prompts.iter().map(prompt_bytes))
+        .any(|n| n > MAX_SPEC_BYTES)
+    {
+        return Err(format!("a resource template or prompt takes more than {MAX_SPEC_BYTES} bytes to describe"));
     }
     let mut seen = std::collections::BTreeSet::new();
     for p in &catalog.prompts {

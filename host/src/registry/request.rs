@@ -85,6 +85,20 @@ impl Request {
     }
 }
 
+impl Request {
+    /// The bytes a client sends into the guest with it: bounded as a call's arguments are
+    /// ([`crate::args::MAX_ARGS_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        match self {
+            Request::Call { args, .. } => args.len(),
+            Request::Resources => 0,
+            Request::Read(uri) => uri.len(),
+            Request::Prompt { name, args } => name.len() + args.len(),
+            Request::Complete { argument, value, context, .. } => argument.len() + value.len() + context.len(),
+        }
+    }
+}
+
 /// How a component names its own resources: `quarry://self/...`, which the host lists as
 /// `quarry://INSTANCE/...` (a component does not know the name the operator gave its instance,
 /// as it does not know its tools' listed names).
