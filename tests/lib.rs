@@ -511,3 +511,25 @@ pub fn cpu_line() -> String {
         has.join(" ")
     )
 }
+
+/// The questions of the rclone manual's labelled set (`data/manuals/rclone/questions.jsonl`), for
+/// the benches.
+pub fn rclone_questions() -> Vec<String> {
+    let path = shared_data().join("manuals/rclone/questions.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["question"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The CPU seconds (user and system) process `pid` has used, from `/proc/PID/stat`.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // After the command name in parentheses: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').expect("stat") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // /proc reports in USER_HZ, 100 a second on Linux.
+    ticks / 100.0
+}

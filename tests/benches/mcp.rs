@@ -21,15 +21,6 @@ use quarry_tests::mcp_client::{McpHttp, Served};
 use quarry_tests::{CHAPTER_RAG, DOCX_SEARCH, quarry_bin, shared_data};
 use serde_json::{Value, json};
 
-fn questions() -> Vec<String> {
-    let path = shared_data().join("manuals/rclone/questions.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v["question"].as_str().map(str::to_string))
-        .collect()
-}
-
 /// The arguments of call `i` of `tool`.
 fn args(tool: &str, i: usize, questions: &[String]) -> Value {
     match tool {
@@ -55,7 +46,7 @@ fn stats(mut ms: Vec<f64>, wall: f64) -> Stats {
 /// read from `/proc` around them).
 async fn over_mcp(served: &Served, tool: &str, calls: usize, clients: usize, questions: &Arc<Vec<String>>) -> Stats {
     let url = served.url.as_str();
-    let cpu = cpu_seconds(served.pid());
+    let cpu = quarry_tests::cpu_seconds(served.pid());
     let mut sessions = Vec::new();
     for _ in 0..clients {
         sessions.push(McpHttp::open(url).await.expect("MCP session"));
@@ -83,7 +74,7 @@ async fn over_mcp(served: &Served, tool: &str, calls: usize, clients: usize, que
         ms.extend(w.await.expect("worker"));
     }
     let mut s = stats(ms, start.elapsed().as_secs_f64());
-    s.cpu_ms = (cpu_seconds(served.pid()) - cpu) * 1e3 / calls as f64;
+    s.cpu_ms = (quarry_tests::cpu_seconds(served.pid()) - cpu) * 1e3 / calls as f64;
     s
 }
 
@@ -107,7 +98,7 @@ async fn main() {
         PathBuf::from(CHAPTER_RAG).ancestors().nth(3).expect("<guest>/wasm32-wasip2/release/x.wasm").to_path_buf();
     // SAFETY: set before any thread of ours reads the environment (the runtime's workers don't).
     unsafe { std::env::set_var("QUARRY_GUEST_DIR", &guest_dir) };
-    let questions = Arc::new(questions());
+    let questions = Arc::new(quarry_tests::rclone_questions());
     let cases = [("rclone.list_chapter_tree", 2000), ("rclone.search", 160)];
 
     let t = Instant::now();
@@ -206,16 +197,6 @@ async fn pools(root: &std::path::Path, demo: &std::path::Path, questions: &Arc<V
     }
 }
 
-/// The CPU seconds (user and system) process `pid` has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // After the command's closing parenthesis: state is field 3, utime 14 and stime 15.
-    let rest: Vec<&str> = stat.rsplit_once(')').expect("stat").1.split_whitespace().collect();
-    let ticks: u64 = rest[11].parse::<u64>().unwrap_or(0) + rest[12].parse::<u64>().unwrap_or(0);
-    // /proc reports in USER_HZ, 100 a second on Linux.
-    ticks as f64 / 100.0
-}
-
 /// The resident memory of process `pid`, in MB.
 fn rss_mb(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc/PID/status");
@@ -272,9 +253,9 @@ rclone.search over MCP at {INDEX_CLIENTS} clients, the index in a host corpus or
             let served = Served::start(&quarry_bin(), &config);
             // Warm-up: every member prepared and called.
             over_mcp(&served, "rclone.search", 4 * pool, pool, questions).await;
-            let cpu = cpu_seconds(served.pid());
+            let cpu = quarry_tests::cpu_seconds(served.pid());
             let s = over_mcp(&served, "rclone.search", POOL_CALLS, INDEX_CLIENTS, questions).await;
-            let cpu_ms = (cpu_seconds(served.pid()) - cpu) * 1e3 / POOL_CALLS as f64;
+            let cpu_ms = (quarry_tests::cpu_seconds(served.pid()) - cpu) * 1e3 / POOL_CALLS as f64;
             rows.push((kept, s, cpu_ms, rss_mb(served.pid())));
         }
         for (kept, s, cpu_ms, rss) in rows {

@@ -25,8 +25,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use quarry_tests::mcp_client::{McpHttp, Served};
-use quarry_tests::{CHAPTER_RAG, quarry_bin, shared_data};
-use serde_json::{Value, json};
+use quarry_tests::{CHAPTER_RAG, quarry_bin};
+use serde_json::json;
 
 /// Calls profiled.
 const CALLS: usize = 300;
@@ -54,26 +54,6 @@ const PARTS: [(&str, Claims); 9] = [
     ("guest code (wasm)", |_, _| true),
 ];
 
-fn questions() -> Vec<String> {
-    let path = shared_data().join("manuals/rclone/questions.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|v| v["question"].as_str().map(str::to_string))
-        .collect()
-}
-
-/// The CPU seconds (user and system) process `pid` has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // After the command name in parentheses: state is field 3, utime 14, stime 15.
-    let rest = &stat[stat.rfind(')').expect("stat") + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
-    // /proc reports in USER_HZ, 100 a second on Linux.
-    ticks / 100.0
-}
-
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     if Command::new("perf").arg("--version").output().is_err() {
@@ -86,7 +66,7 @@ async fn main() {
         PathBuf::from(CHAPTER_RAG).ancestors().nth(3).expect("<guest>/wasm32-wasip2/release/x.wasm").to_path_buf();
     // SAFETY: set before any thread of ours reads the environment (the runtime's workers don't).
     unsafe { std::env::set_var("QUARRY_GUEST_DIR", &guest_dir) };
-    let questions = questions();
+    let questions = quarry_tests::rclone_questions();
     let served = Served::start(&quarry_bin(), &config);
     let mut client = McpHttp::open(&served.url).await.expect("MCP session");
     let mut call = async |i: usize| {
@@ -107,13 +87,13 @@ async fn main() {
         .spawn()
         .expect("perf record");
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let cpu = cpu_seconds(served.pid());
+    let cpu = quarry_tests::cpu_seconds(served.pid());
     let t = Instant::now();
     for i in 0..CALLS {
         call(i).await;
     }
     let wall_ms = t.elapsed().as_secs_f64() * 1e3 / CALLS as f64;
-    let cpu_ms = (cpu_seconds(served.pid()) - cpu) * 1e3 / CALLS as f64;
+    let cpu_ms = (quarry_tests::cpu_seconds(served.pid()) - cpu) * 1e3 / CALLS as f64;
     // SIGINT: perf writes its file and exits.
     Command::new("kill").args(["-INT", &perf.id().to_string()]).status().expect("kill perf");
     perf.wait().expect("perf record");
