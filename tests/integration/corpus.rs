@@ -115,6 +115,36 @@ async fn instances_and_pool_members_share_one_corpus() {
     assert!(!env.path("index/chapter-rag.qix").exists());
 }
 
+/// A corpus built with one model and opened with another of the same dimension: every chunk is
+/// embedded again (another model's vectors are not this one's), and reopening with the new model
+/// embeds nothing.
+#[tokio::test]
+async fn another_model_embeds_the_corpus_again() {
+    let env = TestEnv::with_chapter_rag();
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    let with_model = |id: &str| {
+        config(1, r#"corpora = [{ name = "manual", mode = "rw" }]"#, "").replace(
+            "config = { dimension = 64, max_tokens = 256 }",
+            &format!("config = {{ dimension = 64, max_tokens = 256, model_id = \"{id}\" }}"),
+        )
+    };
+    assert_ne!(with_model("toy-a"), with_model("toy-b"), "the toy embedder's section changed");
+    // Both tools share the corpus: whichever builds it embeds, the other reopens the build.
+    let embedded = |model: &'static str| {
+        let env = &env;
+        async move {
+            let host = env.host(&with_model(model)).await;
+            let a = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
+            let b = report(&call(&host, "b.list_chapter_tree", json!({})).await.unwrap());
+            (a["embedded"].as_u64().unwrap() + b["embedded"].as_u64().unwrap(), a["chunks"].as_u64().unwrap())
+        }
+    };
+    let (first, chunks) = embedded("toy-a").await;
+    assert_eq!(first, chunks);
+    assert_eq!(embedded("toy-b").await, (chunks, chunks), "another model's vectors were reused");
+    assert_eq!(embedded("toy-b").await, (0, chunks), "the same model reopens its build");
+}
+
 /// An index file from before corpora moves into the corpus: nothing is embedded again, and the
 /// log says so.
 #[tokio::test]

@@ -125,7 +125,9 @@ pub fn build_key(text: &str, params: &Params, model: &str) -> String {
 }
 
 /// Vectors and token counts an earlier build has, by the sha256 of the text embedded
-/// (`esha`): a build embeds and counts only what they lack.
+/// (`esha`): a build embeds and counts only what they lack. Only vectors of the same model
+/// (each chunk's `model`) count: another model's, even of the same dimension, are not this
+/// one's.
 #[derive(Default)]
 pub struct Reuse {
     known: HashMap<String, (Vec<f32>, u32)>,
@@ -148,11 +150,15 @@ impl Reuse {
     }
 
     /// What the corpus has for earlier builds of `source`.
-    pub fn from_corpus(corpus: &dyn Corpus, source: &str) -> Result<Reuse, ToolError> {
+    pub fn from_corpus(corpus: &dyn Corpus, source: &str, model: &str) -> Result<Reuse, ToolError> {
         let mut known = HashMap::new();
         for batch in all_ids(corpus, &Filter::exact("source", source))?.chunks(CORPUS_BATCH) {
             for r in corpus.get(batch).map_err(corpus_error)?.into_iter().flatten() {
                 let meta: serde_json::Value = serde_json::from_str(&r.metadata).unwrap_or_default();
+                // Chunks written before they named their model are embedded again, once.
+                if meta.get("model").and_then(|m| m.as_str()) != Some(model) {
+                    continue;
+                }
                 if let Some((k, n)) = known_of(&meta) {
                     known.insert(k, (r.vector, n));
                 }
@@ -326,6 +332,7 @@ pub fn build(
             "lines": [lines.0, lines.1],
             "tokens": counts.get(k).copied().unwrap_or(0),
             "esha": keys[k],
+            "model": model.id,
         });
         *report.per_chapter.entry(tree.nodes[tree.top(p.chapter)].id.clone()).or_insert(0) += 1;
         records.push(Record {

@@ -252,7 +252,7 @@ fn open_or_build(env: &dyn Env, settings: &Settings, text: Manual, corpus: Rc<dy
     if let Some(b) = reopen(&text)? {
         return Ok(held(b));
     }
-    let mut reuse = Reuse::from_corpus(&*corpus, manual)?;
+    let mut reuse = Reuse::from_corpus(&*corpus, manual, &model.id)?;
     let mut file_current = false;
     if reuse.is_empty()
         && let Some(f) = index_file
