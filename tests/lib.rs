@@ -276,9 +276,11 @@ pub enum Need {
 impl Need {
     fn present(self) -> bool {
         match self {
-            Need::Models => ["all-minilm-l6-v2", "all-minilm-l6-v2-int8", "multilingual-e5-small"]
-                .iter()
-                .all(|m| models_root().join(m).join("quarry-model.json").is_file()),
+            Need::Models => {
+                ["all-minilm-l6-v2", "all-minilm-l6-v2-int8", "all-minilm-l6-v2-q8", "multilingual-e5-small"]
+                    .iter()
+                    .all(|m| models_root().join(m).join("quarry-model.json").is_file())
+            }
             Need::Venvs => ["mcp1", "mcp2", "crewai"].iter().all(|v| venvs_root().join(v).join("bin/python").is_file()),
             Need::Conformance => conformance_index().is_file(),
             Need::Registry => on_path("docker-registry"),

