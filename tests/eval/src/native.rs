@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use chapter_rag::tool::{BaseEnv, Env, Model, ToolError};
 use embedder_onnx::model::{self as onnx, Inference, Kind};
-use quarry::capability::nn::native::NativeModel;
+use quarry::capability::nn::native::{NativeModel, Threads};
 use quarry::capability::nn::tensor::{ElementType, RawTensor};
 
 /// The host's inference, called directly: what `wasi:nn` runs for the component.
@@ -21,7 +21,7 @@ impl Inference for HostInference {
             .into_iter()
             .map(|(name, data)| (name.to_string(), RawTensor { dims: dims.clone(), ty: ElementType::I64, data }))
             .collect();
-        let outputs = self.0.run(self.0.check_inputs(inputs).map_err(failed)?).map_err(failed)?;
+        let outputs = self.0.run(self.0.check_inputs(inputs).map_err(failed)?, Threads::One).map_err(failed)?;
         let hidden = outputs.iter().find(|(n, _)| n == onnx::HIDDEN_STATE).or(outputs.first());
         Ok(onnx::f32s(&hidden.ok_or_else(|| onnx::EmbedError::Internal("no output".into()))?.1.data))
     }

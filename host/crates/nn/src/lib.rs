@@ -371,10 +371,11 @@ impl wit::wasi::nn::inference::HostGraphExecutionContext for View<'_> {
         };
         // The job's size: the first input's elements (the token ids, batch times length).
         let tokens = inputs.first().map_or(0, |t| t.dims.iter().map(|&d| d as usize).product());
-        let outputs = match self.state.app.pool.run(&client, deadline, tokens, move || model.run(inputs)).await {
-            Ok(outputs) => outputs,
-            Err(e) => return self.fail(e),
-        };
+        let outputs =
+            match self.state.app.pool.run(&client, deadline, tokens, move |threads| model.run(inputs, threads)).await {
+                Ok(outputs) => outputs,
+                Err(e) => return self.fail(e),
+            };
         let bytes: u64 = outputs.iter().map(|(_, t)| t.data.len() as u64).sum();
         if !self.state.charge(bytes, self.tensor_limit) {
             return self.fail(NnError::new(

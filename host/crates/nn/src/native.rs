@@ -20,6 +20,28 @@ use tract_onnx::tract_core::internal::DimLike;
 use crate::grant::{Backend, MANIFEST_FILE, MODEL_FILE, ModelSection};
 use crate::tensor::{Code, ElementType, InputSpec, NnError, RawTensor};
 
+/// How many cores one run may split its work over; the inference pool decides
+/// (`pool::Pool::run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// The calling thread alone.
+    One,
+    /// Every core: tract's matrix products over a process-wide executor, onnxruntime's
+    /// session whose intra-op pool spans the cores.
+    Every,
+}
+
+/// The number of cores this process may use.
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// tract's executor over every core, made at the first wide run and shared by all models.
+fn wide_executor() -> tract_linalg::multithread::Executor {
+    static WIDE: std::sync::OnceLock<tract_linalg::multithread::Executor> = std::sync::OnceLock::new();
+    WIDE.get_or_init(|| tract_linalg::multithread::Executor::multithread_with_name(cores(), "quarry-nn")).clone()
+}
+
 /// What runs a loaded graph.
 enum Engine {
     Tract(Arc<TypedRunnableModel>),
@@ -162,16 +184,35 @@ impl NativeModel {
         Ok(ordered)
     }
 
-    /// Runs the graph on inputs that passed [`NativeModel::check_inputs`]; the outputs, named.
-    /// Blocks: call it from the inference pool, never from an async worker.
-    pub fn run(&self, inputs: Vec<RawTensor>) -> Result<Vec<(String, RawTensor)>, NnError> {
+    /// Runs the graph on inputs that passed [`NativeModel::check_inputs`], on `threads`; the
+    /// outputs, named. Blocks: call it from the inference pool, never from an async worker.
+    pub fn run(&self, inputs: Vec<RawTensor>, threads: Threads) -> Result<Vec<(String, RawTensor)>, NnError> {
         // Without the onnxruntime feature the match has one arm.
         #[allow(clippy::infallible_destructuring_match)]
         let plan = match &self.engine {
             Engine::Tract(plan) => plan,
             #[cfg(feature = "onnxruntime")]
-            Engine::Onnxruntime(model) => return model.run(&self.input_names(), inputs),
+            Engine::Onnxruntime(model) => return model.run(&self.input_names(), inputs, threads),
         };
+        match threads {
+            Threads::One => run_tract(plan, &self.outputs, inputs),
+            Threads::Every if cores() > 1 => {
+                tract_linalg::multithread::multithread_tract_scope(wide_executor(), || {
+                    run_tract(plan, &self.outputs, inputs)
+                })
+            }
+            Threads::Every => run_tract(plan, &self.outputs, inputs),
+        }
+    }
+}
+
+/// Runs a tract plan on the calling thread (and the executor of the scope it is called in).
+fn run_tract(
+    plan: &Arc<TypedRunnableModel>,
+    names: &[String],
+    inputs: Vec<RawTensor>,
+) -> Result<Vec<(String, RawTensor)>, NnError> {
+    {
         let failed = |e: TractError| NnError::new(Code::Runtime, format!("inference failed: {e:#}"));
         let mut values = TVec::new();
         for t in inputs {
@@ -182,7 +223,7 @@ impl NativeModel {
         let outputs = plan.run(values).map_err(failed)?;
         outputs
             .into_iter()
-            .zip(&self.outputs)
+            .zip(names)
             .map(|(v, name)| {
                 let ty = element_type(v.datum_type()).ok_or_else(|| {
                     NnError::new(Code::Unsupported, format!("output {name:?} has type {:?}", v.datum_type()))

@@ -6,15 +6,15 @@
 //! - **One library per process**, loaded the first time a model needs it; its version must
 //!   offer onnxruntime's C API at [`API_VERSION`] or later (an older one is refused, naming its
 //!   path and the version needed, and the models of other backends keep serving).
-//! - **One session per model, shared by the inference threads.** onnxruntime's `Run` may be
-//!   called on one session from several threads at once (its C API says so), while `ort`'s safe
-//!   `run` takes the session mutably; a second session would hold the weights again (about
-//!   120 MB for MiniLM fp32, 160 MB for its int8 form, whose kernels pre-pack them). So the host
-//!   calls `Run` through the C API itself, from each of the pool's threads (one job per core, the
-//!   fair queue deciding what runs, as for tract). The session's intra-op pool spans the cores
-//!   and does not spin: a lone question uses every core (its embedding 7.6 ms p50 against 9.9
-//!   with one thread, `make bench-chapters`), while jobs side by side share the pool, at the
-//!   throughput of one-thread runs (`make bench-embedder`).
+//! - **Two sessions per model, shared by the inference threads**: one that runs on the calling
+//!   thread alone (a question, or any job while others run) and, on a machine of several cores,
+//!   one whose intra-op pool spans them (an ingest batch alone on the host): the pool says which
+//!   ([`Threads`]). onnxruntime's `Run` may be called on one session from several threads at
+//!   once (its C API says so), while `ort`'s safe `run` takes the session mutably; so the host
+//!   calls `Run` through the C API itself, from each of the pool's threads. The two sessions share
+//!   the weights their kernels pre-pack (a `PrepackedWeights` container). A 16-token question on
+//!   one thread costs less CPU than on two (the second only waits for its share), and a 256-token
+//!   batch alone runs in little more than half the time on two: see tests/benches/README.md.
 
 use std::ffi::{CString, c_char};
 use std::path::{Path, PathBuf};
@@ -24,9 +24,10 @@ use std::sync::OnceLock;
 use ort::AsPointer as _;
 use ort::environment::Environment;
 use ort::session::Session;
-use ort::session::builder::GraphOptimizationLevel;
+use ort::session::builder::{GraphOptimizationLevel, PrepackedWeights};
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
+use crate::native::{Threads, cores};
 use crate::tensor::{Code, ElementType, InputSpec, NnError, RawTensor};
 
 /// The onnxruntime C API version this host is built for (`ort`'s `api-22`): onnxruntime 1.22 or
@@ -98,9 +99,14 @@ fn library_version(library: &Path) -> Result<String, String> {
     Ok(version)
 }
 
-/// A model loaded by onnxruntime: its session, and its inputs' and outputs' names.
+/// A model loaded by onnxruntime: its sessions, and its inputs' and outputs' names.
 pub struct OrtModel {
-    session: Session,
+    /// The session that runs on the calling thread.
+    one: Session,
+    /// The session whose intra-op pool spans the cores (none on one core).
+    every: Option<Session>,
+    /// What the sessions' kernels pre-packed, held once for both.
+    _weights: PrepackedWeights,
     /// The graph's outputs, in order.
     outputs: Vec<String>,
     output_names: Vec<CString>,
@@ -108,7 +114,7 @@ pub struct OrtModel {
 
 impl std::fmt::Debug for OrtModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OrtModel").field("outputs", &self.outputs).finish()
+        f.debug_struct("OrtModel").field("outputs", &self.outputs).field("wide", &self.every.is_some()).finish()
     }
 }
 
@@ -129,12 +135,15 @@ impl OrtModel {
     /// its inputs.
     pub(crate) fn build(library: &Path, path: &Path, bytes: &[u8]) -> Result<(OrtModel, Vec<InputSpec>), NnError> {
         let version = load(library)?;
-        let session = session(bytes).map_err(|e| {
+        let refused = |e: ort::Error| {
             NnError::new(Code::Runtime, format!("onnxruntime {version} refuses {}: {e}", path.display()))
-        })?;
+        };
+        let weights = PrepackedWeights::new();
+        let one = session(bytes, 1, &weights).map_err(refused)?;
+        let every = if cores() > 1 { Some(session(bytes, cores(), &weights).map_err(refused)?) } else { None };
         let unsupported = |what: String| NnError::new(Code::Unsupported, format!("{}: {what}", path.display()));
         let mut inputs = Vec::new();
-        for input in session.inputs() {
+        for input in one.inputs() {
             let ValueType::Tensor { ty, shape, .. } = input.dtype() else {
                 return Err(unsupported(format!("input {:?} is not a tensor", input.name())));
             };
@@ -143,13 +152,13 @@ impl OrtModel {
             let dims = shape.iter().map(|&d| usize::try_from(d).ok()).collect();
             inputs.push(InputSpec { name: input.name().to_string(), ty, dims });
         }
-        let outputs: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
+        let outputs: Vec<String> = one.outputs().iter().map(|o| o.name().to_string()).collect();
         let output_names = outputs
             .iter()
             .map(|n| CString::new(n.as_str()))
             .collect::<Result<_, _>>()
             .map_err(|_| unsupported("an output's name holds a NUL".into()))?;
-        Ok((OrtModel { session, outputs, output_names }, inputs))
+        Ok((OrtModel { one, every, _weights: weights, outputs, output_names }, inputs))
     }
 
     /// The graph's outputs, in order.
@@ -157,9 +166,18 @@ impl OrtModel {
         &self.outputs
     }
 
-    /// Runs the graph on checked inputs (in the graph's order, named `names`); the outputs,
-    /// named. Blocks. Any number of threads may run it at once.
-    pub fn run(&self, names: &[&str], inputs: Vec<RawTensor>) -> Result<Vec<(String, RawTensor)>, NnError> {
+    /// Runs the graph on checked inputs (in the graph's order, named `names`) on `threads`; the
+    /// outputs, named. Blocks. Any number of threads may run it at once.
+    pub fn run(
+        &self,
+        names: &[&str],
+        inputs: Vec<RawTensor>,
+        threads: Threads,
+    ) -> Result<Vec<(String, RawTensor)>, NnError> {
+        let session = match (threads, &self.every) {
+            (Threads::Every, Some(every)) => every,
+            _ => &self.one,
+        };
         let failed = |e: ort::Error| NnError::new(Code::Runtime, format!("inference failed: {e}"));
         let mut values: Vec<DynValue> = Vec::with_capacity(inputs.len());
         for t in inputs {
@@ -181,7 +199,7 @@ impl OrtModel {
         // session is not changed through `ort` after it was built.
         let status = unsafe {
             (api.Run)(
-                self.session.ptr().cast_mut(),
+                session.ptr().cast_mut(),
                 std::ptr::null(),
                 input_ptrs.as_ptr(),
                 value_ptrs.as_ptr(),
@@ -196,7 +214,7 @@ impl OrtModel {
             .iter()
             .map(|&p| {
                 // SAFETY: a non-null output of `Run` is a value the session's allocator made.
-                NonNull::new(p).map(|p| unsafe { DynValue::from_ptr(p, Some(self.session.allocator())) })
+                NonNull::new(p).map(|p| unsafe { DynValue::from_ptr(p, Some(session.allocator())) })
             })
             .collect();
         if !status.0.is_null() {
@@ -221,19 +239,20 @@ impl OrtModel {
     }
 }
 
-/// A session of `bytes` in the loaded library: every graph optimisation, and an intra-op pool
-/// as wide as the cores that does not spin between runs (the guests' own code shares the cores).
-fn session(bytes: &[u8]) -> ort::Result<Session> {
+/// A session of `bytes` in the loaded library, every graph optimisation, whose runs use
+/// `threads` threads (the calling one among them) and pre-pack into `weights`. The intra-op pool
+/// does not spin between runs: the guests' own code shares the cores.
+fn session(bytes: &[u8], threads: usize, weights: &PrepackedWeights) -> ort::Result<Session> {
     let env = match LOADED.get() {
         Some(Ok((_, _, env))) => env,
         _ => return Err(ort::Error::new("onnxruntime is not loaded")),
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     Session::builder(env)?
         .with_optimization_level(GraphOptimizationLevel::All)?
-        .with_intra_threads(cores)?
+        .with_intra_threads(threads)?
         .with_inter_threads(1)?
         .with_intra_op_spinning(false)?
+        .with_prepacked_weights(weights)?
         .commit_from_memory(bytes)
 }
 

@@ -4,23 +4,20 @@
 //!
 //! A job that starts while no other runs or waits, on a host that has been running one tool call
 //! at most for a while, and whose input is large enough ([`wide_min_tokens`]: an ingest batch, a
-//! long text), splits its matrix products over every core, as onnxruntime does for one run. A
-//! question of a few dozen tokens keeps to one thread: its products are too small to split, and
-//! the other cores would only spin waiting for them. Under load each job keeps to its own thread,
-//! which is the faster way to use the cores for many jobs.
+//! long text), runs on every core ([`Threads::Every`]: tract splits its matrix products,
+//! onnxruntime runs the session whose intra-op pool spans the cores). A question of a few dozen
+//! tokens keeps to one thread on either backend: its products are too small to split, and the
+//! other cores would only wait for them. Under load each job keeps to its own thread, which is
+//! the faster way to use the cores for many jobs.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use tract_linalg::multithread::{Executor, multithread_tract_scope};
-
+pub use crate::native::Threads;
+use crate::native::cores;
 use crate::tensor::{Code, NnError};
 use quarry_support::fair::FairQueue;
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
 
 /// The least input (tokens across the batch, padding included) a job splits over every core:
 /// `QUARRY_NN_WIDE_MIN_TOKENS`, else 256. Chosen with `make bench-mcp` (2 cores, a lone
@@ -39,8 +36,6 @@ const CONCURRENT_FOR: std::time::Duration = std::time::Duration::from_millis(250
 /// One app's inference slots, and what it knows of the tool calls running beside them.
 pub struct Pool {
     queue: Arc<FairQueue>,
-    /// tract's matrix products over every core, for a job alone on the pool (made at first use).
-    wide: OnceLock<Executor>,
     /// Tool calls running, all instances together (see [`Busy`]).
     tool_calls: AtomicUsize,
     /// When two or more tool calls last ran at once, in milliseconds since `epoch`.
@@ -71,7 +66,6 @@ impl Default for Pool {
     fn default() -> Self {
         Pool {
             queue: FairQueue::new(cores()),
-            wide: OnceLock::new(),
             tool_calls: AtomicUsize::new(0),
             last_concurrent_ms: AtomicU64::new(0),
             epoch: Instant::now(),
@@ -133,8 +127,9 @@ impl Pool {
         }
     }
 
-    /// Runs `job` (on an input of `tokens`) on an inference thread when `client`'s turn comes, unless `deadline` passes
-    /// first: a job never waits past it, and one that would start after it is refused. A caller
+    /// Runs `job` (on an input of `tokens`) on an inference thread when `client`'s turn comes,
+    /// telling it the cores it may use (see the module docs), unless `deadline` passes first: a
+    /// job never waits past it, and one that would start after it is refused. A caller
     /// that gives up does not stop a job that has started; the job keeps its slot until it ends,
     /// so the pool never runs more jobs than it has slots.
     pub async fn run<T: Send + 'static>(
@@ -142,7 +137,7 @@ impl Pool {
         client: &str,
         deadline: Instant,
         tokens: usize,
-        job: impl FnOnce() -> Result<T, NnError> + Send + 'static,
+        job: impl FnOnce(Threads) -> Result<T, NnError> + Send + 'static,
     ) -> Result<T, NnError> {
         let late = || NnError::new(Code::Timeout, "the call's deadline passed before the inference could start");
         let permit = tokio::time::timeout_at(deadline.into(), self.queue.acquire(client)).await.map_err(|_| late())?;
@@ -150,17 +145,14 @@ impl Pool {
             return Err(late());
         }
         let (free, waiting) = self.queue.load();
-        let wide = (cores() > 1 && tokens >= wide_min_tokens() && free + 1 == cores() && waiting == 0 && self.quiet())
-            .then(|| self.wide.get_or_init(|| Executor::multithread_with_name(cores(), "quarry-nn")).clone());
+        let wide = cores() > 1 && tokens >= wide_min_tokens() && free + 1 == cores() && waiting == 0 && self.quiet();
+        let threads = if wide { Threads::Every } else { Threads::One };
         self.jobs.fetch_add(1, Ordering::Relaxed);
         let busy = self.busy_nanos.clone();
         tokio::task::spawn_blocking(move || {
             let _slot = permit;
             let started = Instant::now();
-            let out = match wide {
-                Some(wide) => multithread_tract_scope(wide, job),
-                None => job(),
-            };
+            let out = job(threads);
             busy.fetch_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
             out
         })
@@ -184,7 +176,7 @@ mod tests {
         let ran = Arc::new(AtomicBool::new(false));
         let r = ran.clone();
         let e = pool
-            .run("late", Instant::now(), 1, move || {
+            .run("late", Instant::now(), 1, move |_| {
                 r.store(true, Ordering::Relaxed);
                 Ok(())
             })
@@ -200,7 +192,7 @@ mod tests {
             .map(|_| {
                 let pool = pool.clone();
                 tokio::spawn(async move {
-                    pool.run("ingest", Instant::now() + Duration::from_secs(60), 1, || {
+                    pool.run("ingest", Instant::now() + Duration::from_secs(60), 1, |_| {
                         std::thread::sleep(Duration::from_secs(2));
                         Ok(())
                     })
@@ -211,7 +203,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let (r, start) = (ran.clone(), Instant::now());
         let e = pool
-            .run("query", Instant::now() + Duration::from_millis(200), 1, move || {
+            .run("query", Instant::now() + Duration::from_millis(200), 1, move |_| {
                 r.store(true, Ordering::Relaxed);
                 Ok(())
             })
@@ -223,6 +215,44 @@ mod tests {
             b.await.unwrap().unwrap();
         }
         assert!(!ran.load(Ordering::Relaxed), "a job refused at its deadline never runs");
-        assert_eq!(pool.run("query", Instant::now() + Duration::from_secs(5), 1, || Ok(7)).await.unwrap(), 7);
+        assert_eq!(pool.run("query", Instant::now() + Duration::from_secs(5), 1, |_| Ok(7)).await.unwrap(), 7);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_question_keeps_to_one_thread_and_a_lone_batch_goes_wide() {
+        let pool = Arc::new(Pool::default());
+        let due = || Instant::now() + Duration::from_secs(30);
+        let threads = |pool: Arc<Pool>, tokens: usize| async move { pool.run("t", due(), tokens, Ok).await.unwrap() };
+        let wide = if cores() > 1 { Threads::Every } else { Threads::One };
+        assert_eq!(threads(pool.clone(), 48).await, Threads::One, "a question of 48 tokens");
+        assert_eq!(threads(pool.clone(), wide_min_tokens()).await, wide, "a batch alone on the pool");
+
+        // A batch that starts while another job runs keeps to one thread.
+        let (started, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(AtomicBool::new(false)));
+        let (s, r) = (started.clone(), release.clone());
+        let other = tokio::spawn({
+            let pool = pool.clone();
+            async move {
+                pool.run("other", due(), 1, move |_| {
+                    s.notify_one();
+                    while !r.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Ok(())
+                })
+                .await
+            }
+        });
+        started.notified().await;
+        if cores() > 1 {
+            assert_eq!(threads(pool.clone(), 4 * wide_min_tokens()).await, Threads::One, "a batch beside another job");
+        }
+        release.store(true, Ordering::Release);
+        other.await.unwrap().unwrap();
+
+        // Two tool calls at once: the host is busy for a while, and even a lone batch keeps to one thread.
+        let (a, b) = (pool.enter(), pool.enter());
+        drop((a, b));
+        assert_eq!(threads(pool.clone(), 4 * wide_min_tokens()).await, Threads::One, "a batch just after two calls ran at once");
     }
 }
