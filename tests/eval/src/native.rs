@@ -7,8 +7,9 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use chapter_rag::tool::{BaseEnv, Env, Model, ToolError};
 use embedder_onnx::model::{self as onnx, Inference, Kind};
-use quarry::capability::nn::native::{NativeModel, Threads};
+use quarry::capability::nn::native::NativeModel;
 use quarry::capability::nn::tensor::{ElementType, RawTensor};
+use quarry::capability::nn::threads::Threads;
 
 /// The host's inference, called directly: what `wasi:nn` runs for the component.
 pub struct HostInference(std::sync::Arc<NativeModel>);

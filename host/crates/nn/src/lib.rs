@@ -36,6 +36,7 @@ pub mod onnxruntime;
 pub mod ort_library;
 pub mod pool;
 pub mod tensor;
+pub mod threads;
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -19,22 +19,7 @@ use tract_onnx::tract_core::internal::DimLike;
 
 use crate::grant::{Backend, MANIFEST_FILE, MODEL_FILE, ModelSection};
 use crate::tensor::{Code, ElementType, InputSpec, NnError, RawTensor};
-
-/// How many cores one run may split its work over; the inference pool decides
-/// (`pool::Pool::run`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Threads {
-    /// The calling thread alone.
-    One,
-    /// Every core: tract's matrix products over a process-wide executor, onnxruntime's
-    /// session whose intra-op pool spans the cores.
-    Every,
-}
-
-/// The number of cores this process may use.
-pub(crate) fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
+use crate::threads::{Threads, cores};
 
 /// tract's executor over every core, made at the first wide run and shared by all models.
 fn wide_executor() -> tract_linalg::multithread::Executor {

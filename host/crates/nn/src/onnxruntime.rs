@@ -27,8 +27,8 @@ use ort::session::Session;
 use ort::session::builder::{GraphOptimizationLevel, PrepackedWeights};
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
-use crate::native::{Threads, cores};
 use crate::tensor::{Code, ElementType, InputSpec, NnError, RawTensor};
+use crate::threads::{Threads, cores};
 
 /// The onnxruntime C API version this host is built for (`ort`'s `api-22`): onnxruntime 1.22 or
 /// later.

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-pub use crate::native::Threads;
-use crate::native::cores;
 use crate::tensor::{Code, NnError};
+pub use crate::threads::Threads;
+use crate::threads::cores;
 use quarry_support::fair::FairQueue;
 
 /// The least input (tokens across the batch, padding included) a job splits over every core:
@@ -253,6 +253,10 @@ mod tests {
         // Two tool calls at once: the host is busy for a while, and even a lone batch keeps to one thread.
         let (a, b) = (pool.enter(), pool.enter());
         drop((a, b));
-        assert_eq!(threads(pool.clone(), 4 * wide_min_tokens()).await, Threads::One, "a batch just after two calls ran at once");
+        assert_eq!(
+            threads(pool.clone(), 4 * wide_min_tokens()).await,
+            Threads::One,
+            "a batch just after two calls ran at once"
+        );
     }
 }
