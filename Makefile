@@ -47,7 +47,7 @@ DEMO_INDEX ?= $(or $(QUARRY_DEMO_INDEX),$(HOME)/.cache/quarry/demo-index)
 DEMO_CORPUS ?= $(or $(QUARRY_DEMO_CORPUS),$(HOME)/.cache/quarry/demo-corpus)
 DEMO_QUESTION ?= Our office connection is saturated whenever the nightly upload runs into the morning. Can rclone go slowly during working hours and at full speed overnight?
 demo: setup
-	bash components/embedder-onnx/models/fetch.sh all-minilm-l6-v2
+	bash components/embedder-onnx/models/fetch.sh all-minilm-l6-v2-q8
 	$(CARGO) build --release --target wasm32-wasip2 --target-dir $(GUEST_DIR) $(DEMO_GUESTS)
 	$(CARGO) build -p quarry
 	mkdir -p $(DEMO_INDEX)
