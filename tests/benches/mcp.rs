@@ -35,11 +35,19 @@ struct Stats {
     per_sec: f64,
     /// The server's CPU (user and system) per call, in ms; NaN where it was not measured.
     cpu_ms: f64,
+    /// This process's CPU per call (the bench's MCP clients), in ms; NaN where not measured.
+    client_cpu_ms: f64,
 }
 
 fn stats(mut ms: Vec<f64>, wall: f64) -> Stats {
     ms.sort_by(f64::total_cmp);
-    Stats { p50: percentile(&ms, 0.5), p99: percentile(&ms, 0.99), per_sec: ms.len() as f64 / wall, cpu_ms: f64::NAN }
+    Stats {
+        p50: percentile(&ms, 0.5),
+        p99: percentile(&ms, 0.99),
+        per_sec: ms.len() as f64 / wall,
+        cpu_ms: f64::NAN,
+        client_cpu_ms: f64::NAN,
+    }
 }
 
 /// `calls` calls of `tool` spread over `clients` sessions, all at once, on `served` (its CPU
@@ -47,6 +55,7 @@ fn stats(mut ms: Vec<f64>, wall: f64) -> Stats {
 async fn over_mcp(served: &Served, tool: &str, calls: usize, clients: usize, questions: &Arc<Vec<String>>) -> Stats {
     let url = served.url.as_str();
     let cpu = quarry_tests::cpu_seconds(served.pid());
+    let mine = quarry_tests::cpu_seconds(std::process::id());
     let mut sessions = Vec::new();
     for _ in 0..clients {
         sessions.push(McpHttp::open(url).await.expect("MCP session"));
@@ -75,6 +84,7 @@ async fn over_mcp(served: &Served, tool: &str, calls: usize, clients: usize, que
     }
     let mut s = stats(ms, start.elapsed().as_secs_f64());
     s.cpu_ms = (quarry_tests::cpu_seconds(served.pid()) - cpu) * 1e3 / calls as f64;
+    s.client_cpu_ms = (quarry_tests::cpu_seconds(std::process::id()) - mine) * 1e3 / calls as f64;
     s
 }
 
@@ -176,23 +186,33 @@ async fn pools(root: &std::path::Path, demo: &std::path::Path, questions: &Arc<V
     over_mcp(&served, "rclone.search", POOL_CALLS / 10, n, questions).await; // warm-up: every member
     println!("\nrclone.search over MCP, pool = 1 against pool = {n} (tools.rclone.pool), {} cores:", cores());
     println!(
-        "| clients | pool | calls/s | p50 ms | p99 ms | server CPU ms per call | calls/s vs pool = 1 | p99 vs pool = 1 |"
+        "| clients | pool | calls/s | p50 ms | p99 ms | server CPU ms per call | client CPU ms per call | calls/s vs pool = 1 | p99 vs pool = 1 | calls/s the cores allow |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    // The bench's clients run on the same cores as the server: at these CPU costs per call the
+    // cores cannot carry more than `cores / (server + client)` calls a second, whatever the pool.
+    let allow = |s: &Stats| cores() as f64 * 1e3 / (s.cpu_ms + s.client_cpu_ms);
     for (clients, one) in CLIENTS.into_iter().zip(pool1) {
         let many = over_mcp(&served, "rclone.search", POOL_CALLS, clients, questions).await;
         println!(
-            "| {clients} | 1 | {:.0} | {:.2} | {:.2} | {:.1} | 1.00 | 1.00 |",
-            one.per_sec, one.p50, one.p99, one.cpu_ms
+            "| {clients} | 1 | {:.0} | {:.2} | {:.2} | {:.1} | {:.1} | 1.00 | 1.00 | {:.0} |",
+            one.per_sec,
+            one.p50,
+            one.p99,
+            one.cpu_ms,
+            one.client_cpu_ms,
+            allow(one)
         );
         println!(
-            "| {clients} | {n} | {:.0} | {:.2} | {:.2} | {:.1} | {:.2} | {:.2} |",
+            "| {clients} | {n} | {:.0} | {:.2} | {:.2} | {:.1} | {:.1} | {:.2} | {:.2} | {:.0} |",
             many.per_sec,
             many.p50,
             many.p99,
             many.cpu_ms,
+            many.client_cpu_ms,
             many.per_sec / one.per_sec,
-            many.p99 / one.p99
+            many.p99 / one.p99,
+            allow(&many)
         );
     }
 }

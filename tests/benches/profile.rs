@@ -6,7 +6,7 @@
 //! | part | samples |
 //! |---|---|
 //! | guest code (wasm) | code wasmtime compiled: chapter-rag's routing, fusion and formatting, the embedder's tokenizer and pooling; perf sees it as anonymous executable memory |
-//! | inference (tract) | `tract_*` and its assembly kernels (`*_mmm_*`): the model's matrix products |
+//! | inference | onnxruntime's library (`libonnxruntime.so`, the demo's backend), or `tract_*` and its assembly kernels (`*_mmm_*`): the model's matrix products |
 //! | corpus (kNN, BM25, filters) | `quarry_corpus`, `rag_core`: the host's index |
 //! | wasmtime (calls, memory, epochs) | `wasmtime*`, `cranelift*`: crossing into and out of the sandbox, instantiation |
 //! | MCP, HTTP, JSON | `rmcp`, `hyper`, `http`, `serde_json`, `bytes` |
@@ -38,7 +38,9 @@ type Claims = fn(&str, &str) -> bool;
 const PARTS: [(&str, Claims); 9] = [
     ("kernel", |dso, _| dso.contains("kernel")),
     // tract's kernels are assembly: `avx512_mmm_f32_64x3_...`, `fma_mmm_...`.
-    ("inference (tract)", |_, sym| sym.contains("tract_") || sym.contains("_mmm_") || sym.contains("sigmoid")),
+    ("inference", |dso, sym| {
+        dso.contains("onnxruntime") || sym.contains("tract_") || sym.contains("_mmm_") || sym.contains("sigmoid")
+    }),
     ("corpus (kNN, BM25, filters)", |_, sym| sym.contains("quarry_corpus") || sym.contains("rag_core")),
     ("wasmtime (calls, memory, epochs)", |dso, sym| {
         sym.contains("wasmtime") || sym.contains("cranelift") || dso.contains("wasmtime")
