@@ -180,13 +180,12 @@ impl NativeModel {
             Engine::Onnxruntime(model) => return model.run(&self.input_names(), inputs, threads),
         };
         match threads {
-            Threads::One => run_tract(plan, &self.outputs, inputs),
             Threads::Every if cores() > 1 => {
                 tract_linalg::multithread::multithread_tract_scope(wide_executor(), || {
                     run_tract(plan, &self.outputs, inputs)
                 })
             }
-            Threads::Every => run_tract(plan, &self.outputs, inputs),
+            _ => run_tract(plan, &self.outputs, inputs),
         }
     }
 }
@@ -197,27 +196,25 @@ fn run_tract(
     names: &[String],
     inputs: Vec<RawTensor>,
 ) -> Result<Vec<(String, RawTensor)>, NnError> {
-    {
-        let failed = |e: TractError| NnError::new(Code::Runtime, format!("inference failed: {e:#}"));
-        let mut values = TVec::new();
-        for t in inputs {
-            let dt = datum(t.ty).ok_or_else(|| NnError::new(Code::Unsupported, "bf16 tensors are not supported"))?;
-            let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-            values.push(tensor_from_le(dt, &shape, &t.data).map_err(failed)?.into());
-        }
-        let outputs = plan.run(values).map_err(failed)?;
-        outputs
-            .into_iter()
-            .zip(names)
-            .map(|(v, name)| {
-                let ty = element_type(v.datum_type()).ok_or_else(|| {
-                    NnError::new(Code::Unsupported, format!("output {name:?} has type {:?}", v.datum_type()))
-                })?;
-                let dims = v.shape().iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect();
-                Ok((name.clone(), RawTensor { dims, ty, data: v.as_bytes().to_vec() }))
-            })
-            .collect()
+    let failed = |e: TractError| NnError::new(Code::Runtime, format!("inference failed: {e:#}"));
+    let mut values = TVec::new();
+    for t in inputs {
+        let dt = datum(t.ty).ok_or_else(|| NnError::new(Code::Unsupported, "bf16 tensors are not supported"))?;
+        let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+        values.push(tensor_from_le(dt, &shape, &t.data).map_err(failed)?.into());
     }
+    let outputs = plan.run(values).map_err(failed)?;
+    outputs
+        .into_iter()
+        .zip(names)
+        .map(|(v, name)| {
+            let ty = element_type(v.datum_type()).ok_or_else(|| {
+                NnError::new(Code::Unsupported, format!("output {name:?} has type {:?}", v.datum_type()))
+            })?;
+            let dims = v.shape().iter().map(|&d| u32::try_from(d).unwrap_or(u32::MAX)).collect();
+            Ok((name.clone(), RawTensor { dims, ty, data: v.as_bytes().to_vec() }))
+        })
+        .collect()
 }
 
 /// The tract datum type of a wasi-nn element type (tract has no bfloat16).
