@@ -19,12 +19,14 @@ use tract_onnx::tract_core::internal::DimLike;
 
 use crate::grant::{Backend, MANIFEST_FILE, MODEL_FILE, ModelSection};
 use crate::tensor::{Code, ElementType, InputSpec, NnError, RawTensor};
-use crate::threads::{Threads, cores};
+use crate::threads::{Threads, cores, unpinned};
 
-/// tract's executor over every core, made at the first wide run and shared by all models.
+/// tract's executor over every core, made at the first wide run and shared by all models. Made
+/// on an inference thread, which may be pinned to one core: its threads must not inherit that.
 fn wide_executor() -> tract_linalg::multithread::Executor {
     static WIDE: std::sync::OnceLock<tract_linalg::multithread::Executor> = std::sync::OnceLock::new();
-    WIDE.get_or_init(|| tract_linalg::multithread::Executor::multithread_with_name(cores(), "quarry-nn")).clone()
+    WIDE.get_or_init(|| unpinned(|| tract_linalg::multithread::Executor::multithread_with_name(cores(), "quarry-nn")))
+        .clone()
 }
 
 /// What runs a loaded graph.

@@ -1,6 +1,9 @@
-//! Where inference runs: a bounded set of threads off the async runtime (one per core by
-//! default), shared by every instance through a [`FairQueue`], so a tool ingesting a manual
-//! takes its turn with a tool answering a query, and the MCP server's workers stay free.
+//! Where inference runs: a thread per core off the async runtime, each pinned to its core where
+//! the process owns its cores ([`crate::threads::pin_to`]), shared by every instance through a
+//! [`FairQueue`], so a tool ingesting a manual takes its turn with a tool answering a query, and
+//! the MCP server's workers stay free. The threads are the pool's own, not the runtime's blocking
+//! pool: that one hands each job to whichever of its many threads is idle, so no thread stays
+//! busy long enough for the scheduler to keep it on a core of its own.
 //!
 //! A job that starts while no other runs or waits, on a host that has been running one tool call
 //! at most for a while, and whose input is large enough ([`wide_min_tokens`]: an ingest batch, a
@@ -45,6 +48,25 @@ pub struct Pool {
     /// `/metrics`).
     jobs: AtomicU64,
     busy_nanos: Arc<AtomicU64>,
+    /// The inference threads, one per slot of `queue` (a slot's permit is its thread's to use),
+    /// started at the first job; or why they could not start.
+    threads: OnceLock<Result<Vec<std::sync::mpsc::Sender<Job>>, String>>,
+}
+
+/// A job as its thread runs it.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Starts inference thread `slot`: it pins itself, then runs the jobs sent to it until the pool
+/// is dropped.
+fn start_thread(slot: usize) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    std::thread::Builder::new().name(format!("quarry-nn-{slot}")).spawn(move || {
+        crate::threads::pin_to(slot);
+        while let Ok(job) = rx.recv() {
+            job();
+        }
+    })?;
+    Ok(tx)
 }
 
 /// What the pool has done and holds now, for `/metrics`.
@@ -65,6 +87,7 @@ pub struct Stats {
 impl Default for Pool {
     fn default() -> Self {
         Pool {
+            threads: OnceLock::new(),
             queue: FairQueue::new(cores()),
             tool_calls: AtomicUsize::new(0),
             last_concurrent_ms: AtomicU64::new(0),
@@ -149,15 +172,26 @@ impl Pool {
         let threads = if wide { Threads::Every } else { Threads::One };
         self.jobs.fetch_add(1, Ordering::Relaxed);
         let busy = self.busy_nanos.clone();
-        tokio::task::spawn_blocking(move || {
+        let failed = |why: &str| NnError::new(Code::Runtime, format!("the inference thread failed: {why}"));
+        let threads_started = self.threads.get_or_init(|| {
+            (0..cores()).map(start_thread).collect::<Result<_, _>>().map_err(|e| format!("cannot start it: {e}"))
+        });
+        let thread = &threads_started.as_ref().map_err(|e| failed(e))?[permit.worker()];
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let sent = thread.send(Box::new(move || {
             let _slot = permit;
             let started = Instant::now();
-            let out = job(threads);
+            // A panic ends the job, not the thread: the caller gets an error, the pool its thread.
+            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(threads)));
             busy.fetch_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-            out
-        })
-        .await
-        .map_err(|e| NnError::new(Code::Runtime, format!("the inference thread failed: {e}")))?
+            let _ = tx.send(out);
+        }));
+        sent.map_err(|_| failed("it has stopped"))?;
+        match rx.await {
+            Ok(Ok(out)) => out,
+            Ok(Err(_)) => Err(failed("the job panicked")),
+            Err(_) => Err(failed("it dropped the job")),
+        }
     }
 }
 
@@ -216,6 +250,22 @@ mod tests {
         }
         assert!(!ran.load(Ordering::Relaxed), "a job refused at its deadline never runs");
         assert_eq!(pool.run("query", Instant::now() + Duration::from_secs(5), 1, |_| Ok(7)).await.unwrap(), 7);
+    }
+
+    /// A job that panics fails its caller with an error; its thread lives on and runs the next.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_job_fails_its_call_and_leaves_the_pool_working() {
+        let pool = Pool::default();
+        let soon = || Instant::now() + Duration::from_secs(10);
+        let e = pool.run("a", soon(), 1, |_| -> Result<(), NnError> { panic!("a faulty backend") }).await.unwrap_err();
+        assert_eq!(e.code, Code::Runtime);
+        assert!(e.to_string().contains("panicked"), "{e}");
+        // Every slot still runs jobs (the panicked one included), on threads named for the pool.
+        for _ in 0..2 * cores() {
+            let name = pool.run("a", soon(), 1, |_| Ok(std::thread::current().name().map(str::to_string))).await;
+            assert!(name.unwrap().unwrap_or_default().starts_with("quarry-nn-"));
+        }
+        assert_eq!(pool.load().0, cores(), "every slot free again");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
