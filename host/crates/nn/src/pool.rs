@@ -49,8 +49,9 @@ pub struct Pool {
     jobs: AtomicU64,
     busy_nanos: Arc<AtomicU64>,
     /// The inference threads, one per slot of `queue` (a slot's permit is its thread's to use),
-    /// started at the first job; or why they could not start.
-    threads: OnceLock<Result<Vec<std::sync::mpsc::Sender<Job>>, String>>,
+    /// started at the first job (empty until then, and again after a start that failed, so the
+    /// next job tries again).
+    threads: parking_lot::Mutex<Vec<std::sync::mpsc::Sender<Job>>>,
 }
 
 /// A job as its thread runs it.
@@ -87,7 +88,7 @@ pub struct Stats {
 impl Default for Pool {
     fn default() -> Self {
         Pool {
-            threads: OnceLock::new(),
+            threads: parking_lot::Mutex::default(),
             queue: FairQueue::new(cores()),
             tool_calls: AtomicUsize::new(0),
             last_concurrent_ms: AtomicU64::new(0),
@@ -173,10 +174,16 @@ impl Pool {
         self.jobs.fetch_add(1, Ordering::Relaxed);
         let busy = self.busy_nanos.clone();
         let failed = |why: &str| NnError::new(Code::Runtime, format!("the inference thread failed: {why}"));
-        let threads_started = self.threads.get_or_init(|| {
-            (0..cores()).map(start_thread).collect::<Result<_, _>>().map_err(|e| format!("cannot start it: {e}"))
-        });
-        let thread = &threads_started.as_ref().map_err(|e| failed(e))?[permit.worker()];
+        let thread = {
+            let mut started = self.threads.lock();
+            if started.is_empty() {
+                *started = (0..cores())
+                    .map(start_thread)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| failed(&format!("cannot start it: {e}")))?;
+            }
+            started[permit.worker()].clone()
+        };
         let (tx, rx) = tokio::sync::oneshot::channel();
         let sent = thread.send(Box::new(move || {
             let _slot = permit;
