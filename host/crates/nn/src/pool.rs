@@ -2,8 +2,8 @@
 //! the process owns its cores ([`crate::threads::pin_to`]), shared by every instance through a
 //! [`FairQueue`], so a tool ingesting a manual takes its turn with a tool answering a query, and
 //! the MCP server's workers stay free. The threads are the pool's own, not the runtime's blocking
-//! pool: that one hands each job to whichever of its many threads is idle, so no thread stays
-//! busy long enough for the scheduler to keep it on a core of its own.
+//! pool, which hands each job to whichever of its many threads is idle: with it, `perf sched`
+//! showed jobs queued beside a busy core while the other idled (see [`crate::threads::pin_to`]).
 //!
 //! A job that starts while no other runs or waits, on a host that has been running one tool call
 //! at most for a while, and whose input is large enough ([`wide_min_tokens`]: an ingest batch, a
@@ -51,7 +51,7 @@ pub struct Pool {
     /// The inference threads, one per slot of `queue` (a slot's permit is its thread's to use),
     /// started at the first job (empty until then, and again after a start that failed, so the
     /// next job tries again).
-    threads: parking_lot::Mutex<Vec<std::sync::mpsc::Sender<Job>>>,
+    workers: parking_lot::Mutex<Vec<std::sync::mpsc::Sender<Job>>>,
 }
 
 /// A job as its thread runs it.
@@ -88,7 +88,7 @@ pub struct Stats {
 impl Default for Pool {
     fn default() -> Self {
         Pool {
-            threads: parking_lot::Mutex::default(),
+            workers: parking_lot::Mutex::default(),
             queue: FairQueue::new(cores()),
             tool_calls: AtomicUsize::new(0),
             last_concurrent_ms: AtomicU64::new(0),
@@ -175,7 +175,7 @@ impl Pool {
         let busy = self.busy_nanos.clone();
         let failed = |why: &str| NnError::new(Code::Runtime, format!("the inference thread failed: {why}"));
         let thread = {
-            let mut started = self.threads.lock();
+            let mut started = self.workers.lock();
             if started.is_empty() {
                 *started = (0..cores())
                     .map(start_thread)
