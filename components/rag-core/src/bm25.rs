@@ -90,9 +90,21 @@ impl Bm25 {
     /// The `k` best documents for `query` among those `allowed`, as (position, BM25 score),
     /// best first; documents sharing no term with the query are left out.
     pub fn search(&self, query: &str, k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Vec<(usize, f32)> {
+        self.search_until(query, k, allowed, &|| false).unwrap_or_default()
+    }
+
+    /// [`Bm25::search`], given up (`None`) as soon as `stop` says so: it is asked before each
+    /// query term, so that a query of many terms costs no more than its caller allows.
+    pub fn search_until(
+        &self,
+        query: &str,
+        k: usize,
+        allowed: Option<&dyn Fn(usize) -> bool>,
+        stop: &dyn Fn() -> bool,
+    ) -> Option<Vec<(usize, f32)>> {
         let n = self.lengths.len() as f32;
         if n == 0.0 {
-            return Vec::new();
+            return Some(Vec::new());
         }
         let avg = mean_length(self.total_len, self.lengths.len() as u64);
         let mut q = terms(query);
@@ -101,6 +113,9 @@ impl Bm25 {
         // Each document's score, summed term by term in the query's (sorted) order.
         let mut scores = vec![0f32; self.lengths.len()];
         for t in &q {
+            if stop() {
+                return None;
+            }
             let Some(postings) = self.postings.get(t) else { continue };
             let df = postings.len() as f32;
             for &(doc, f) in postings {
@@ -111,7 +126,7 @@ impl Bm25 {
             scores.into_iter().enumerate().filter(|&(i, s)| s > 0.0 && allowed.is_none_or(|f| f(i))).collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
-        scored
+        Some(scored)
     }
 }
 
@@ -124,6 +139,20 @@ mod tests {
         assert_eq!(terms("Rclone's --fast-list FLAG"), ["rclone's", "fast", "list", "flag"]);
         assert_eq!(terms("所有权规则"), ["所有", "有权", "权规", "规则"]);
         assert_eq!(terms("Rust的所有权"), ["rust", "的所", "所有", "有权"]);
+    }
+
+    /// A search told to stop gives up before its next term.
+    #[test]
+    fn a_search_told_to_stop_gives_up() {
+        let ix = Bm25::build(["alpha beta", "beta gamma"]);
+        let asked = std::cell::Cell::new(0);
+        let stop = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 1
+        };
+        assert_eq!(ix.search_until("alpha beta gamma", 3, None, &stop), None);
+        assert_eq!(asked.get(), 2, "asked before the first and the second term");
+        assert_eq!(ix.search_until("alpha beta gamma", 3, None, &|| false).map(|h| h.len()), Some(2));
     }
 
     #[test]

@@ -510,14 +510,29 @@ impl Collection {
         k: usize,
         filter: &Filter,
     ) -> Result<Vec<Found>, CorpusError> {
+        self.keyword_until(query, similar_to, k, filter, &|| false)
+    }
+
+    /// [`Collection::keyword`], given up with [`CorpusError::Busy`] as soon as `stop` says so
+    /// (asked before each query term): the host stops a search when its call's deadline has
+    /// passed.
+    pub fn keyword_until(
+        &self,
+        query: &str,
+        similar_to: Option<&[f32]>,
+        k: usize,
+        filter: &Filter,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Found>, CorpusError> {
         let similar_to = similar_to.map(|v| self.query(v)).transpose()?;
         let entries = &self.entries;
         let flags = (!filter.is_empty()).then(|| self.allowed(filter));
         let allowed = |i: usize| flags.as_ref().is_none_or(|f| f[i]);
         let allowed = flags.is_some().then_some(&allowed as &dyn Fn(usize) -> bool);
-        Ok(self
-            .bm25()
-            .search(query, k, allowed)
+        let found = self.bm25().search_until(query, k, allowed, stop).ok_or_else(|| {
+            CorpusError::Busy("the keyword search was stopped at its call's deadline; ask with fewer terms".into())
+        })?;
+        Ok(found
             .into_iter()
             .map(|(i, score)| Found {
                 id: entries[i].id.clone(),

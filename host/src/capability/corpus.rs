@@ -118,13 +118,19 @@ impl Capability for Corpora {
     }
 
     fn state(grant: &CorpusGrant, _: &(), cx: &mut StoreContext<'_>) -> Result<State, SandboxError> {
-        Ok(State::new(grant, cx.max_output))
+        Ok(State::new(grant, cx.max_output, cx.held))
+    }
+
+    /// A writer and its lease last the call that took them (see `quarry_corpus::host`).
+    fn end_call(state: &mut State) -> impl std::future::Future<Output = ()> + Send {
+        state.end_call();
+        async {}
     }
 
     fn link<T: CapabilityStore>(l: &mut Linker<T>) -> wasmtime::Result<()> {
         quarry_corpus::host::link(l, |t| {
             let p = t.parts();
-            quarry_corpus::host::view(p.states.get_mut::<Corpora>(), p.deadline, p.memory)
+            quarry_corpus::host::view(p.states.get_mut::<Corpora>(), p.deadline, p.memory, p.linear)
         })
     }
 }

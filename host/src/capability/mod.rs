@@ -253,6 +253,8 @@ pub struct StoreContext<'a> {
     pub app: &'a AppStates,
     /// The store's WASI context as it is built: directory grants become its preopens.
     pub wasi: &'a mut WasiCtxBuilder,
+    /// What the capabilities hold in the host for the store, counted against its memory grant.
+    pub held: &'a crate::support::held::HostHeld,
 }
 
 /// What a store lends the capabilities, borrowed together: their states, and the parts of the
@@ -271,6 +273,8 @@ pub struct StoreView<'a> {
     /// The instance's memory grant (`grants.memory`), in bytes: what a capability holds for it
     /// is sized against it.
     pub memory: usize,
+    /// Bytes of the store's linear memory now: what the host holds for it fits beside them.
+    pub linear: usize,
 }
 
 /// A store the capabilities can be linked into. The store implements it; no capability names

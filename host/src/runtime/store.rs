@@ -16,7 +16,10 @@
 //!   [`crate::capability::http::RESPONSE_HEAD_MAX`]). The first [`FREE_HANDLES`] are not charged, so a
 //!   guest at its memory limit can still open a file or write to stderr. Past the budget, the
 //!   next resource is refused: the host call traps, the call fails as
-//!   [`crate::Fault::ResourceLimit`] and the instance is recycled.
+//!   [`crate::Fault::ResourceLimit`] and the instance is recycled;
+//! - what its capabilities hold for it in the host ([`HostHeld`]: a corpus writer's pending
+//!   batch), one count for every capability and handle: a charge that would pass the grant is
+//!   refused with an error the guest can handle, and so is linear memory that would.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -32,6 +35,7 @@ use crate::capability::SandboxError;
 use crate::capability::embedder::EmbedderBackend;
 use crate::capability::{AppStates, CallCx, CapabilityStates, CapabilityStore, StoreContext, StoreView};
 use crate::config::InstanceConfig;
+use crate::support::held::HostHeld;
 
 /// The data of one instance's `Store`.
 pub struct StoreState {
@@ -67,10 +71,17 @@ impl StoreState {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .socket_addr_check(|_, _| Box::pin(async { false }));
-        let mut cx =
-            StoreContext { instance: &cfg.name, max_output: cfg.grants.max_output, embedder, app, wasi: &mut b };
+        let held = HostHeld::default();
+        let mut cx = StoreContext {
+            instance: &cfg.name,
+            max_output: cfg.grants.max_output,
+            embedder,
+            app,
+            wasi: &mut b,
+            held: &held,
+        };
         let caps = CapabilityStates::new(&cfg.grants.caps, &mut cx)?;
-        let limiter = MemoryLimiter::new(cfg.grants.memory as usize);
+        let limiter = MemoryLimiter::new(cfg.grants.memory as usize, held);
         let mut table = ResourceTable::new();
         table.set_max_capacity(limiter.handle_capacity(0));
         Ok(StoreState {
@@ -155,6 +166,7 @@ impl CapabilityStore for StoreState {
             instance: &self.instance,
             deadline: self.call_deadline,
             memory: self.limiter.limit(),
+            linear: self.limiter.total,
         }
     }
 }
@@ -206,6 +218,7 @@ mod tests {
             embedder: None,
             pool: 1,
             bare_names: false,
+            resource_schemes: Vec::new(),
             grants: Grants {
                 memory,
                 deadline: Duration::from_secs(10),

@@ -9,10 +9,16 @@
 //!   call's deadline, then gets `busy`. Readers never wait for it. With the lease taken, the
 //!   corpus takes up any generation another process committed, so the writer reads what it
 //!   builds on.
+//! - **A writer lasts one call.** Its `commit` gives the lease back, and so does the end of the
+//!   guest call that took it ([`State::end_call`]): an uncommitted batch is dropped then, and
+//!   said in the log. A guest that keeps a writer handle across calls (in a static) keeps a
+//!   handle that refuses everything, never the lease: the longest another writer of the corpus
+//!   waits is one call's deadline.
 //! - **Bounds, charged to the caller.** Ids, texts, metadata, fields, filters and result counts
 //!   have limits ([`limits`]), and vectors must have the corpus's dimension and finite floats; a
-//!   writer's pending batch is held by the host for the instance, so it may not exceed the
-//!   instance's memory grant; what a call brings back (a `get`'s chunks, a search's or `ids`'s
+//!   writer's pending batch is held by the host for the instance, so it is charged to the store's
+//!   one count of what the host holds for it ([`HostHeld`]), which with its linear memory may
+//!   not exceed its memory grant, however many writers and corpora it has; what a call brings back (a `get`'s chunks, a search's or `ids`'s
 //!   ids) may not exceed its `max_output`; and the corpus may not grow past its section's
 //!   `max_bytes`.
 //! - **Read-only when it cannot save.** A commit that fails (a full disk, a quota) changes nothing:
@@ -29,6 +35,7 @@ use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 use crate::config::{Backend, CorpusGrant, CorpusSection, Mode};
 use crate::progress::ProgressLink;
 use crate::{Change, Clause, CorpusError, Filter, LeaseFile, LocalCorpus, Match, Metric, Record, Shape};
+use quarry_support::held::{Charge, HostHeld};
 
 /// The interface's host bindings, generated here from the project's WIT (a world that imports it
 /// alone).
@@ -269,9 +276,22 @@ impl Shared {
         similar_to: Option<&[f32]>,
         k: usize,
         filter: &Filter,
+        deadline: Instant,
     ) -> Wit<Vec<crate::Found>> {
         match &self.kept {
-            Kept::Local(c) => c.snapshot().keyword(query, similar_to, k, filter).map_err(from_rag),
+            Kept::Local(c) => {
+                // Off the async runtime, and stopped at the call's deadline: the work ends when
+                // the call does.
+                let (snapshot, query, similar_to, filter) =
+                    (c.snapshot(), query.to_string(), similar_to.map(<[f32]>::to_vec), filter.clone());
+                let stop = move || Instant::now() >= deadline;
+                tokio::task::spawn_blocking(move || {
+                    snapshot.keyword_until(&query, similar_to.as_deref(), k, &filter, &stop)
+                })
+                .await
+                .map_err(|e| WitError::Unavailable(format!("the keyword search failed: {e}")))?
+                .map_err(from_rag)
+            }
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => Box::pin(c.keyword(query, similar_to, k, filter)).await.map_err(from_rag),
         }
@@ -300,14 +320,28 @@ pub struct CollectionHandle {
     writable: bool,
 }
 
-/// A batch under the lease, as a guest holds it.
+/// A writer, as a guest holds it: its batch and the lease while it may write.
 pub struct WriterHandle {
     shared: Arc<Shared>,
+    /// Gone at its commit, or at the end of the call that took it.
+    open: Option<Batch>,
+    /// Why `open` is gone.
+    closed: Closed,
+}
+
+/// Why a writer may not write any more.
+#[derive(Clone, Copy)]
+enum Closed {
+    Committed,
+    CallEnded,
+}
+
+/// A writer's batch under the lease.
+struct Batch {
     changes: Vec<Change>,
     notes: Option<String>,
-    /// Bytes of `changes` and `notes`, charged to the instance's memory grant.
-    bytes: u64,
-    spent: bool,
+    /// Bytes of `changes` and `notes`, held by the host for the store.
+    charge: Charge,
     _queue: tokio::sync::OwnedMutexGuard<()>,
     lease: WriteLease,
 }
@@ -318,13 +352,37 @@ pub struct State {
     table: ResourceTable,
     max_output: u64,
     progress: Option<Arc<dyn ProgressLink>>,
+    held: HostHeld,
 }
 
 impl State {
     /// The state for an instance granted `grant`, whose calls may bring at most `max_output`
-    /// bytes back into the guest.
-    pub fn new(grant: &CorpusGrant, max_output: u64) -> State {
-        State { grant: grant.clone(), table: ResourceTable::new(), max_output, progress: None }
+    /// bytes back into the guest, and whose pending batches are charged to `held`.
+    pub fn new(grant: &CorpusGrant, max_output: u64, held: &HostHeld) -> State {
+        State { grant: grant.clone(), table: ResourceTable::new(), max_output, progress: None, held: held.clone() }
+    }
+
+    /// At the end of a guest call: every writer the call took lets its lease go, and a batch
+    /// it did not commit is dropped (and said in the log). Returns the writers closed so.
+    pub fn end_call(&mut self) -> usize {
+        let mut closed = 0;
+        for entry in self.table.iter_mut() {
+            let Some(w) = entry.downcast_mut::<WriterHandle>() else { continue };
+            let Some(batch) = w.open.take() else { continue };
+            w.closed = Closed::CallEnded;
+            closed += 1;
+            if !batch.changes.is_empty() || batch.notes.is_some() {
+                tracing::warn!(
+                    target: "quarry::corpus",
+                    corpus = %w.shared.section.name,
+                    "the call ended with an uncommitted batch of {} changes ({} bytes){}: dropped, and the write lease given back",
+                    batch.changes.len(),
+                    batch.charge.bytes(),
+                    if batch.notes.is_some() { " and notes" } else { "" }
+                );
+            }
+        }
+        closed
     }
 
     /// Shares the store's progress through the corpora it writes, and reports what a corpus's
@@ -338,14 +396,15 @@ impl State {
 pub struct View<'a> {
     state: &'a mut State,
     deadline: Instant,
-    memory: u64,
+    memory: usize,
+    linear: usize,
 }
 
 /// The [`View`] of a store: its corpus state, the running call's deadline (a writer waits for
-/// the lease until then) and the instance's memory grant in bytes (a pending batch may not
-/// exceed it).
-pub fn view(state: &mut State, deadline: Instant, memory: usize) -> View<'_> {
-    View { state, deadline, memory: memory as u64 }
+/// the lease until then), the instance's memory grant in bytes and its linear memory now (what
+/// the host holds for it fits beside that, within the grant).
+pub fn view(state: &mut State, deadline: Instant, memory: usize, linear: usize) -> View<'_> {
+    View { state, deadline, memory, linear }
 }
 
 struct HasView;
@@ -544,24 +603,36 @@ impl View<'_> {
                 }
             }
         };
-        Ok(Ok(WriterHandle { shared, changes: Vec::new(), notes: None, bytes: 0, spent: false, _queue: queue, lease }))
+        let batch = Batch { changes: Vec::new(), notes: None, charge: self.state.held.charge(), _queue: queue, lease };
+        Ok(Ok(WriterHandle { shared, open: Some(batch), closed: Closed::Committed }))
     }
 
-    /// Charges `bytes` more to writer `w`'s batch, within the instance's memory grant.
-    fn charge(&mut self, w: &Resource<WriterHandle>, bytes: u64) -> wasmtime::Result<Wit<()>> {
-        let memory = self.memory;
+    /// Writer `w`'s batch, or why it has none.
+    fn batch(&mut self, w: &Resource<WriterHandle>) -> wasmtime::Result<Wit<&mut Batch>> {
         let w = self.state.table.get_mut(w)?;
-        if w.spent {
-            return Ok(invalid("this writer has committed; take another with write"));
-        }
-        if w.bytes.saturating_add(bytes) > memory {
-            return Ok(invalid(format!(
-                "the batch would hold {} bytes in the host, over this instance's memory grant of {memory}; commit in smaller batches or raise grants.memory",
-                w.bytes.saturating_add(bytes)
-            )));
-        }
-        w.bytes += bytes;
-        Ok(Ok(()))
+        Ok(match (&mut w.open, w.closed) {
+            (Some(b), _) => Ok(b),
+            (None, Closed::Committed) => invalid("this writer has committed; take another with write"),
+            (None, Closed::CallEnded) => invalid(
+                "this writer was taken in an earlier call: a writer and its lease last one call; take another with write",
+            ),
+        })
+    }
+
+    /// Charges `bytes` more to writer `w`'s batch, within what the host may hold for the store.
+    fn charge(&mut self, w: &Resource<WriterHandle>, bytes: u64) -> wasmtime::Result<Wit<()>> {
+        let (memory, linear) = (self.memory, self.linear);
+        let batch = match self.batch(w)? {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(e)),
+        };
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        Ok(batch.charge.add(bytes, linear, memory).map_err(|over| {
+            WitError::Invalid(format!(
+                "the host would hold {} bytes of pending batches for this instance (all its writers together) beside {} bytes of its own memory, over its memory grant of {memory}; commit in smaller batches or raise grants.memory",
+                over.held, over.linear
+            ))
+        }))
     }
 }
 
@@ -611,7 +682,8 @@ impl wit::HostCollection for View<'_> {
             (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
         };
         let shared = self.collection(&h)?.shared.clone();
-        Ok(answer(shared.keyword(&query, similar_to.as_deref(), k, &filter).await, self.state.max_output))
+        let deadline = self.deadline;
+        Ok(answer(shared.keyword(&query, similar_to.as_deref(), k, &filter, deadline).await, self.state.max_output))
     }
 
     async fn get(
@@ -708,7 +780,9 @@ impl wit::HostWriter for View<'_> {
         if let Err(e) = self.charge(&w, bytes)? {
             return Ok(Err(e));
         }
-        self.state.table.get_mut(&w)?.changes.extend(records.into_iter().map(Change::Upsert));
+        if let Ok(b) = self.batch(&w)? {
+            b.changes.extend(records.into_iter().map(Change::Upsert));
+        }
         Ok(Ok(()))
     }
 
@@ -720,7 +794,9 @@ impl wit::HostWriter for View<'_> {
         if let Err(e) = self.charge(&w, bytes)? {
             return Ok(Err(e));
         }
-        self.state.table.get_mut(&w)?.changes.extend(ids.into_iter().map(Change::Remove));
+        if let Ok(b) = self.batch(&w)? {
+            b.changes.extend(ids.into_iter().map(Change::Remove));
+        }
         Ok(Ok(()))
     }
 
@@ -734,19 +810,23 @@ impl wit::HostWriter for View<'_> {
         if let Err(e) = self.charge(&w, notes.len() as u64)? {
             return Ok(Err(e));
         }
-        self.state.table.get_mut(&w)?.notes = Some(notes);
+        if let Ok(b) = self.batch(&w)? {
+            b.notes = Some(notes);
+        }
         Ok(Ok(()))
     }
 
     async fn commit(&mut self, w: Resource<WriterHandle>) -> wasmtime::Result<Wit<u64>> {
-        let w = self.state.table.get_mut(&w)?;
-        if w.spent {
-            return Ok(invalid("this writer has committed; take another with write"));
+        if let Err(e) = self.batch(&w)? {
+            return Ok(Err(e));
         }
-        w.spent = true;
-        let (changes, notes, shared) = (std::mem::take(&mut w.changes), w.notes.take(), w.shared.clone());
+        let w = self.state.table.get_mut(&w)?;
+        let Some(mut batch) = w.open.take() else { unreachable!("checked above") };
+        w.closed = Closed::Committed;
+        let (changes, notes, shared) = (std::mem::take(&mut batch.changes), batch.notes.take(), w.shared.clone());
         let name = shared.section.name.clone();
-        match (&shared.kept, &w.lease) {
+        // The lease (and the batch's charge) go when `batch` does, once the commit is over.
+        match (&shared.kept, &batch.lease) {
             (Kept::Local(_), WriteLease::Local(_)) => {
                 let committed = tokio::task::spawn_blocking(move || {
                     #[allow(irrefutable_let_patterns, reason = "one backend in a host without Couchbase")]

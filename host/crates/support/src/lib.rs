@@ -8,6 +8,7 @@
 pub mod builtin;
 pub mod exposition;
 pub mod fair;
+pub mod held;
 pub mod limits;
 pub mod log_budget;
 pub mod metadata;
