@@ -6,8 +6,10 @@
 //! `quarry` binary compiles in a child process of itself (`quarry __compile`, see
 //! [`child_main`]): the bytes go to its stdin, the compiled artifact comes back on its stdout,
 //! its data segment is limited to `[host] compile_memory` (`RLIMIT_DATA`: what its allocator
-//! can get; the engine's address-space reservations are not data) and it is killed at
-//! `[host] compile_timeout`. The artifact then goes through the cache as one compiled in
+//! can get; the engine's address-space reservations are not data) and it is killed, with
+//! anything it started, at `[host] compile_timeout`. It gets none of the host's environment
+//! (a fleet's credentials are there) and confines itself before it reads the component: no
+//! network, no file system, no programs ([`super::confine`]). The artifact then goes through the cache as one compiled in
 //! process would (written privately, loaded only from a directory this user alone can write).
 //!
 //! A program that embeds the host as a library (the tests do) has no such binary to run: it
@@ -47,6 +49,11 @@ pub enum CompileError {
     /// It took longer than allowed.
     #[error("compiling it took longer than [host] compile_timeout ({0:?}); raise that if you trust this component")]
     Time(Duration),
+    /// Something outside Quarry killed the worker (the system's OOM killer, an operator).
+    #[error(
+        "the compile worker was killed by signal {0} from outside Quarry (the system's out-of-memory killer, or an operator); see the system log, and try again"
+    )]
+    Killed(i32),
     /// The worker could not be run or ended otherwise.
     #[error("the compile worker failed: {0}")]
     Worker(String),
@@ -66,11 +73,20 @@ const EXIT_INVALID: i32 = 2;
 /// Bytes of a worker's stderr kept for a message.
 const STDERR_KEPT: u64 = 8 << 10;
 
-fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>, CompileError> {
-    let worker = |e: std::io::Error| CompileError::Worker(format!("{}: {e}", exe.display()));
+/// The argument after [`WORKER_ARG`] that makes a worker a probe of its confinement (tests).
+pub const PROBE_ARG: &str = "--probe";
+
+/// The command of a worker of `exe` limited to `memory` bytes of data: no environment, in `/`,
+/// a process group of its own, its three streams piped.
+fn worker_command(exe: &Path, memory: u64) -> Command {
     let mut cmd = Command::new(exe);
-    cmd.arg(WORKER_ARG).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let memory = limits.memory;
+    cmd.arg(WORKER_ARG)
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     // SAFETY: between fork and exec the closure calls only setrlimit, which is async-signal-safe,
     // on a value built before the fork.
     unsafe {
@@ -82,6 +98,27 @@ fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>,
             Ok(())
         });
     }
+    cmd
+}
+
+/// Runs the confinement probe in a worker of `exe`, as a compilation's worker is started and
+/// confined: what it could do with `path` (a file the host can read) and `addr` (a TCP and UDP
+/// address on this machine), and the environment it saw, as JSON.
+pub fn probe(exe: &Path, path: &str, addr: &str) -> Result<serde_json::Value, String> {
+    let mut cmd = worker_command(exe, CompileLimits::default().memory);
+    cmd.args([PROBE_ARG, path, addr]).stdin(Stdio::null());
+    let out = cmd.output().map_err(|e| format!("{}: {e}", exe.display()))?;
+    serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{e}: {} {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// Whether the layers a worker could not apply were logged already (once a process).
+static GAPS_LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>, CompileError> {
+    let worker = |e: std::io::Error| CompileError::Worker(format!("{}: {e}", exe.display()));
+    let memory = limits.memory;
+    let mut cmd = worker_command(exe, memory);
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(worker)?;
     let (mut stdin, stdout, stderr) =
@@ -105,6 +142,11 @@ fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>,
             break status;
         }
         if start.elapsed() >= limits.time {
+            // The group: whatever the worker started goes with it.
+            if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+                // SAFETY: kill takes a pid and a signal.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
             let _ = child.kill();
             let _ = child.wait();
             return Err(CompileError::Time(limits.time));
@@ -114,6 +156,10 @@ fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>,
     let fed = feed.join().map_err(|_| CompileError::Worker("its input writer panicked".into()))?;
     let artifact = out.join().map_err(|_| CompileError::Worker("its output reader panicked".into()))?;
     let message = err.join().unwrap_or_default();
+    let gaps: Vec<&str> = message.lines().filter(|l| l.starts_with(super::confine::MISSING_PREFIX)).collect();
+    if !gaps.is_empty() && !GAPS_LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(target: "quarry::compile", "the compile worker runs {}", gaps.join("; ").replace(super::confine::MISSING_PREFIX, "without "));
+    }
     if status.success() {
         fed.map_err(worker)?;
         return artifact.map_err(worker);
@@ -121,10 +167,14 @@ fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>,
     if status.code() == Some(EXIT_INVALID) {
         return Err(CompileError::Invalid(message.trim().to_string()));
     }
-    // Rust's allocator reports a failed allocation and aborts; the kernel's OOM killer kills.
+    // Rust's allocator reports a failed allocation (RLIMIT_DATA) and aborts. A worker this
+    // process did not kill was killed from outside: not a limit of Quarry's.
     let signal = std::os::unix::process::ExitStatusExt::signal(&status);
-    if message.contains("memory allocation of") || signal == Some(libc::SIGKILL) {
+    if message.contains("memory allocation of") {
         return Err(CompileError::Memory(limits.memory));
+    }
+    if let Some(signal) = signal.filter(|&s| s != libc::SIGABRT) {
+        return Err(CompileError::Killed(signal));
     }
     Err(CompileError::Worker(format!("{status}: {}", crate::support::text::cut(message.trim(), 1024))))
 }
@@ -132,6 +182,17 @@ fn in_worker(exe: &Path, bytes: &[u8], limits: CompileLimits) -> Result<Vec<u8>,
 /// The worker's side: reads a component from stdin, compiles it with the engine `quarry`
 /// uses, writes the artifact to stdout. Returns the exit status.
 pub fn child_main() -> i32 {
+    // First, while it has one thread and before it reads a byte of the component.
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    if let [probe, path, addr] = args.as_slice()
+        && probe == PROBE_ARG
+    {
+        println!("{}", super::confine::probe(path, addr));
+        return 0;
+    }
+    for gap in super::confine::confine().missing {
+        eprintln!("{}{gap}", super::confine::MISSING_PREFIX);
+    }
     let mut bytes = Vec::new();
     if let Err(e) = std::io::stdin().read_to_end(&mut bytes) {
         eprintln!("cannot read the component: {e}");

@@ -4,6 +4,7 @@
 //!
 //! - [`engine`], [`cache`]: the engine (epochs, pooling allocator) and the `.cwasm` cache;
 //! - [`compile`]: compiling in a worker process under a memory and a time limit;
+//! - [`confine`]: what the compile worker gives up before it reads a component;
 //! - [`settings`]: the engine's configuration, shared by the engine and the compile worker;
 //! - [`store`]: [`store::StoreState`], built from an instance's grants;
 //! - [`limiter`]: the memory grant over every memory and the host resources held;
@@ -14,6 +15,7 @@
 
 pub mod cache;
 pub mod compile;
+pub mod confine;
 pub mod engine;
 pub mod guarded;
 pub mod guest_log;
