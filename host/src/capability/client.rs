@@ -109,6 +109,11 @@ impl AppState {
     pub fn subscribe(&self) -> broadcast::Receiver<ListChange> {
         self.changes.subscribe()
     }
+
+    /// Tells the listening clients that list `kind` of `instance` changed.
+    pub fn announce(&self, instance: &str, kind: ListKind) {
+        let _ = self.changes.send(ListChange { instance: instance.to_string(), kind });
+    }
 }
 
 /// What an instance may ask its clients.
@@ -139,12 +144,16 @@ struct Call {
     asker: Arc<dyn Asker>,
     deadline: Instant,
     asked: u32,
+    /// Told before the call waits for its client: whoever runs the call gives its pool
+    /// member back meanwhile.
+    waits: Arc<tokio::sync::Notify>,
 }
 
 impl State {
-    /// The next guest call runs for `asker`, and must end by `deadline`.
-    pub fn begin(&mut self, asker: Option<Arc<dyn Asker>>, deadline: Instant) {
-        self.call = asker.map(|asker| Call { asker, deadline, asked: 0 });
+    /// The next guest call runs for `asker`, and must end by `deadline`; `waits` is told each
+    /// time it waits for its client.
+    pub fn begin(&mut self, asker: Option<Arc<dyn Asker>>, deadline: Instant, waits: Arc<tokio::sync::Notify>) {
+        self.call = asker.map(|asker| Call { asker, deadline, asked: 0, waits });
         self.changed.clear();
     }
 
@@ -216,6 +225,7 @@ impl State {
         // A second short of the deadline, so that the tool can still answer.
         let left = call.deadline.saturating_duration_since(Instant::now()).saturating_sub(Duration::from_secs(1));
         let wait = left.min(MAX_WAIT);
+        call.waits.notify_one();
         let answer = call.asker.ask(Question { key: key.clone(), kind, params }, wait).await?;
         let text = answer.to_string();
         if text.len() as u64 > self.max_answer {

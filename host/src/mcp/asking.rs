@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -81,18 +82,43 @@ impl Missing {
     }
 }
 
+/// Questions one handshake-era session may leave waiting for its client's answers at once,
+/// all its calls together: each holds a call's store until it is answered or its deadline.
+pub const MAX_WAITING_PER_SESSION: usize = 4;
+
 /// A handshake-era session's client, asked at once.
 pub struct SessionAsker {
     peer: Peer<RoleServer>,
     caps: Option<ClientCapabilities>,
     missing: Missing,
+    /// The session's questions waiting now.
+    waiting: Arc<AtomicUsize>,
+}
+
+/// One question counted as waiting while it lives.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn enter(count: &Arc<AtomicUsize>) -> Option<Waiting> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < MAX_WAITING_PER_SESSION).then_some(n + 1))
+            .ok()
+            .map(|_| Waiting(count.clone()))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl SessionAsker {
-    /// Asks through `peer`, whose client declared `caps` at `initialize`.
-    pub fn new(peer: Peer<RoleServer>) -> SessionAsker {
+    /// Asks through `peer`, whose client declared `caps` at `initialize`; `waiting` counts the
+    /// session's questions waiting for an answer.
+    pub fn new(peer: Peer<RoleServer>, waiting: Arc<AtomicUsize>) -> SessionAsker {
         let caps = peer.peer_info().map(|i| i.capabilities.clone());
-        SessionAsker { peer, caps, missing: Missing::default() }
+        SessionAsker { peer, caps, missing: Missing::default(), waiting }
     }
 
     /// The kinds the call asked for that the client did not declare.
@@ -109,6 +135,11 @@ impl Asker for SessionAsker {
     fn ask<'a>(&'a self, question: Question, wait: Duration) -> Answer<'a> {
         Box::pin(async move {
             let key = question.key.clone();
+            let Some(_waiting) = Waiting::enter(&self.waiting) else {
+                return Err(AskError::Failed(format!(
+                    "question {key}: this session has {MAX_WAITING_PER_SESSION} questions waiting for its answers already; answer them first"
+                )));
+            };
             let request: ServerRequest = serde_json::from_value(request_json(&question)).map_err(|e| {
                 AskError::Failed(format!("question {key}: not a valid {}: {e}", question.kind.method()))
             })?;
@@ -160,13 +191,15 @@ impl StateSeal {
             .map_err(|e| format!("{STATE_KEY_VAR} is not a usable key ({e}); give at least 32 bytes"))
     }
 
-    /// What a state of `call` is bound to: the tool's name and a hash of its arguments.
-    fn bound_to(call: &str, args: &str) -> Vec<u8> {
+    /// What a state of `call` is bound to: the tool's name, a hash of its arguments and who
+    /// asked (`caller`: the credentials the request came with, empty where it came with none).
+    fn bound_to(call: &str, args: &str, caller: &[u8]) -> Vec<u8> {
         use sha2::Digest as _;
         let mut h = sha2::Sha256::new();
-        h.update(call.as_bytes());
-        h.update([0]);
-        h.update(args.as_bytes());
+        for part in [call.as_bytes(), args.as_bytes(), caller] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
         h.finalize().to_vec()
     }
 }
@@ -179,23 +212,26 @@ pub struct RoundAsker {
     used: Mutex<BTreeMap<String, Value>>,
     pending: Mutex<BTreeMap<String, Question>>,
     missing: Missing,
+    /// What its states are bound to ([`StateSeal::bound_to`]).
+    bound: Vec<u8>,
 }
 
 impl RoundAsker {
     /// The asker of call `call` (a tool's or a prompt's listed name) with `args` (its arguments'
-    /// JSON), from the client's `responses` and the `state` it brought back: refused (-32602)
-    /// when the state is not one this host sealed for this call.
+    /// JSON) for `caller` (the credentials its request came with), from the client's
+    /// `responses` and the `state` it brought back: refused (-32602) when the state is not one
+    /// this host sealed for this call of this caller.
     pub fn new(
         seal: &StateSeal,
-        call: &str,
-        args: &str,
+        (call, args, caller): (&str, &str, &[u8]),
         caps: Option<ClientCapabilities>,
         responses: Option<InputResponses>,
         state: Option<&str>,
     ) -> Result<RoundAsker, ErrorData> {
+        let bound = StateSeal::bound_to(call, args, caller);
         let mut answers = match state {
             Some(s) => {
-                let bytes = seal.0.open_with(s, &StateSeal::bound_to(call, args)).map_err(|e| {
+                let bytes = seal.0.open_with(s, &bound).map_err(|e| {
                     ErrorData::invalid_params(
                         format!("requestState was not accepted ({e}): make the call again without it, and answer its questions anew"),
                         None,
@@ -208,7 +244,14 @@ impl RoundAsker {
             None => BTreeMap::new(),
         };
         answers.extend(responses.unwrap_or_default());
-        Ok(RoundAsker { caps, answers, used: Mutex::default(), pending: Mutex::default(), missing: Missing::default() })
+        Ok(RoundAsker {
+            caps,
+            answers,
+            used: Mutex::default(),
+            pending: Mutex::default(),
+            missing: Missing::default(),
+            bound,
+        })
     }
 
     /// The kinds the call asked for that the client did not declare.
@@ -218,7 +261,7 @@ impl RoundAsker {
 
     /// The input-required result of a call that asked questions it has no answers to; `None`
     /// when it has every answer it asked for.
-    pub fn input_required(&self, seal: &StateSeal, call: &str, args: &str) -> Option<InputRequiredResult> {
+    pub fn input_required(&self, seal: &StateSeal) -> Option<InputRequiredResult> {
         let pending = std::mem::take(&mut *self.pending.lock());
         if pending.is_empty() {
             return None;
@@ -232,8 +275,7 @@ impl RoundAsker {
         }
         let sealed = Sealed { answers: self.used.lock().clone() };
         let bytes = serde_json::to_vec(&sealed).unwrap_or_default();
-        let bound = StateSeal::bound_to(call, args);
-        let options = SealOptions::new().associated_data(&bound).ttl(STATE_TTL);
+        let options = SealOptions::new().associated_data(&self.bound).ttl(STATE_TTL);
         let state = seal.0.seal_with(&bytes, &options);
         Some(InputRequiredResult::new(Some(requests), Some(state)))
     }
@@ -319,49 +361,57 @@ mod tests {
         let seal = seal();
         let (call, args) = ("t.ask", r#"{"x":1}"#);
         // Round 1: nothing answered; the question is pending and becomes the result's request.
-        let r1 = RoundAsker::new(&seal, call, args, all_caps(), None, None).unwrap();
+        let r1 = RoundAsker::new(&seal, (call, args, b""), all_caps(), None, None).unwrap();
         assert!(matches!(r1.ask(question("step1"), Duration::ZERO).await, Err(AskError::Pending)));
-        let ir = r1.input_required(&seal, call, args).expect("input required");
+        let ir = r1.input_required(&seal).expect("input required");
         assert_eq!(ir.input_requests.as_ref().unwrap().keys().collect::<Vec<_>>(), ["step1"]);
         let state = ir.request_state.clone().unwrap();
         // Round 2: step1 answered in inputResponses; step2 pending; the new state carries step1.
         let answers: InputResponses = [("step1".to_string(), accept("Ada"))].into();
-        let r2 = RoundAsker::new(&seal, call, args, all_caps(), Some(answers), Some(&state)).unwrap();
+        let r2 = RoundAsker::new(&seal, (call, args, b""), all_caps(), Some(answers), Some(&state)).unwrap();
         assert_eq!(r2.ask(question("step1"), Duration::ZERO).await.unwrap(), accept("Ada"));
         assert!(matches!(r2.ask(question("step2"), Duration::ZERO).await, Err(AskError::Pending)));
-        let state2 = r2.input_required(&seal, call, args).unwrap().request_state.unwrap();
+        let state2 = r2.input_required(&seal).unwrap().request_state.unwrap();
         // Round 3: only step2 sent; step1 comes from the state.
         let answers: InputResponses = [("step2".to_string(), accept("blue"))].into();
-        let r3 = RoundAsker::new(&seal, call, args, all_caps(), Some(answers), Some(&state2)).unwrap();
+        let r3 = RoundAsker::new(&seal, (call, args, b""), all_caps(), Some(answers), Some(&state2)).unwrap();
         assert_eq!(r3.ask(question("step1"), Duration::ZERO).await.unwrap(), accept("Ada"));
         assert_eq!(r3.ask(question("step2"), Duration::ZERO).await.unwrap(), accept("blue"));
-        assert!(r3.input_required(&seal, call, args).is_none());
+        assert!(r3.input_required(&seal).is_none());
     }
 
     #[tokio::test]
     async fn a_state_changed_or_brought_to_another_call_is_refused() {
         let seal = seal();
-        let r1 = RoundAsker::new(&seal, "t.ask", "{}", all_caps(), None, None).unwrap();
+        let r1 = RoundAsker::new(&seal, ("t.ask", "{}", b""), all_caps(), None, None).unwrap();
         let _ = r1.ask(question("q"), Duration::ZERO).await;
-        let state = r1.input_required(&seal, "t.ask", "{}").unwrap().request_state.unwrap();
-        for (call, args, state) in [
-            ("t.ask", "{}", format!("{state}-TAMPERED")),
-            ("t.other", "{}", state.clone()),
-            ("t.ask", r#"{"x":2}"#, state.clone()),
+        let state = r1.input_required(&seal).unwrap().request_state.unwrap();
+        // Sealed for the caller of credentials "Bearer a": another's, or none, is refused too.
+        let r1 = RoundAsker::new(&seal, ("t.ask", "{}", b"Bearer a"), all_caps(), None, None).unwrap();
+        let _ = r1.ask(question("q"), Duration::ZERO).await;
+        let theirs = r1.input_required(&seal).unwrap().request_state.unwrap();
+        assert!(RoundAsker::new(&seal, ("t.ask", "{}", b"Bearer a"), all_caps(), None, Some(&theirs)).is_ok());
+        for (call, args, caller, state) in [
+            ("t.ask", "{}", &b""[..], format!("{state}-TAMPERED")),
+            ("t.other", "{}", b"", state.clone()),
+            ("t.ask", r#"{"x":2}"#, b"", state.clone()),
+            ("t.ask", "{}", b"Bearer b", theirs.clone()),
+            ("t.ask", "{}", b"", theirs.clone()),
         ] {
-            let e = RoundAsker::new(&seal, call, args, all_caps(), None, Some(&state)).err().expect("refused");
+            let e =
+                RoundAsker::new(&seal, (call, args, caller), all_caps(), None, Some(&state)).err().expect("refused");
             assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS, "{call} {args}");
             assert!(e.message.contains("requestState was not accepted"), "{}", e.message);
         }
         let other = StateSeal(RequestStateCodec::try_new(b"another key, thirty-two bytes long!!!!".to_vec()).unwrap());
-        assert!(RoundAsker::new(&other, "t.ask", "{}", all_caps(), None, Some(&state)).is_err());
+        assert!(RoundAsker::new(&other, ("t.ask", "{}", b""), all_caps(), None, Some(&state)).is_err());
     }
 
     #[tokio::test]
     async fn an_answer_of_the_wrong_shape_is_asked_again() {
         let seal = seal();
         let answers: InputResponses = [("q".to_string(), serde_json::json!(42))].into();
-        let r = RoundAsker::new(&seal, "t", "{}", all_caps(), Some(answers), None).unwrap();
+        let r = RoundAsker::new(&seal, ("t", "{}", b""), all_caps(), Some(answers), None).unwrap();
         assert!(matches!(r.ask(question("q"), Duration::ZERO).await, Err(AskError::Pending)));
         // And a malformed question is the tool's failure, never sent.
         let bad = Question { key: "b".into(), kind: RequestKind::Sampling, params: serde_json::Map::new() };

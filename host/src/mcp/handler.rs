@@ -33,6 +33,7 @@ use crate::mcp::budget::Budget;
 use crate::mcp::call_log::{self, CallLog};
 use crate::mcp::listen::{CallListener, LogLevel};
 use crate::mcp::notify::Peers;
+use crate::mcp::subscriptions::Subscriptions;
 use crate::registry::instance::CallError;
 use crate::registry::instance::Caller;
 use crate::registry::{ReadError, Registry, Target, ToolEntry};
@@ -68,7 +69,11 @@ pub struct QuarryMcp {
     /// configured key is unusable.
     seal: Arc<Result<StateSeal, String>>,
     /// The resources this session subscribed to (handshake era).
-    subscribed: Arc<parking_lot::Mutex<std::collections::BTreeSet<String>>>,
+    subscribed: Arc<parking_lot::Mutex<Subscriptions>>,
+    /// What every session's subscriptions may hold together.
+    subscription_budget: Budget,
+    /// This session's questions waiting for its client's answers.
+    waiting: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// Session keys for the fair queues: unique in this process.
@@ -97,6 +102,7 @@ impl QuarryMcp {
     /// A handler for `host`; handshake-era sessions register in `peers` to hear of swaps.
     pub fn new(registry: Arc<Registry>, peers: Arc<Peers>) -> Self {
         let limits = crate::config::ServeConfig::default();
+        let subscription_budget = super::subscriptions::host_budget();
         QuarryMcp {
             registry,
             peers,
@@ -110,7 +116,9 @@ impl QuarryMcp {
             seal: Arc::new(StateSeal::from_env().inspect_err(|e| {
                 tracing::error!(target: "quarry::mcp", "tools cannot ask 2026-07-28 clients: {e}");
             })),
-            subscribed: Arc::default(),
+            subscribed: Arc::new(parking_lot::Mutex::new(Subscriptions::new(subscription_budget.clone()))),
+            subscription_budget,
+            waiting: Arc::default(),
         }
     }
 
@@ -141,7 +149,8 @@ impl QuarryMcp {
             session,
             client: session_key(),
             log_level: LogLevel::default(),
-            subscribed: Arc::default(),
+            subscribed: Arc::new(parking_lot::Mutex::new(Subscriptions::new(self.subscription_budget.clone()))),
+            waiting: Arc::default(),
             ..self.clone()
         }
     }
@@ -159,11 +168,18 @@ impl QuarryMcp {
     ) -> Result<CallAsker, ErrorData> {
         let modern = context.protocol_version().is_some_and(|v| v.as_str() >= "2026-07-28");
         if !modern {
-            return Ok(CallAsker::Session(Arc::new(SessionAsker::new(context.peer.clone()))));
+            return Ok(CallAsker::Session(Arc::new(SessionAsker::new(context.peer.clone(), self.waiting.clone()))));
         }
         let seal = self.seal.as_ref().as_ref().map_err(|e| ErrorData::internal_error(e.clone(), None))?;
         let caps: Option<ClientCapabilities> = context.client_capabilities();
-        RoundAsker::new(seal, call, args, caps, responses, state).map(|a| CallAsker::Round(Arc::new(a)))
+        // A state carries the caller's answers: it is bound to the credentials the request came
+        // with (over HTTP, its Authorization header), so another caller cannot bring it back.
+        let caller = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|p| p.headers.get(hyper::http::header::AUTHORIZATION))
+            .map_or(&[][..], |v| v.as_bytes());
+        RoundAsker::new(seal, (call, args, caller), caps, responses, state).map(|a| CallAsker::Round(Arc::new(a)))
     }
 
     /// The MCP tools, sorted by name.
@@ -215,14 +231,9 @@ impl CallAsker {
     }
 
     /// The input-required result, when a 2026-07-28 request asked what it has no answer to.
-    fn input_required(
-        &self,
-        seal: &Result<StateSeal, String>,
-        call: &str,
-        args: &str,
-    ) -> Option<rmcp::model::InputRequiredResult> {
+    fn input_required(&self, seal: &Result<StateSeal, String>) -> Option<rmcp::model::InputRequiredResult> {
         match (self, seal) {
-            (CallAsker::Round(a), Ok(seal)) => a.input_required(seal, call, args),
+            (CallAsker::Round(a), Ok(seal)) => a.input_required(seal),
             _ => None,
         }
     }
@@ -367,7 +378,7 @@ impl ServerHandler for QuarryMcp {
         let shared = asker.shared();
         let caller = Caller { client: &self.client, listener: None, asker: Some(&shared) };
         let outcome = self.registry.get_prompt(&name, args.clone(), caller, context.ct.cancelled()).await;
-        if let Some(round) = asker.input_required(&self.seal, &name, &args) {
+        if let Some(round) = asker.input_required(&self.seal) {
             return Ok(GetPromptResponse::InputRequired(round));
         }
         match outcome {
@@ -427,7 +438,7 @@ impl ServerHandler for QuarryMcp {
         let shared = asker.shared();
         let caller = Caller { client: &self.client, listener: None, asker: Some(&shared) };
         let outcome = self.registry.read(&uri, caller, context.ct.cancelled()).await;
-        if let Some(round) = asker.input_required(&self.seal, &uri, "") {
+        if let Some(round) = asker.input_required(&self.seal) {
             return Ok(ReadResourceResponse::InputRequired(round));
         }
         match outcome {
@@ -451,13 +462,8 @@ impl ServerHandler for QuarryMcp {
         request: SubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        // Bounded: a client may hold at most this many.
-        let mut subscribed = self.subscribed.lock();
-        if subscribed.len() >= 1024 && !subscribed.contains(&request.uri) {
-            return Err(ErrorData::invalid_params("a session may subscribe to at most 1024 resources", None));
-        }
-        subscribed.insert(crate::support::text::cut(&request.uri, 4096));
-        Ok(())
+        // Bounded per session and for the host (see `subscriptions`).
+        self.subscribed.lock().add(&request.uri).map_err(|m| ErrorData::invalid_params(m, None))
     }
 
     async fn unsubscribe(
@@ -613,7 +619,7 @@ impl ServerHandler for QuarryMcp {
                 duration: start.elapsed(),
             });
         }
-        if let Some(round) = asker.input_required(&self.seal, &name, logged) {
+        if let Some(round) = asker.input_required(&self.seal) {
             return Ok(CallToolResponse::InputRequired(round));
         }
         let missing = asker.missing();

@@ -25,6 +25,7 @@ pub mod notify;
 pub mod ops;
 pub mod scan;
 pub mod stdio;
+pub mod subscriptions;
 
 pub use handler::QuarryMcp;
 

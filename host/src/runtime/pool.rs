@@ -11,6 +11,11 @@
 //!   not, and says so ([`Lease::faulted`]): the member restarts at its next lease, and the fault
 //!   line is written within one budget for every pool (a hostile component can fault on every
 //!   call);
+//! - a call that waits for someone outside the host (its MCP client's answer) gives its member
+//!   back meanwhile ([`Lease::release`]): it keeps its store, out of the pool, and the next
+//!   lease of that member starts a fresh one; at its end the store goes back only into an
+//!   empty, free slot, and is dropped otherwise. A client that never answers then holds its
+//!   calls' stores, not the pool;
 //! - a pool either serves at once ([`StorePool::ready`]) or from each member's
 //!   [`StorePool::join`] (a tool instance's member joins once it has prepared).
 //!
@@ -36,9 +41,11 @@ pub struct StorePool<L> {
 /// when dropped.
 pub struct Lease<'a, L> {
     // Dropped before the permit (fields drop in order): the member is unlocked before the next
-    // caller is handed it.
-    slot: tokio::sync::MutexGuard<'a, Option<L>>,
-    permit: Permit,
+    // caller is handed it. Both `None` once released.
+    slot: Option<tokio::sync::MutexGuard<'a, Option<L>>>,
+    permit: Option<Permit>,
+    member: usize,
+    home: &'a tokio::sync::Mutex<Option<L>>,
 }
 
 impl<L> StorePool<L> {
@@ -84,8 +91,10 @@ impl<L> StorePool<L> {
     /// Waits for the first free member, served in turn with the other clients.
     pub async fn lease(&self, client: &str) -> Lease<'_, L> {
         let permit = self.queue.acquire(client).await;
-        let slot = self.members[permit.worker()].lock().await;
-        Lease { slot, permit }
+        let member = permit.worker();
+        let home = &self.members[member];
+        let slot = home.lock().await;
+        Lease { slot: Some(slot), permit: Some(permit), member, home }
     }
 
     /// [`StorePool::lease`], given up at `deadline` (`None`: no deadline).
@@ -100,22 +109,46 @@ impl<L> StorePool<L> {
 impl<L> Lease<'_, L> {
     /// The member's index in its pool.
     pub fn member(&self) -> usize {
-        self.permit.worker()
+        self.member
     }
 
     /// Takes the member's store out of its slot for a call, or starts a fresh one with `start`
     /// when the slot is empty (a fault dropped it, or the member never started). Out of the slot
     /// while the guest runs: a call dropped part-way drops its store.
     pub async fn take_or_start<E>(&mut self, start: impl std::future::Future<Output = Result<L, E>>) -> Result<L, E> {
-        match self.slot.take() {
+        match self.slot.as_deref_mut().and_then(Option::take) {
             Some(store) => Ok(store),
             None => start.await,
         }
     }
 
-    /// Puts the store back after a call that left it sound: the next lease reuses it.
+    /// Gives the member back to the pool while the call goes on with the store it took: the
+    /// next lease of the member starts a fresh store. For a call that waits for someone
+    /// outside the host.
+    pub fn release(&mut self) {
+        self.slot = None;
+        self.permit = None;
+    }
+
+    /// Whether the member was given back ([`Lease::release`]).
+    pub fn released(&self) -> bool {
+        self.permit.is_none()
+    }
+
+    /// Puts the store back after a call that left it sound: the next lease reuses it. After
+    /// [`Lease::release`], only into the member's slot when it is free and empty; else the
+    /// store is dropped.
     pub fn put_back(&mut self, store: L) {
-        *self.slot = Some(store);
+        match &mut self.slot {
+            Some(slot) => **slot = Some(store),
+            None => {
+                if let Ok(mut slot) = self.home.try_lock()
+                    && slot.is_none()
+                {
+                    *slot = Some(store);
+                }
+            }
+        }
     }
 
     /// A call on this member faulted, and its store was dropped (not put back): the member
@@ -160,6 +193,34 @@ mod tests {
         assert_eq!(pool.load(), (1, 0), "the member went back to the queue");
         let mut lease = pool.lease("a").await;
         assert_eq!(lease.take_or_start(start(5)).await.unwrap(), 5, "the dropped call's store went with it");
+    }
+
+    /// A released member serves the next caller while the call that released it goes on with
+    /// its store; that store goes back only into an empty slot.
+    #[tokio::test]
+    async fn a_released_member_serves_others_meanwhile() {
+        let pool = StorePool::ready(vec![1u32]);
+        let start = |n| async move { Ok::<u32, ()>(n) };
+        let mut waiting = pool.lease("a").await;
+        let kept = waiting.take_or_start(start(9)).await.unwrap();
+        waiting.release();
+        assert!(waiting.released());
+        assert_eq!(pool.load(), (1, 0), "the member is free again");
+        let mut other = pool.lease("b").await;
+        assert_eq!(other.take_or_start(start(2)).await.unwrap(), 2, "a fresh store: the first is out");
+        other.put_back(2);
+        drop(other);
+        waiting.put_back(kept);
+        drop(waiting);
+        let mut next = pool.lease("a").await;
+        assert_eq!(next.take_or_start(start(3)).await.unwrap(), 2, "the slot kept the fresh store");
+        drop(next);
+        // With the slot empty, the waiting call's store goes back.
+        let mut waiting = pool.lease("a").await;
+        waiting.release();
+        waiting.put_back(7);
+        drop(waiting);
+        assert_eq!(pool.lease("a").await.take_or_start(start(3)).await.unwrap(), 7);
     }
 
     /// An idle pool serves a member only once it joins; a lease with a deadline gives up at it.
