@@ -145,6 +145,10 @@ pub struct InstanceConfig {
     /// `instance.search`: for clients that expect a server's fixed names. The host refuses a
     /// listed name that another instance's tool or prompt already has.
     pub bare_names: bool,
+    /// URI schemes beside `quarry://self/` whose resources the operator gave this instance
+    /// (`resource_schemes = ["test"]`: `test://…`), for a component whose clients expect its
+    /// own URIs. Each scheme is one instance's.
+    pub resource_schemes: Vec<String>,
 }
 
 impl InstanceConfig {
@@ -222,6 +226,8 @@ struct RawInstance {
     signed_by: Option<PathBuf>,
     #[serde(default)]
     bare_names: bool,
+    #[serde(default)]
+    resource_schemes: Vec<String>,
     #[serde(default)]
     grants: Keyed<RawLimits, capability::RawCapabilityGrants>,
 }
@@ -335,6 +341,16 @@ impl Config {
                     format!(
                         "no embedder named {e:?}; define [embedders.{e}] or use one of: {}",
                         if known.is_empty() { "(none defined)".to_string() } else { known.join(", ") }
+                    ),
+                )));
+            }
+            if let Some((other, scheme)) = tools.values().find_map(|o: &InstanceConfig| {
+                cfg.resource_schemes.iter().find(|s| o.resource_schemes.contains(s)).map(|s| (o.name.clone(), s))
+            }) {
+                return Err(invalid(KeyError::new(
+                    format!("tools.{name}.resource_schemes"),
+                    format!(
+                        "scheme {scheme:?} is given to instance {other:?} too; a scheme's resources are one instance's"
                     ),
                 )));
             }
@@ -521,6 +537,23 @@ fn validate_instance(
     if raw.bare_names && section != "tools" {
         return Err(KeyError::new(key(".bare_names"), "only tool instances are listed by name; remove this key"));
     }
+    if !raw.resource_schemes.is_empty() && section != "tools" {
+        return Err(KeyError::new(key(".resource_schemes"), "only tool instances have resources; remove this key"));
+    }
+    for scheme in &raw.resource_schemes {
+        let ok = scheme.len() <= 32
+            && scheme.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+            && scheme.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+.-".contains(&b));
+        if !ok || scheme == "quarry" {
+            return Err(KeyError::new(
+                key(".resource_schemes"),
+                format!(
+                    "{} is not a scheme an instance can be given: lowercase letters, digits, `+`, `.` and `-`, at most 32, not `quarry` (the host's own)",
+                    crate::support::text::quoted_prefix(scheme, 40)
+                ),
+            ));
+        }
+    }
     Ok(InstanceConfig {
         name: name.to_string(),
         component: std::fs::canonicalize(&component).unwrap_or(component),
@@ -530,6 +563,7 @@ fn validate_instance(
         embedder: raw.embedder,
         pool,
         bare_names: raw.bare_names,
+        resource_schemes: raw.resource_schemes,
         grants: Grants { memory, deadline, prepare_deadline, max_output, caps },
     })
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use super::Registry;
 use super::instance::{CallError, Caller, Reply, Request, ToolInstance};
 use super::request::{localize, qualify};
-use super::uri_template::Template;
 use crate::bindings::ToolError;
 use crate::bindings::quarry::retrieval::types::{
     Completion, CompletionTarget, Contents, Prompt, PromptSpec, ResourceInfo, ResourceTemplate,
@@ -83,9 +82,11 @@ impl Registry {
         (resources, prompts)
     }
 
-    /// The resources every instance that lists some lists now, in instance order (one still
-    /// preparing is waited for, as a call waits; one whose preparation failed is left out, so
-    /// that it does not hide the others'). A URI listed twice is kept once (the first
+    /// The resources every instance that lists some lists now, in instance order, within
+    /// [`super::LIST_WAIT`] in all: an instance still preparing, or whose members are all busy,
+    /// is waited for until then and left out after (it tells listening clients by a
+    /// `resources/list_changed` when it has prepared); one whose preparation failed is left out,
+    /// so that it does not hide the others'. A URI listed twice is kept once (the first
     /// instance's).
     pub async fn resources(&self, caller: Caller<'_>) -> Result<Vec<ResourceInfo>, CallError> {
         let mut all: Vec<ResourceInfo> = Vec::new();
@@ -93,53 +94,59 @@ impl Registry {
         let listing = |i: &Arc<ToolInstance>| {
             i.catalog.lists_resources && !matches!(i.readiness(), super::instance::Readiness::Failed(_))
         };
+        let until = tokio::time::Instant::now() + super::LIST_WAIT;
         for inst in self.instances_sorted().into_iter().filter(listing) {
             let what = format!("{} (resources)", inst.name);
-            match inst.request(&what, Request::Resources, caller, std::future::pending()).await? {
-                Reply::Resources(list) => {
+            let ready = tokio::time::timeout_at(until, inst.prepared()).await;
+            if !matches!(ready, Ok(super::instance::Readiness::Ready)) {
+                tracing::info!(target: "quarry::mcp", instance = %inst.name, "resources not listed: still {}", inst.status());
+                continue;
+            }
+            let request = inst.request(&what, Request::Resources, caller, std::future::pending());
+            match tokio::time::timeout_at(until, request).await {
+                Ok(Ok(Reply::Resources(list))) => {
                     all.extend(list.into_iter().filter(|r| seen.insert(r.uri.clone())));
                 }
-                other => unreachable!("resources answered {other:?}"),
+                Ok(Ok(other)) => unreachable!("resources answered {other:?}"),
+                Ok(Err(e)) => return Err(e),
+                Err(_) => {
+                    tracing::info!(target: "quarry::mcp", instance = %inst.name, "resources not listed: no member was free within {:?}", super::LIST_WAIT);
+                }
             }
         }
         Ok(all)
     }
 
-    /// Reads the resource at `uri` from the instance that has it: the one whose template
-    /// matches, else the one a `quarry://INSTANCE/` URI names, else each instance that lists
-    /// resources in turn until one has it.
+    /// Reads the resource at `uri` from the instance that owns it: the one a
+    /// `quarry://INSTANCE/` URI names, or the one given its scheme (`resource_schemes`). A
+    /// component names only its own resources, so no other instance is asked about a URI.
     pub async fn read(
         &self,
         uri: &str,
         caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
     ) -> Result<Vec<Contents>, ReadError> {
-        let all = self.instances_sorted();
-        let by_template = all.iter().find(|i| {
-            i.catalog
-                .templates
-                .iter()
-                .any(|t| Template::parse(&qualify(&t.uri_template, &i.name)).is_ok_and(|t| t.matches(uri).is_some()))
-        });
-        let named = uri
-            .strip_prefix(QUARRY_SCHEME)
-            .and_then(|rest| rest.split('/').next())
-            .and_then(|name| all.iter().find(|i| i.name == name));
-        let candidates: Vec<&Arc<ToolInstance>> = match by_template.or(named) {
-            Some(i) => vec![i],
-            None => all.iter().filter(|i| i.catalog.lists_resources).collect(),
-        };
-        let mut cancelled = std::pin::pin!(cancelled);
-        for inst in candidates {
-            let what = format!("{} (reading {})", inst.name, crate::support::text::cut(uri, 200));
-            let local = localize(uri, &inst.name);
-            match inst.request(&what, Request::Read(local), caller, cancelled.as_mut()).await {
-                Ok(Reply::Contents(contents)) if !contents.is_empty() => return Ok(contents),
-                // Empty contents are no resource (the spec forbids answering a read with none).
-                Ok(Reply::Contents(_)) | Err(CallError::Tool { error: ToolError::NotFound(_), .. }) => continue,
-                Ok(other) => unreachable!("read answered {other:?}"),
-                Err(e) => return Err(e.into()),
+        let owner = match uri.strip_prefix(QUARRY_SCHEME) {
+            Some(rest) => rest.split_once('/').and_then(|(name, _)| self.instance(name)),
+            None => {
+                let scheme = uri.split_once("://").map(|(s, _)| s);
+                self.instances_sorted()
+                    .into_iter()
+                    .find(|i| scheme.is_some_and(|s| i.config.resource_schemes.iter().any(|o| o == s)))
             }
+        }
+        .filter(|i| i.catalog.lists_resources || !i.catalog.templates.is_empty());
+        let Some(inst) = owner else {
+            return Err(ReadError::NotFound(uri.to_string()));
+        };
+        let what = format!("{} (reading {})", inst.name, crate::support::text::cut(uri, 200));
+        let local = localize(uri, &inst.name);
+        match inst.request(&what, Request::Read(local), caller, cancelled).await {
+            Ok(Reply::Contents(contents)) if !contents.is_empty() => return Ok(contents),
+            // Empty contents are no resource (the spec forbids answering a read with none).
+            Ok(Reply::Contents(_)) | Err(CallError::Tool { error: ToolError::NotFound(_), .. }) => {}
+            Ok(other) => unreachable!("read answered {other:?}"),
+            Err(e) => return Err(e.into()),
         }
         Err(ReadError::NotFound(uri.to_string()))
     }

@@ -135,6 +135,20 @@ pub enum OpenError {
         /// What happened.
         fault: Fault,
     },
+    /// With `bare_names`, it lists a tool under a name another instance answers to.
+    #[error(
+        "tool instance {instance:?} lists tool {name:?} by its bare name (bare_names), which instance {other:?} {how}; a name two instances claim is refused: rename one instance, or drop bare_names"
+    )]
+    NameClaimed {
+        /// The instance refused.
+        instance: String,
+        /// The name.
+        name: String,
+        /// The instance that answers to it too.
+        other: String,
+        /// How the other answers to it.
+        how: &'static str,
+    },
     /// `specs` returned something unusable.
     #[error("tool instance {instance:?} describes its tools wrongly: {message}")]
     BadSpec {
@@ -431,7 +445,8 @@ impl ToolInstance {
         })
         .await
         .map_err(|fault| OpenError::Fault { instance: name.clone(), fault })?;
-        check_catalog(&catalog).map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
+        check_catalog(&catalog, &config.resource_schemes)
+            .map_err(|message| OpenError::BadSpec { instance: name.clone(), message })?;
         // The first member keeps the store it was opened in; the others start as they prepare.
         let mut first = Some(live);
         let pool = StorePool::idle(sinks.iter().map(|_| first.take()).collect());
@@ -614,7 +629,9 @@ impl ToolInstance {
                 .take_or_start(restart)
                 .await
                 .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?;
-            self.run(&qualified, &request, live, &mut lease, caller).await.map(|r| r.qualify(&self.name))
+            self.run(&qualified, &request, live, &mut lease, caller)
+                .await
+                .map(|r| r.qualify(&self.name, &self.config.resource_schemes))
         };
         let mut reports = self.sinks[member].subscribe();
         reports.mark_unchanged();
@@ -661,11 +678,27 @@ impl ToolInstance {
         // Owned: the call's future may outlive this borrow of the caller's request.
         let owned = request.clone();
         let deadline = self.config.grants.deadline;
-        live.store.data_mut().caps.get_mut::<Client>().begin(caller.asker.cloned(), Instant::now() + deadline);
-        let outcome = run_guarded_for(&mut live.store, deadline, CallCx::TOOL_CODE, |store| {
-            Box::pin(async move { owned.invoke(&bindings, store, handle).await })
-        })
-        .await;
+        let waits = Arc::new(tokio::sync::Notify::new());
+        live.store.data_mut().caps.get_mut::<Client>().begin(
+            caller.asker.cloned(),
+            Instant::now() + deadline,
+            waits.clone(),
+        );
+        // A call that waits for its client gives its member back to the pool meanwhile: a client
+        // that does not answer then holds its own call's store, not the others' turns.
+        let outcome = {
+            let call = run_guarded_for(&mut live.store, deadline, CallCx::TOOL_CODE, |store| {
+                Box::pin(async move { owned.invoke(&bindings, store, handle).await })
+            });
+            tokio::pin!(call);
+            loop {
+                tokio::select! {
+                    biased;
+                    out = &mut call => break out,
+                    () = waits.notified(), if !lease.released() => lease.release(),
+                }
+            }
+        };
         let changed = live.store.data_mut().caps.get_mut::<Client>().end();
         if outcome.is_ok() && !changed.is_empty() {
             self.lists_changed(&mut live, &changed).await;
@@ -754,8 +787,9 @@ fn entries(
 /// The most resource templates, and prompts, one instance may offer.
 pub const MAX_CATALOG: usize = 128;
 
-/// Checks an instance's catalog: names as tool names are, bounded counts.
-fn check_catalog(catalog: &Catalog) -> Result<(), String> {
+/// Checks an instance's catalog: names as tool names are, bounded counts, resource templates its
+/// own (under `quarry://self/` or its `schemes`).
+fn check_catalog(catalog: &Catalog, schemes: &[String]) -> Result<(), String> {
     if catalog.templates.len() > MAX_CATALOG || catalog.prompts.len() > MAX_CATALOG {
         return Err(format!("it offers more than {MAX_CATALOG} resource templates or prompts"));
     }
@@ -794,6 +828,14 @@ fn check_catalog(catalog: &Catalog) -> Result<(), String> {
         }
     }
     for t in &catalog.templates {
+        // The namespace is the host's to give: a component names only its own resources.
+        if !crate::registry::request::owns(&t.uri_template, schemes) {
+            return Err(format!(
+                "resource template {} is not the component's own: a component names its resources under {} (the host lists them as quarry://INSTANCE/...), or in a scheme the operator gave its instance (`resource_schemes`), never another instance's",
+                crate::support::text::quoted_prefix(&t.uri_template, 200),
+                crate::registry::request::SELF_PREFIX
+            ));
+        }
         crate::registry::uri_template::Template::parse(&t.uri_template)
             .map_err(|e| format!("resource template {:?}: {e}", crate::support::text::cut(&t.uri_template, 200)))?;
     }

@@ -33,6 +33,7 @@ use wasmtime::component::Linker;
 
 use crate::args::Args;
 use crate::bindings::ToolOutput;
+use crate::capability::client::ListKind;
 use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
 use crate::registry::embedders::{ComponentEmbedder, EmbedderSlot};
@@ -301,11 +302,16 @@ impl Registry {
             tracing::info!(target: "quarry::load", instance = %name, "listed late: it opened after the others were listed");
             let _ = self.changes.send(report);
         }
+        let apps = self.engine.apps().clone();
         tokio::spawn(async move {
             let start = Instant::now();
             match inst.prepare().await {
                 Ok(()) => {
-                    tracing::info!(target: "quarry::load", instance = %inst.name, elapsed = ?start.elapsed(), "ready")
+                    tracing::info!(target: "quarry::load", instance = %inst.name, elapsed = ?start.elapsed(), "ready");
+                    // A listing may have left its resources out while it prepared.
+                    if inst.catalog.lists_resources {
+                        apps.client.announce(&inst.name, ListKind::Resources);
+                    }
                 }
                 Err(e) => {
                     let why = crate::support::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
@@ -413,7 +419,38 @@ impl Registry {
                 }
             }
         };
-        ToolInstance::open(&self.engine, Arc::new(cfg.clone()), version, embedder).await
+        let inst = ToolInstance::open(&self.engine, Arc::new(cfg.clone()), version, embedder).await?;
+        self.check_claims(&inst)?;
+        Ok(inst)
+    }
+
+    /// Refuses an instance with `bare_names` whose tools take a name another instance answers
+    /// to: the name of an instance in the config (it answers to it when it has one tool), or a
+    /// tool another `bare_names` instance lists. Whichever loads second is refused, naming both.
+    fn check_claims(&self, inst: &ToolInstance) -> Result<(), OpenError> {
+        if !inst.config.bare_names {
+            return Ok(());
+        }
+        let claimed = |name: &str, other: &str, how| OpenError::NameClaimed {
+            instance: inst.name.clone(),
+            name: name.to_string(),
+            other: other.to_string(),
+            how,
+        };
+        let tools = self.tools.read();
+        for t in inst.tools().iter() {
+            let name = t.spec.name.as_str();
+            if let Some(other) = self.config.tools.keys().find(|i| *i != &inst.name && *i == name) {
+                return Err(claimed(name, other, "is named"));
+            }
+            let listed_bare = tools
+                .values()
+                .find(|o| o.name != inst.name && o.config.bare_names && o.tools().iter().any(|e| e.spec.name == name));
+            if let Some(other) = listed_bare {
+                return Err(claimed(name, &other.name, "also lists bare"));
+            }
+        }
+        Ok(())
     }
 
     /// Embedder `name`, if it is loaded: what tools' `embedder` imports call.

@@ -104,6 +104,12 @@ impl Request {
 /// as it does not know its tools' listed names).
 pub const SELF_PREFIX: &str = "quarry://self/";
 
+/// Whether a component of an instance given `schemes` (`resource_schemes`) may name `uri` (or
+/// a URI template) as its own: under `quarry://self/`, or in one of those schemes.
+pub fn owns(uri: &str, schemes: &[String]) -> bool {
+    uri.starts_with(SELF_PREFIX) || uri.split_once("://").is_some_and(|(scheme, _)| schemes.iter().any(|s| s == scheme))
+}
+
 /// `uri` as listed for `instance`: `quarry://self/x` becomes `quarry://INSTANCE/x`.
 pub fn qualify(uri: &str, instance: &str) -> String {
     match uri.strip_prefix(SELF_PREFIX) {
@@ -120,6 +126,27 @@ pub fn localize(uri: &str, instance: &str) -> String {
     }
 }
 
+/// `text` with every `quarry://self/` in it as listed for `instance`.
+fn qualify_text(text: &mut String, instance: &str) {
+    if text.contains(SELF_PREFIX) {
+        *text = text.replace(SELF_PREFIX, &format!("quarry://{instance}/"));
+    }
+}
+
+/// Keeps in `list` only what `instance`'s component may name ([`owns`]). What names another
+/// instance or scheme is dropped, and said in the log.
+fn own_only<T>(list: &mut Vec<T>, uri: impl Fn(&T) -> &String, instance: &str, schemes: &[String]) {
+    let before = list.len();
+    list.retain(|x| owns(uri(x), schemes));
+    if list.len() < before {
+        tracing::warn!(
+            instance,
+            "dropped {} resources its component named outside its own namespace ({SELF_PREFIX}... and its resource_schemes)",
+            before - list.len()
+        );
+    }
+}
+
 fn qualify_block(b: &mut ContentBlock, instance: &str) {
     match b {
         ContentBlock::Link(l) => l.uri = qualify(&l.uri, instance),
@@ -132,8 +159,9 @@ fn qualify_block(b: &mut ContentBlock, instance: &str) {
 pub const RECORD_OVERHEAD: usize = 64;
 
 impl Reply {
-    /// The answer with `instance`'s own URIs (`quarry://self/...`) as listed.
-    pub fn qualify(mut self, instance: &str) -> Reply {
+    /// The answer with `instance`'s own URIs (`quarry://self/...`) as listed, and without the
+    /// resources it named outside what it owns (its `schemes` beside `quarry://self/`).
+    pub fn qualify(mut self, instance: &str, schemes: &[String]) -> Reply {
         match &mut self {
             Reply::Output(out) => {
                 out.content.iter_mut().for_each(|b| qualify_block(b, instance));
@@ -143,8 +171,21 @@ impl Reply {
                     h.metadata = h.metadata.replace(&own, &format!("\"quarry://{instance}/"));
                 }
             }
-            Reply::Resources(list) => list.iter_mut().for_each(|r| r.uri = qualify(&r.uri, instance)),
-            Reply::Contents(list) => list.iter_mut().for_each(|c| c.uri = qualify(&c.uri, instance)),
+            Reply::Resources(list) => {
+                own_only(list, |r| &r.uri, instance, schemes);
+                list.iter_mut().for_each(|r| r.uri = qualify(&r.uri, instance));
+            }
+            Reply::Contents(list) => {
+                own_only(list, |c| &c.uri, instance, schemes);
+                for c in list.iter_mut() {
+                    c.uri = qualify(&c.uri, instance);
+                    // The text a client reads names the instance's URIs as listed (a chapter cut
+                    // short lists its sections).
+                    if let Body::Text(t) = &mut c.body {
+                        qualify_text(t, instance);
+                    }
+                }
+            }
             Reply::Prompt(p) => p.messages.iter_mut().for_each(|m| qualify_block(&mut m.content, instance)),
             Reply::Completion(_) => {}
         }
