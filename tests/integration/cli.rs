@@ -239,3 +239,22 @@ fn compiling_is_bounded_in_memory_and_time() {
     assert!(!err.contains("compile"), "{err}");
     assert_eq!(cached(), 2);
 }
+
+/// The compile worker, started as a compilation starts it, holds and reaches nothing: none of
+/// the host's environment, no file the host can read, nothing written, no TCP or UDP to this
+/// machine, no program run.
+#[test]
+fn the_compile_worker_holds_and_reaches_nothing() {
+    let env = TestEnv::new();
+    let secret = env.path("secret.txt");
+    std::fs::write(&secret, "the host reads this").unwrap();
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "the host reads this");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let got = quarry::runtime::compile::probe(&quarry_tests::quarry_bin(), secret.to_str().unwrap(), &addr).unwrap();
+    assert_eq!(got["env"], serde_json::json!([]), "{got}");
+    for attempt in ["read", "write", "connect", "udp", "exec"] {
+        assert!(got[attempt].as_str().unwrap().starts_with("refused"), "{attempt}: {got}");
+    }
+    assert_eq!(got["missing"], serde_json::json!([]), "every layer applies on this machine: {got}");
+}

@@ -19,6 +19,8 @@ const CONFIG: &str = r#"
 [tools.conformance]
 component = "plugins/conformance.wasm"
 bare_names = true
+# The suite reads its resources at `test://…`: the operator gives the instance that scheme.
+resource_schemes = ["test"]
 pool = 2
 grants = { client = ["sampling", "elicitation", "roots"] }
 "#;

@@ -620,3 +620,255 @@ async fn a_slow_open_does_not_hold_up_the_listing() {
     assert_eq!(call(&host, "slow.echo", json!({"text": "late"})).await.unwrap(), "late");
     still_serves(&host).await;
 }
+
+/// Hostile instances `a` and `b` (64 MiB, a 3 s deadline) granted corpora `names` read-write,
+/// each a `[corpora.NAME]` in `corpus-NAME/`.
+fn corpus_writers(env: &TestEnv, names: &[&str]) -> String {
+    env.plugin(HOSTILE, "hostile");
+    let grants: Vec<String> = names.iter().map(|n| format!("{{ name = \"{n}\", mode = \"rw\" }}")).collect();
+    let mut body = String::new();
+    for n in names {
+        body += &format!("[corpora.{n}]\ndir = \"corpus-{n}\"\n");
+    }
+    for t in ["a", "b"] {
+        body += &format!(
+            "[tools.{t}]\ncomponent = \"plugins/hostile.wasm\"\n[tools.{t}.grants]\nmemory = \"64MiB\"\ndeadline = \"3s\"\ncorpora = [{}]\n",
+            grants.join(", ")
+        );
+    }
+    body
+}
+
+async fn corpus_write(host: &quarry::Registry, tool: &str, args: Value) -> Vec<Value> {
+    serde_json::from_str(&call(host, tool, args).await.unwrap()).unwrap()
+}
+
+/// A writer kept across calls (in a static) keeps neither its lease nor its batch: another
+/// instance writes at once after the call that took it ends, committed or not, and the kept
+/// handle refuses everything, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corpus_writer_lasts_one_call() {
+    let env = TestEnv::new();
+    let host = env.host(&corpus_writers(&env, &["c"])).await;
+    let kept = corpus_write(&host, "a.corpus_write", json!({"corpora": ["c"], "keep": true})).await;
+    assert_eq!(kept, [json!({"ok": null})]);
+    // The lease went with a's call: b neither waits for it nor gets `busy`.
+    let start = std::time::Instant::now();
+    let b = corpus_write(&host, "b.corpus_write", json!({"corpora": ["c"], "commit": true})).await;
+    assert_eq!(b, [json!({"ok": 1})], "after {:?}", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(2), "b waited {:?} for the lease", start.elapsed());
+    // A committed writer lets the lease go at its commit.
+    let committed =
+        corpus_write(&host, "a.corpus_write", json!({"corpora": ["c"], "commit": true, "keep": true})).await;
+    assert_eq!(committed, [json!({"ok": 2})]);
+    assert_eq!(
+        corpus_write(&host, "b.corpus_write", json!({"corpora": ["c"], "commit": true})).await,
+        [json!({"ok": 3})]
+    );
+    // The kept handles refuse, and nothing they were given is committed.
+    let said = corpus_write(&host, "a.corpus_kept", json!({})).await;
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].as_str().unwrap().contains("taken in an earlier call"), "{said:?}");
+    assert!(said[1].as_str().unwrap().contains("has committed"), "{said:?}");
+    assert_eq!(
+        corpus_write(&host, "b.corpus_write", json!({"corpora": ["c"], "commit": true})).await,
+        [json!({"ok": 4})]
+    );
+}
+
+/// Pending batches count against the instance's one memory grant, all writers together: three
+/// writers of 24 MiB each do not fit 64 MiB, whatever the corpus; what a call held is given back
+/// when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_batches_share_the_instance_memory_grant() {
+    let env = TestEnv::new();
+    let host = env.host(&corpus_writers(&env, &["x", "y", "z"])).await;
+    let kib = 24 << 10;
+    let held =
+        corpus_write(&host, "a.corpus_write", json!({"corpora": ["x", "y", "z"], "kib": kib, "keep": true})).await;
+    assert_eq!(held[..2], [json!({"ok": null}), json!({"ok": null})], "{held:?}");
+    let why = held[2]["error"].as_str().unwrap_or_else(|| panic!("the third batch fit: {held:?}"));
+    assert!(why.contains("all its writers together") && why.contains("grants.memory"), "{why}");
+    // The next call starts with nothing held: 24 MiB fit again, and commit.
+    let again = corpus_write(&host, "a.corpus_write", json!({"corpora": ["z"], "kib": kib, "commit": true})).await;
+    assert_eq!(again, [json!({"ok": 1})]);
+    assert_eq!(call(&host, "a.echo", json!({"text": "after"})).await.unwrap(), "after");
+}
+
+/// A component names only its own resources (`quarry://self/...`): a template under another
+/// instance's name is refused at open, saying so; listed resources and read answers that name
+/// another's are dropped; a read goes only to the instance its URI names, and what a client
+/// reads names the instance's URIs as listed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_names_are_the_instances_own() {
+    let env = TestEnv::new();
+    env.plugin(HOSTILE, "hostile");
+    let claim = r#"
+[tools.aaa]
+component = "plugins/hostile.wasm"
+config = { label = "aaa", templates = ["quarry://manual/chapter/{id}"] }
+"#;
+    let own = r#"
+[tools.manual]
+component = "plugins/hostile.wasm"
+config = { label = "manual", templates = ["quarry://self/chapter/{id}"] }
+[tools.lister]
+component = "plugins/hostile.wasm"
+config = { label = "lister", resources = ["quarry://self/r/1", "quarry://manual/r/2", "file:///etc/passwd"] }
+"#;
+    let host = quarry::Registry::new(quarry::Config::load(&env.config(&format!("{claim}{own}"))).unwrap()).unwrap();
+    let failures = within(60, host.load_all()).await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let (name, why) = (&failures[0].0, failures[0].1.to_string());
+    assert_eq!(name, "aaa");
+    assert!(
+        why.contains("\"quarry://manual/chapter/{id}\" is not the component's own") && why.contains("quarry://self/"),
+        "{why}"
+    );
+
+    let host = env.host(own).await;
+    let caller = quarry::registry::instance::Caller::default();
+    let listed: Vec<String> = within(60, host.resources(caller)).await.unwrap().into_iter().map(|r| r.uri).collect();
+    assert_eq!(listed, ["quarry://lister/r/1"]);
+    let read = |uri: &'static str| {
+        let host = host.clone();
+        async move { within(60, host.read(uri, caller, std::future::pending())).await }
+    };
+    let text = |c: &quarry::bindings::quarry::retrieval::types::Contents| match &c.body {
+        quarry::bindings::quarry::retrieval::types::Body::Text(t) => t.clone(),
+        other => panic!("{other:?}"),
+    };
+    // manual's template, read: manual answers, its own URI only, its text qualified.
+    let got = read("quarry://manual/chapter/3").await.unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].uri, "quarry://manual/chapter/3");
+    // It was asked about its own name for it, and what it wrote names the listed URIs.
+    assert_eq!(text(&got[0]), "manual read quarry://manual/chapter/3; see also quarry://manual/r/next");
+    // A URI nobody owns, and another scheme, ask nobody (lister would answer anything).
+    for uri in ["quarry://nobody/r/1", "file:///etc/passwd"] {
+        let r = read(uri).await;
+        assert!(matches!(r, Err(quarry::registry::ReadError::NotFound(_))), "{uri}: {r:?}");
+    }
+}
+
+/// With `bare_names`, a tool may not take a name another instance answers to: hostile's bare
+/// `echo` against a one-tool instance named `echo` is refused at load, naming both, and `echo`
+/// still runs the instance of that name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_name_another_instance_answers_to_is_refused() {
+    let env = TestEnv::new();
+    env.plugin(HOSTILE, "hostile");
+    env.plugin(quarry_tests::ECHO_V1, "echo");
+    let body = r#"
+[tools.aaa]
+component = "plugins/hostile.wasm"
+bare_names = true
+[tools.echo]
+component = "plugins/echo.wasm"
+"#;
+    let host = quarry::Registry::new(quarry::Config::load(&env.config(body)).unwrap()).unwrap();
+    let failures = within(60, host.load_all()).await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    let (name, why) = (&failures[0].0, failures[0].1.to_string());
+    assert_eq!(name, "aaa");
+    assert!(
+        why.contains("lists tool \"echo\" by its bare name") && why.contains("instance \"echo\" is named"),
+        "{why}"
+    );
+    let out = within(60, host.call("echo", r#"{"text": "whose"}"#)).await.unwrap();
+    assert!(out.text != "whose" && out.text.contains("whose"), "echo-v1 greets; hostile would not: {}", out.text);
+}
+
+/// A client that never answers: it is asked once, and never says anything.
+struct Unanswering(tokio::sync::Notify);
+
+impl quarry::capability::client::Asker for Unanswering {
+    fn declared(&self, _: quarry::capability::client::RequestKind) -> bool {
+        true
+    }
+
+    fn ask<'a>(
+        &'a self,
+        _: quarry::capability::client::Question,
+        wait: Duration,
+    ) -> quarry::capability::client::Answer<'a> {
+        self.0.notify_one();
+        Box::pin(async move {
+            tokio::time::sleep(wait).await;
+            Err(quarry::capability::client::AskError::Failed("no answer".into()))
+        })
+    }
+
+    fn missing(&self, _: quarry::capability::client::RequestKind) {}
+}
+
+/// A call that waits for its client gives its pool member back meanwhile: with a pool of one,
+/// another client's plain call runs at once while a silent client's question waits out its
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_for_its_client_holds_no_pool_member() {
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::CONFORMANCE, "conformance");
+    let host = env
+        .host(
+            r#"
+[tools.c]
+component = "plugins/conformance.wasm"
+resource_schemes = ["test"]
+pool = 1
+grants = { client = ["elicitation"], deadline = "30s" }
+"#,
+        )
+        .await;
+    let silent = Arc::new(Unanswering(tokio::sync::Notify::new()));
+    let asker: Arc<dyn quarry::capability::client::Asker> = silent.clone();
+    let asking = quarry::registry::instance::Caller { client: "silent", listener: None, asker: Some(&asker) };
+    let args = quarry::args::Args::parse(r#"{"message": "Your name?"}"#).unwrap();
+    let waiting = host.call_cancellable("c.test_elicitation", &args, asking, std::future::pending());
+    tokio::pin!(waiting);
+    // Until the question is asked: the silent call then holds the only member's store.
+    tokio::select! {
+        out = &mut waiting => panic!("the silent call ended: {out:?}"),
+        () = silent.0.notified() => {}
+    }
+    let plain = quarry::args::Args::parse("{}").unwrap();
+    let other = host.call_cancellable("c.test_simple_text", &plain, Default::default(), std::future::pending());
+    let out = tokio::select! {
+        out = &mut waiting => panic!("the silent call ended first: {out:?}"),
+        out = within(15, other) => out.unwrap(),
+    };
+    assert!(!out.text.is_empty());
+}
+
+/// `resources/list` answers within the listing bound, with what has prepared: an instance still
+/// preparing is left out, and says so by a resources list change once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_listing_does_not_wait_for_a_slow_preparation() {
+    let env = TestEnv::new();
+    env.plugin(HOSTILE, "hostile");
+    let prepare_ms = quarry::registry::LIST_WAIT.as_millis() as u64 + 15_000;
+    let body = format!(
+        r#"
+[tools.quick]
+component = "plugins/hostile.wasm"
+config = {{ label = "quick", resources = ["quarry://self/r/1"] }}
+[tools.slow]
+component = "plugins/hostile.wasm"
+config = {{ label = "slow", resources = ["quarry://self/r/2"], prepare_ms = {prepare_ms} }}
+[tools.slow.grants]
+deadline = "60s"
+"#
+    );
+    let host = env.opened_host(&body).await;
+    within(60, host.instance("quick").unwrap().prepared()).await;
+    let mut changes = host.apps().client.subscribe();
+    let caller = quarry::registry::instance::Caller::default();
+    let listed: Vec<String> = within(60, host.resources(caller)).await.unwrap().into_iter().map(|r| r.uri).collect();
+    assert_eq!(listed, ["quarry://quick/r/1"]);
+    let slow = host.instance("slow").unwrap();
+    assert_eq!(slow.readiness(), quarry::registry::instance::Readiness::Preparing, "the listing waited for it");
+    let change = within(60, changes.recv()).await.unwrap();
+    assert_eq!((change.instance.as_str(), change.kind), ("slow", quarry::capability::client::ListKind::Resources));
+    let listed: Vec<String> = within(60, host.resources(caller)).await.unwrap().into_iter().map(|r| r.uri).collect();
+    assert_eq!(listed, ["quarry://quick/r/1", "quarry://slow/r/2"]);
+}

@@ -16,6 +16,7 @@ wit_bindgen::generate!({
             import quarry:retrieval/couchbase@0.5.0;
             import quarry:retrieval/bedrock@0.5.0;
             import quarry:retrieval/progress@0.5.0;
+            import quarry:retrieval/corpus@0.5.0;
             import wasi:nn/graph@0.2.0-rc-2024-10-28;
             import wasi:nn/inference@0.2.0-rc-2024-10-28;
             import wasi:nn/tensor@0.2.0-rc-2024-10-28;
@@ -29,6 +30,7 @@ wit_bindgen::generate!({
 use std::cell::RefCell;
 
 use exports::quarry::retrieval::tool::{Guest, GuestInstance, Instance};
+use quarry::retrieval::corpus;
 use quarry::retrieval::couchbase::{self, CouchbaseError, IndexScope, VectorSearch};
 use quarry::retrieval::types::{Hit, ToolError, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
@@ -46,6 +48,10 @@ struct Hostile {
     prepare_ms: u64,
     /// What `prepare` fails with, if anything.
     prepare_error: Option<String>,
+    /// The resource templates its catalog declares, as given (`templates` in its config).
+    templates: Vec<String>,
+    /// The resources it lists, as given (`resources`); a read of any URI answers it.
+    resources: Vec<String>,
 }
 
 thread_local! {
@@ -64,6 +70,8 @@ enum Hoarded {
     Graph(wasi::nn::graph::Graph),
     Context(wasi::nn::graph::GraphExecutionContext),
     Tensor(wasi::nn::tensor::Tensor),
+    Collection(corpus::Collection),
+    Writer(corpus::Writer),
 }
 
 const TOOLS: &[(&str, &str, &str)] = &[
@@ -189,6 +197,16 @@ const TOOLS: &[(&str, &str, &str)] = &[
         r#"{"type":"object","properties":{"op":{"type":"string"},"name":{"type":"string"},"n":{"type":"integer"},"mb":{"type":"integer"},"inputs":{"type":"array"}},"required":["op"]}"#,
     ),
     (
+        "corpus_write",
+        "For each corpus of `corpora`: opens it (3-dimensional, cosine), takes a writer, upserts `kib` KiB of chunks (1 MiB at most each), commits if `commit`, and with `keep` keeps the writer across calls. Returns each corpus's outcome.",
+        r#"{"type":"object","properties":{"corpora":{"type":"array"},"kib":{"type":"integer"},"commit":{"type":"boolean"},"keep":{"type":"boolean"}},"required":["corpora"]}"#,
+    ),
+    (
+        "corpus_kept",
+        "Upserts a chunk with each writer `corpus_write` kept, and commits; returns what each said.",
+        r#"{"type":"object","properties":{}}"#,
+    ),
+    (
         "work",
         "Computes for `n` million steps and returns a checksum (CPU only, no host calls).",
         r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#,
@@ -217,7 +235,8 @@ impl GuestInstance for Hostile {
         let cfg: Value =
             serde_json::from_str(&config).map_err(|e| ToolError::InvalidConfig(format!("config is not JSON: {e}")))?;
         let obj = cfg.as_object().ok_or_else(|| ToolError::InvalidConfig("config must be an object".into()))?;
-        const KEYS: [&str; 6] = ["label", "reject_mb", "spec_kib", "prepare_ms", "prepare_error", "open_ms"];
+        const KEYS: [&str; 8] =
+            ["label", "reject_mb", "spec_kib", "prepare_ms", "prepare_error", "open_ms", "templates", "resources"];
         if let Some(k) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(ToolError::InvalidConfig(format!("unknown config key `{k}`; accepted: {}", KEYS.join(", "))));
         }
@@ -233,7 +252,14 @@ impl GuestInstance for Hostile {
         let spec_kib = obj.get("spec_kib").and_then(Value::as_u64).unwrap_or(0) as usize;
         let prepare_ms = obj.get("prepare_ms").and_then(Value::as_u64).unwrap_or(0);
         let prepare_error = obj.get("prepare_error").and_then(Value::as_str).map(str::to_owned);
-        Ok(Instance::new(Hostile { label, spec_kib, prepare_ms, prepare_error }))
+        let strings = |k: &str| -> Vec<String> {
+            obj.get(k)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                .unwrap_or_default()
+        };
+        let (templates, resources) = (strings("templates"), strings("resources"));
+        Ok(Instance::new(Hostile { label, spec_kib, prepare_ms, prepare_error, templates, resources }))
     }
 
     /// A slow preparation (`prepare_ms`, in steps of 100 ms, each reported), or a failing one.
@@ -264,15 +290,50 @@ impl GuestInstance for Hostile {
     }
 
     fn catalog(&self) -> quarry::retrieval::types::Catalog {
-        quarry::retrieval::types::Catalog { lists_resources: false, templates: Vec::new(), prompts: Vec::new() }
+        let templates = self
+            .templates
+            .iter()
+            .map(|t| quarry::retrieval::types::ResourceTemplate {
+                uri_template: t.clone(),
+                name: "claimed".into(),
+                description: None,
+                mime_type: None,
+            })
+            .collect();
+        quarry::retrieval::types::Catalog {
+            lists_resources: !self.resources.is_empty(),
+            templates,
+            prompts: Vec::new(),
+        }
     }
 
     fn resources(&self) -> Result<Vec<quarry::retrieval::types::ResourceInfo>, ToolError> {
-        Ok(Vec::new())
+        Ok(self
+            .resources
+            .iter()
+            .map(|uri| quarry::retrieval::types::ResourceInfo {
+                uri: uri.clone(),
+                name: "listed".into(),
+                title: None,
+                description: None,
+                mime_type: None,
+            })
+            .collect())
     }
 
+    /// Answers every URI it is asked about, as its own and as another's, naming itself and one
+    /// of its own resources: a read routed to it shows.
     fn read(&self, uri: String) -> Result<Vec<quarry::retrieval::types::Contents>, ToolError> {
-        Err(ToolError::NotFound(uri))
+        if self.templates.is_empty() && self.resources.is_empty() {
+            return Err(ToolError::NotFound(uri));
+        }
+        let text = format!("{} read {uri}; see also quarry://self/r/next", self.label);
+        let answer = |uri: &str| quarry::retrieval::types::Contents {
+            uri: uri.to_string(),
+            mime_type: None,
+            body: quarry::retrieval::types::Body::Text(text.clone()),
+        };
+        Ok(vec![answer(&uri), answer("quarry://elsewhere/r/1")])
     }
 
     fn get_prompt(&self, name: String, _args: String) -> Result<quarry::retrieval::types::Prompt, ToolError> {
@@ -491,8 +552,82 @@ impl GuestInstance for Hostile {
                 Ok(text(format!("{h:016x}")))
             }
             "nn" => nn(&args).map(|v| text(v.to_string())),
+            "corpus_write" => {
+                let names: Vec<String> = args
+                    .get("corpora")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+                    .unwrap_or_default();
+                let kib = args.get("kib").and_then(Value::as_u64).unwrap_or(1);
+                let flag = |k: &str| args.get(k).and_then(Value::as_bool).unwrap_or(false);
+                let outcomes: Vec<Value> =
+                    names.iter().map(|name| corpus_write(name, kib, flag("commit"), flag("keep"))).collect();
+                Ok(text(Value::Array(outcomes).to_string()))
+            }
+            "corpus_kept" => {
+                let said = HOARD.with(|h| {
+                    h.borrow()
+                        .iter()
+                        .filter_map(|k| match k {
+                            Hoarded::Writer(w) => Some(
+                                w.upsert(&[chunk("kept", 1)])
+                                    .and_then(|()| w.commit().map(|_| ()))
+                                    .map_or_else(|e| json!(corpus_message(&e)), |()| json!("ok")),
+                            ),
+                            _ => None,
+                        })
+                        .collect::<Vec<_>>()
+                });
+                Ok(text(Value::Array(said).to_string()))
+            }
             other => Err(ToolError::NotFound(format!("no tool `{other}`"))),
         }
+    }
+}
+
+/// A chunk of `bytes` bytes of text, with a 3-dimensional vector.
+fn chunk(id: &str, bytes: usize) -> corpus::Chunk {
+    corpus::Chunk {
+        id: id.into(),
+        text: "x".repeat(bytes),
+        vector: vec![1.0, 0.5, 0.25],
+        metadata: "{}".into(),
+        fields: Vec::new(),
+    }
+}
+
+fn corpus_message(e: &corpus::CorpusError) -> String {
+    match e {
+        corpus::CorpusError::Shape(m)
+        | corpus::CorpusError::Invalid(m)
+        | corpus::CorpusError::Denied(m)
+        | corpus::CorpusError::Busy(m)
+        | corpus::CorpusError::Unavailable(m) => m.clone(),
+    }
+}
+
+/// `corpus_write` on one corpus: `{"ok": generation or null}` or `{"error": message}`.
+fn corpus_write(name: &str, kib: u64, commit: bool, keep: bool) -> Value {
+    let run = || -> Result<Option<u64>, corpus::CorpusError> {
+        let c = corpus::Collection::open(name, corpus::Shape { dimension: 3, metric: corpus::Metric::Cosine })?;
+        let w = c.write()?;
+        let mut left = (kib as usize) << 10;
+        let mut i = 0;
+        while left > 0 {
+            let bytes = left.min(1 << 20);
+            w.upsert(&[chunk(&format!("{name}-{i}"), bytes)])?;
+            left -= bytes;
+            i += 1;
+        }
+        let generation = if commit { Some(w.commit()?) } else { None };
+        if keep {
+            HOARD.with(|h| h.borrow_mut().extend([Hoarded::Collection(c), Hoarded::Writer(w)]));
+        }
+        Ok(generation)
+    };
+    match run() {
+        Ok(g) => json!({ "ok": g }),
+        Err(e) => json!({ "error": corpus_message(&e) }),
     }
 }
 
