@@ -60,6 +60,11 @@ impl Subscriptions {
         Ok(())
     }
 
+    /// Bytes held, URIs and entries together.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Unsubscribes from `uri`, giving its bytes back.
     pub fn remove(&mut self, uri: &str) {
         if self.uris.remove(uri).is_some() {

@@ -695,7 +695,9 @@ impl ToolInstance {
                 tokio::select! {
                     biased;
                     out = &mut call => break out,
-                    () = waits.notified(), if !lease.released() => lease.release(),
+                    () = waits.notified(), if !lease.released() => {
+                        lease.release();
+                    }
                 }
             }
         };

@@ -14,8 +14,10 @@
 //! - a call that waits for someone outside the host (its MCP client's answer) gives its member
 //!   back meanwhile ([`Lease::release`]): it keeps its store, out of the pool, and the next
 //!   lease of that member starts a fresh one; at its end the store goes back only into an
-//!   empty, free slot, and is dropped otherwise. A client that never answers then holds its
-//!   calls' stores, not the pool;
+//!   empty, free slot, and is dropped otherwise. At most as many calls as the pool has members
+//!   are released at once (so a pool holds at most twice its stores); past that a waiting call
+//!   keeps its member, as any call does. A client that never answers then holds its calls'
+//!   stores, not the pool;
 //! - a pool either serves at once ([`StorePool::ready`]) or from each member's
 //!   [`StorePool::join`] (a tool instance's member joins once it has prepared).
 //!
@@ -35,6 +37,8 @@ static FAULTS_LOG: LogBudget = LogBudget::new(10, std::time::Duration::from_secs
 pub struct StorePool<L> {
     members: Vec<tokio::sync::Mutex<Option<L>>>,
     queue: Arc<FairQueue>,
+    /// Leases released now ([`Lease::release`]): at most one per member.
+    released: std::sync::atomic::AtomicUsize,
 }
 
 /// One member of a [`StorePool`], held for one call: released (to the next caller in turn)
@@ -46,20 +50,38 @@ pub struct Lease<'a, L> {
     permit: Option<Permit>,
     member: usize,
     home: &'a tokio::sync::Mutex<Option<L>>,
+    /// The pool's count of released leases, and its bound.
+    released: (&'a std::sync::atomic::AtomicUsize, usize),
+}
+
+impl<L> Drop for Lease<'_, L> {
+    fn drop(&mut self) {
+        if self.permit.is_none() {
+            self.released.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
 }
 
 impl<L> StorePool<L> {
     /// A pool of the members in `stores`, every one serving at once.
     pub fn ready(stores: Vec<L>) -> StorePool<L> {
         let queue = FairQueue::new(stores.len());
-        StorePool { members: stores.into_iter().map(|s| tokio::sync::Mutex::new(Some(s))).collect(), queue }
+        StorePool {
+            members: stores.into_iter().map(|s| tokio::sync::Mutex::new(Some(s))).collect(),
+            queue,
+            released: Default::default(),
+        }
     }
 
     /// A pool of the members in `slots` (a store, or `None` for a member that starts later), none
     /// serving until it [joins](StorePool::join).
     pub fn idle(slots: Vec<Option<L>>) -> StorePool<L> {
         let queue = FairQueue::idle(slots.len());
-        StorePool { members: slots.into_iter().map(tokio::sync::Mutex::new).collect(), queue }
+        StorePool {
+            members: slots.into_iter().map(tokio::sync::Mutex::new).collect(),
+            queue,
+            released: Default::default(),
+        }
     }
 
     /// Member `member` of an [`idle`](StorePool::idle) pool starts serving.
@@ -94,7 +116,7 @@ impl<L> StorePool<L> {
         let member = permit.worker();
         let home = &self.members[member];
         let slot = home.lock().await;
-        Lease { slot: Some(slot), permit: Some(permit), member, home }
+        Lease { slot: Some(slot), permit: Some(permit), member, home, released: (&self.released, self.members.len()) }
     }
 
     /// [`StorePool::lease`], given up at `deadline` (`None`: no deadline).
@@ -124,10 +146,23 @@ impl<L> Lease<'_, L> {
 
     /// Gives the member back to the pool while the call goes on with the store it took: the
     /// next lease of the member starts a fresh store. For a call that waits for someone
-    /// outside the host.
-    pub fn release(&mut self) {
-        self.slot = None;
-        self.permit = None;
+    /// outside the host. Refused (the lease kept) when as many leases of the pool as it has
+    /// members are released already; whether it was released.
+    pub fn release(&mut self) -> bool {
+        if self.permit.is_none() {
+            return true;
+        }
+        let (count, bound) = self.released;
+        let taken = count
+            .fetch_update(std::sync::atomic::Ordering::AcqRel, std::sync::atomic::Ordering::Acquire, |n| {
+                (n < bound).then_some(n + 1)
+            })
+            .is_ok();
+        if taken {
+            self.slot = None;
+            self.permit = None;
+        }
+        taken
     }
 
     /// Whether the member was given back ([`Lease::release`]).
@@ -203,11 +238,13 @@ mod tests {
         let start = |n| async move { Ok::<u32, ()>(n) };
         let mut waiting = pool.lease("a").await;
         let kept = waiting.take_or_start(start(9)).await.unwrap();
-        waiting.release();
+        assert!(waiting.release());
         assert!(waiting.released());
         assert_eq!(pool.load(), (1, 0), "the member is free again");
         let mut other = pool.lease("b").await;
         assert_eq!(other.take_or_start(start(2)).await.unwrap(), 2, "a fresh store: the first is out");
+        assert!(!other.release(), "one released lease per member at most");
+        assert!(!other.released());
         other.put_back(2);
         drop(other);
         waiting.put_back(kept);
@@ -217,7 +254,7 @@ mod tests {
         drop(next);
         // With the slot empty, the waiting call's store goes back.
         let mut waiting = pool.lease("a").await;
-        waiting.release();
+        assert!(waiting.release(), "the first released lease has ended");
         waiting.put_back(7);
         drop(waiting);
         assert_eq!(pool.lease("a").await.take_or_start(start(3)).await.unwrap(), 7);
