@@ -195,6 +195,12 @@ fn read_write_grants_over_code_the_host_runs_are_refused() {
         let e = quarry::Config::load(&path).unwrap_err().to_string();
         assert!(e.contains("the precompiled-component cache (host.cache_dir)"), "{host}: {e}");
     }
+    // One inside the instances' own corpora, which the host writes (it may not exist yet).
+    std::fs::create_dir_all(env.path("state/cache/instances/echo-x")).unwrap();
+    std::fs::write(&path, format!("[host]\ncache_dir = \"state/cache\"\n\n{}", rw("state/cache/instances/echo-x")))
+        .unwrap();
+    let e = quarry::Config::load(&path).unwrap_err().to_string();
+    assert!(e.contains("the instances' own corpora"), "{e}");
     // A grant beside them is fine.
     std::fs::write(&path, format!("[host]\ncache_dir = \"state/cache\"\n\n{}", rw("data"))).unwrap();
     quarry::Config::load(&path).unwrap();

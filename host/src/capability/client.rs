@@ -334,7 +334,12 @@ mod tests {
 
     #[test]
     fn a_grant_names_only_what_a_tool_may_ask() {
-        let cx = GrantContext { instance: "t", base: std::path::Path::new("."), deadline: Duration::from_secs(1) };
+        let cx = GrantContext {
+            instance: "t",
+            base: std::path::Path::new("."),
+            deadline: Duration::from_secs(1),
+            private_dir: None,
+        };
         let g = Client::grant(Some(vec!["sampling".into(), "roots".into()]), &(), &cx).unwrap();
         assert!(g.allows(RequestKind::Sampling) && g.allows(RequestKind::Roots) && !g.allows(RequestKind::Elicitation));
         let e = Client::grant(Some(vec!["shell".into()]), &(), &cx).unwrap_err();

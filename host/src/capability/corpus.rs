@@ -64,9 +64,10 @@ impl Capability for Corpora {
     fn grant(
         raw: Vec<RawGrant>,
         sections: &BTreeMap<String, Arc<CorpusSection>>,
-        _: &GrantContext<'_>,
+        cx: &GrantContext<'_>,
     ) -> Result<CorpusGrant, KeyError> {
-        quarry_corpus::config::grant(raw, sections).map_err(|e| e.under("corpora"))
+        let own = cx.private_dir.map(|d| d.join("corpus"));
+        quarry_corpus::config::grant(raw, sections, own).map_err(|e| e.under("corpora"))
     }
 
     #[cfg(feature = "couchbase")]

@@ -223,6 +223,9 @@ pub struct GrantContext<'a> {
     pub base: &'a Path,
     /// The instance's deadline: a capability's timeouts must fit in it.
     pub deadline: Duration,
+    /// The directory the host keeps for this instance alone (see the config's `private_dir`),
+    /// where the host has a cache directory.
+    pub private_dir: Option<&'a Path>,
 }
 
 /// Who a guest call runs for, as the capabilities see it.

@@ -312,7 +312,13 @@ impl Config {
             keys.insert(prefix.trim_end_matches('/').to_string(), file);
         }
         let sections = CapabilitySections::parse(raw_sections, raw_host_caps, &base).map_err(invalid)?;
-        let cx = InstanceContext { base: &base, sections: &sections, cache_dir: cache_dir.as_deref(), keys: &keys };
+        let cx = InstanceContext {
+            config: path,
+            base: &base,
+            sections: &sections,
+            cache_dir: cache_dir.as_deref(),
+            keys: &keys,
+        };
         let mut embedders = BTreeMap::new();
         for (name, inst) in raw.embedders {
             if inst.embedder.is_some() {
@@ -401,8 +407,11 @@ impl Config {
             .into_iter()
             .map(|(section, dir)| (format!("the directory of {section}"), canon(&dir)))
             .collect();
+        let mut host_read = host_read;
         if let Some(c) = &self.cache_dir {
             protected.push(("the precompiled-component cache (host.cache_dir)".into(), canon(c)));
+            // The instances' own corpora: the host writes them, no guest may beside it.
+            host_read.push(("the instances' own corpora".into(), canon(c).join(PRIVATE_DIRS)));
         }
         for (section, instances) in [("tools", &self.tools), ("embedders", &self.embedders)] {
             for (name, inst) in instances {
@@ -439,6 +448,8 @@ impl Config {
 /// What every instance is validated against.
 #[derive(Clone, Copy)]
 struct InstanceContext<'a> {
+    /// The config file.
+    config: &'a Path,
     /// The config file's directory.
     base: &'a Path,
     sections: &'a CapabilitySections,
@@ -531,7 +542,8 @@ fn validate_instance(
     let deadline = limits.deadline.map_or(DEFAULT_DEADLINE, |d| d.0);
     let prepare_deadline = limits.prepare_deadline.map_or(deadline.max(MIN_PREPARE_DEADLINE), |d| d.0);
     let max_output = limits.max_output.map_or(DEFAULT_MAX_OUTPUT, |b| b.0);
-    let cx = capability::GrantContext { instance: name, base, deadline };
+    let private = cache_dir.map(|c| private_dir(c, cx.config, name));
+    let cx = capability::GrantContext { instance: name, base, deadline, private_dir: private.as_deref() };
     let caps = capability::Grants::parse(raw_caps, sections, &cx).map_err(|e| e.under(&key(".grants")))?;
     let pool = raw.pool.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if raw.bare_names && section != "tools" {
@@ -567,6 +579,20 @@ fn validate_instance(
         grants: Grants { memory, deadline, prepare_deadline, max_output, caps },
     })
 }
+
+/// The directory the host keeps for instance `name` of the config file `config` alone (its own
+/// corpus, [`quarry_corpus::config::OWN`]): `<cache_dir>/instances/<name>-<12 hex digits>`, the
+/// digits from the config file's canonical path, so that processes serving one config share it
+/// and two configs with an instance of one name do not.
+pub fn private_dir(cache_dir: &Path, config: &Path, name: &str) -> PathBuf {
+    use sha2::Digest as _;
+    let canon = std::fs::canonicalize(config).unwrap_or_else(|_| std::path::absolute(config).unwrap_or_default());
+    let digest = sha2::Sha256::digest(canon.as_os_str().as_encoded_bytes());
+    cache_dir.join(PRIVATE_DIRS).join(format!("{name}-{}", &hex::encode(digest)[..12]))
+}
+
+/// The folder of the cache under which each instance's private directory lies.
+const PRIVATE_DIRS: &str = "instances";
 
 /// The scheme of a registry reference in the config.
 pub const OCI_SCHEME: &str = "oci://";

@@ -232,6 +232,7 @@ mod tests {
                         instance: "t",
                         base: std::path::Path::new("."),
                         deadline: Duration::from_secs(10),
+                        private_dir: None,
                     },
                 )
                 .unwrap(),

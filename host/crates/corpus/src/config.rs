@@ -67,6 +67,11 @@ pub struct CouchbaseTarget {
     pub resolved: Option<Arc<quarry_couchbase::Connection>>,
 }
 
+/// The name every instance opens its own corpus by (`corpus = "self"` in a tool's config): kept
+/// by the host in its cache, private to the instance, read-write without a `grants.corpora`
+/// entry. A tool without a corpus of the host's keeps its index there.
+pub const OWN: &str = "self";
+
 /// A Couchbase call waits at most this long unless the section says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A writer's lease lasts this long unless renewed, unless the section says otherwise.
@@ -113,6 +118,12 @@ impl CorpusSection {
 pub fn section(name: &str, raw: RawSection, base: &Path) -> Result<CorpusSection, KeyError> {
     if !valid_name(name) {
         return Err(KeyError::new("", format!("{name:?} is not a corpus name: use a-z, 0-9, _ and -, at most 64")));
+    }
+    if name == OWN {
+        return Err(KeyError::new(
+            "",
+            "`self` names each instance's own corpus, which the host keeps in its cache; give this corpus another name",
+        ));
     }
     let max_bytes = raw.max_bytes.map_or(DEFAULT_MAX_BYTES, |b| b.0);
     if max_bytes == 0 {
@@ -206,18 +217,46 @@ pub struct RawGrant {
     mode: Mode,
 }
 
-/// The corpora an instance may open (`grants.corpora`), by name.
+/// The corpora an instance may open (`grants.corpora`), by name, and its own.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CorpusGrant {
     /// Each granted corpus's section and mode.
     pub corpora: BTreeMap<String, (Arc<CorpusSection>, Mode)>,
+    /// Where the host keeps the instance's own corpora ([`OWN`]), one per shape; `None` when
+    /// the host has no cache directory.
+    pub own: Option<PathBuf>,
 }
 
-/// Validates `grants.corpora`: each a configured corpus, named once.
-pub fn grant(raw: Vec<RawGrant>, sections: &BTreeMap<String, Arc<CorpusSection>>) -> Result<CorpusGrant, KeyError> {
+impl CorpusGrant {
+    /// The instance's own corpus for vectors of `shape`: a local corpus in [`CorpusGrant::own`]
+    /// (one directory per shape, so that another model's dimension starts another corpus rather
+    /// than failing to open the first).
+    pub fn own_section(&self, shape: rag_core::corpus::Shape) -> Option<CorpusSection> {
+        let metric = match shape.metric {
+            rag_core::corpus::Metric::Cosine => "cosine",
+            rag_core::corpus::Metric::Dot => "dot",
+        };
+        let dir = self.own.as_ref()?.join(format!("{}-{metric}", shape.dimension));
+        Some(CorpusSection { name: OWN.to_string(), backend: Backend::Local { dir }, max_bytes: DEFAULT_MAX_BYTES })
+    }
+}
+
+/// Validates `grants.corpora`: each a configured corpus, named once; `own` is where the host
+/// keeps the instance's own corpora.
+pub fn grant(
+    raw: Vec<RawGrant>,
+    sections: &BTreeMap<String, Arc<CorpusSection>>,
+    own: Option<PathBuf>,
+) -> Result<CorpusGrant, KeyError> {
     let mut corpora = BTreeMap::new();
     for (i, g) in raw.into_iter().enumerate() {
         let key = format!("[{i}].name");
+        if g.name == OWN {
+            return Err(KeyError::new(
+                key,
+                "every instance opens its own corpus `self` without a grant; remove this entry",
+            ));
+        }
         let Some(section) = sections.get(&g.name) else {
             let known: Vec<&str> = sections.keys().map(String::as_str).collect();
             let shown = if valid_name(&g.name) { g.name.as_str() } else { "NAME" };
@@ -234,7 +273,7 @@ pub fn grant(raw: Vec<RawGrant>, sections: &BTreeMap<String, Arc<CorpusSection>>
             return Err(KeyError::new(key, format!("corpus {:?} is granted twice; keep one entry", g.name)));
         }
     }
-    Ok(CorpusGrant { corpora })
+    Ok(CorpusGrant { corpora, own })
 }
 
 #[cfg(test)]
@@ -281,16 +320,22 @@ mod tests {
             }
             toml::from_str::<G>(t).unwrap().corpora
         };
-        let g = grant(entries(r#"corpora = [{ name = "rclone", mode = "rw" }]"#), &sections).unwrap();
+        let g = grant(entries(r#"corpora = [{ name = "rclone", mode = "rw" }]"#), &sections, None).unwrap();
         assert_eq!(g.corpora["rclone"].1, Mode::Rw);
         assert_eq!(
-            grant(entries(r#"corpora = [{ name = "rclone" }]"#), &sections).unwrap().corpora["rclone"].1,
+            grant(entries(r#"corpora = [{ name = "rclone" }]"#), &sections, None).unwrap().corpora["rclone"].1,
             Mode::Ro
         );
-        let e = grant(entries(r#"corpora = [{ name = "other" }]"#), &sections).unwrap_err();
+        let e = grant(entries(r#"corpora = [{ name = "other" }]"#), &sections, None).unwrap_err();
         assert_eq!(e.key, "[0].name");
         assert!(e.message.contains("define [corpora.other]") && e.message.contains("rclone"), "{}", e.message);
-        let e = grant(entries(r#"corpora = [{ name = "rclone" }, { name = "rclone", mode = "rw" }]"#), &sections);
+        let e = grant(entries(r#"corpora = [{ name = "rclone" }, { name = "rclone", mode = "rw" }]"#), &sections, None);
         assert!(e.unwrap_err().message.contains("granted twice"));
+        let e = grant(entries(r#"corpora = [{ name = "self", mode = "rw" }]"#), &sections, None).unwrap_err();
+        assert!(e.message.contains("without a grant"), "{}", e.message);
+        assert!(section("self", raw("dir = \"d\""), base).unwrap_err().message.contains("own corpus"));
+        let g = grant(Vec::new(), &sections, Some(PathBuf::from("/c/instances/a-0/corpus"))).unwrap();
+        let own = g.own_section(rag_core::corpus::Shape { dimension: 384, metric: rag_core::corpus::Metric::Cosine });
+        assert_eq!(own.unwrap().dir(), Some(Path::new("/c/instances/a-0/corpus/384-cosine")));
     }
 }

@@ -21,6 +21,10 @@
 //!   not exceed its memory grant, however many writers and corpora it has; what a call brings back (a `get`'s chunks, a search's or `ids`'s
 //!   ids) may not exceed its `max_output`; and the corpus may not grow past its section's
 //!   `max_bytes`.
+//! - **An instance's own.** Every instance may open [`OWN`] (`self`) without a grant: a local
+//!   corpus private to it, in the host's cache ([`CorpusGrant::own`]), with the same lease,
+//!   commits and bounds. A tool whose config names no corpus keeps its index there, so there is
+//!   one way an index is saved, whatever the config.
 //! - **Read-only when it cannot save.** A commit that fails (a full disk, a quota) changes nothing:
 //!   the corpus keeps serving its last generation, and the error says so.
 
@@ -32,7 +36,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use wasmtime::component::{HasData, Linker, Resource, ResourceTable};
 
-use crate::config::{Backend, CorpusGrant, CorpusSection, Mode};
+use crate::config::{Backend, CorpusGrant, CorpusSection, Mode, OWN};
 use crate::progress::ProgressLink;
 use crate::{Change, Clause, CorpusError, Filter, LeaseFile, LocalCorpus, Match, Metric, Record, Shape};
 use quarry_support::held::{Charge, HostHeld};
@@ -529,20 +533,30 @@ impl View<'_> {
     }
 
     async fn open(&mut self, name: String, shape: wit::Shape) -> Wit<CollectionHandle> {
-        let Some((section, mode)) = self.state.grant.corpora.get(&name).cloned() else {
-            let granted: Vec<&str> = self.state.grant.corpora.keys().map(String::as_str).collect();
-            return Err(WitError::Denied(format!(
-                "corpus {} is not in this instance's grants.corpora ({}); add {{ name = \"NAME\", mode = \"rw\" }} for a [corpora.NAME] the host defines",
-                quarry_support::text::quoted_prefix(&name, 64),
-                if granted.is_empty() { "none".to_string() } else { granted.join(", ") }
-            )));
-        };
         let metric = match shape.metric {
             wit::Metric::Cosine => Metric::Cosine,
             wit::Metric::Dot => Metric::Dot,
         };
         let shape = Shape { dimension: shape.dimension as usize, metric };
         rag_core::corpus::check_shape(shape).map_err(|e| WitError::Invalid(e.to_string()))?;
+        let (section, mode) = if name == OWN {
+            let Some(own) = self.state.grant.own_section(shape) else {
+                return Err(WitError::Denied(
+                    "corpus self, the instance's own, is kept in the host's cache directory, and this host has none: set [host] cache_dir (or HOME)".into(),
+                ));
+            };
+            (Arc::new(own), Mode::Rw)
+        } else {
+            let Some(granted) = self.state.grant.corpora.get(&name).cloned() else {
+                let granted: Vec<&str> = self.state.grant.corpora.keys().map(String::as_str).collect();
+                return Err(WitError::Denied(format!(
+                    "corpus {} is not in this instance's grants.corpora ({}); add {{ name = \"NAME\", mode = \"rw\" }} for a [corpora.NAME] the host defines, or open the instance's own, \"self\"",
+                    quarry_support::text::quoted_prefix(&name, 64),
+                    if granted.is_empty() { "none".to_string() } else { granted.join(", ") }
+                )));
+            };
+            granted
+        };
         let shared = open_shared(&section, shape).await?;
         Ok(CollectionHandle { shared, writable: mode == Mode::Rw })
     }
