@@ -399,26 +399,6 @@ fn fields(tree: &Tree, source: &str, key: &str, chapters: &[usize]) -> Fields {
     ])
 }
 
-/// An index file of `built`'s chunks and vectors (for a tool that keeps its own corpus and an
-/// `index_dir`: the next start reuses its vectors).
-pub fn to_index(built: &Built, model: &tool_guest::tool::Model) -> Result<Index, ToolError> {
-    let ids: Vec<String> = (0..built.chunks.len()).map(|i| format!("{}#{i}", built.key)).collect();
-    let mut stored = Vec::with_capacity(ids.len());
-    let mut vectors = Vec::with_capacity(ids.len());
-    for batch in ids.chunks(CORPUS_BATCH) {
-        for r in built.corpus.get(batch).map_err(corpus_error)? {
-            let r = r.ok_or_else(|| ToolError::Internal("a chunk of this build is not in its corpus".into()))?;
-            stored.push((r.text, serde_json::from_str(&r.metadata).unwrap_or_default()));
-            vectors.push(r.vector);
-        }
-    }
-    let mut index = Index::new(&model.id, model.dimension);
-    index
-        .put(&built.source, &built.sha256, &built.key, stored, &vectors)
-        .map_err(|e| ToolError::Internal(format!("the index file cannot hold the build: {e}")))?;
-    Ok(index)
-}
-
 /// The manual as `corpus` holds it, when it holds the build of this very text with these
 /// parameters and this model; `None` when it must be built.
 pub fn reopen(

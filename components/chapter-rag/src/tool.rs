@@ -55,12 +55,12 @@ pub use crate::env::Env;
 struct Config {
     /// The manual (a Markdown, text or DOCX file in a granted directory).
     manual: String,
-    /// A host corpus (`[corpora.NAME]`, granted `rw`) to keep the index in, shared by every
-    /// instance that opens it.
+    /// The corpus to keep the index in: a host corpus (`[corpora.NAME]`, granted `rw`), shared
+    /// by every instance that opens it, or `self`, the instance's own.
     corpus: Option<String>,
-    /// Without a corpus: a read-write granted directory for the index file, reopened at the next
-    /// start; without either the index lives in memory. With a corpus: an index file left there
-    /// is read once, to move its vectors into the corpus.
+    /// A granted directory where an earlier version kept an index file: its vectors move into
+    /// the corpus once. Without `corpus`, it stands for `corpus = "self"`; without either the
+    /// index lives in memory.
     index_dir: Option<String>,
     chunk_size: Option<usize>,
     chunk_overlap: Option<usize>,
@@ -181,27 +181,15 @@ impl Configured {
         }
         let max_bytes = c.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
         let max_headings = c.max_headings.unwrap_or(DEFAULT_MAX_HEADINGS);
-        let index_file = c.index_dir.map(|d| PathBuf::from(d).join(INDEX_FILE));
+        let index_file = c.index_dir.as_deref().map(|d| PathBuf::from(d).join(INDEX_FILE));
+        let corpus = tool_guest::index_home::configured(c.corpus, c.index_dir.as_deref()).map_err(bad_config)?;
         // Reading and parsing a manual takes milliseconds (embedding it is the heavy part), so
         // a manual that is missing, too large, empty or not one is refused here, at load.
         let stamp = env.stamp(&c.manual);
         let text = read_manual(env, &c.manual, max_bytes).map_err(at_open)?;
         text.tree(max_headings).map_err(|e| ToolError::InvalidConfig(format!("{}: {e}", c.manual)))?;
-        if let Some(name) = &c.corpus
-            && name.trim().is_empty()
-        {
-            return Err(bad_config("corpus is empty: name one of the host's [corpora.NAME], or leave it out"));
-        }
-        let settings = Settings {
-            manual: c.manual,
-            corpus: c.corpus,
-            index_file,
-            params,
-            threshold,
-            fragments,
-            max_bytes,
-            max_headings,
-        };
+        let settings =
+            Settings { manual: c.manual, corpus, index_file, params, threshold, fragments, max_bytes, max_headings };
         Ok(Configured { settings, text, stamp })
     }
 
@@ -217,12 +205,11 @@ impl Configured {
 
     /// Reads the manual and indexes it, or reopens its saved index when that is current.
     pub fn prepare(self, env: &dyn Env) -> Result<ChapterTool, ToolError> {
-        let Configured { settings, text, stamp } = self;
+        let Configured { mut settings, text, stamp } = self;
         let shape = shape(&env.model());
-        let corpus: Rc<dyn Corpus> = match &settings.corpus {
-            Some(name) => env.open_corpus(name, shape).map_err(at_open)?,
-            None => Rc::new(MemoryCorpus::new(shape).map_err(corpus_error)?),
-        };
+        let (corpus, kept_in) =
+            tool_guest::index_home::open(env, settings.corpus.as_deref(), shape).map_err(at_open)?;
+        settings.corpus = kept_in;
         let built = open_or_build(env, &settings, text, corpus).map_err(at_open)?;
         if let Some(w) = &built.tree.warning {
             env.log(&format!("warning: {}: {w}", settings.manual));
@@ -232,8 +219,8 @@ impl Configured {
 }
 
 /// The manual's build in `corpus`: reopened when the corpus has it, else built under the
-/// corpus's write lease (reusing the vectors of earlier builds, in the corpus or in the tool's
-/// own index file) and committed.
+/// corpus's write lease (reusing the vectors of earlier builds, in the corpus or in the index
+/// file an earlier version kept in `index_dir`) and committed.
 fn open_or_build(env: &dyn Env, settings: &Settings, text: Manual, corpus: Rc<dyn Corpus>) -> Result<Built, ToolError> {
     let Settings { manual, index_file, params, max_headings, .. } = settings;
     let model = env.model();
@@ -253,14 +240,11 @@ fn open_or_build(env: &dyn Env, settings: &Settings, text: Manual, corpus: Rc<dy
         return Ok(held(b));
     }
     let mut reuse = Reuse::from_corpus(&*corpus, manual, &model.id)?;
-    let mut file_current = false;
     if reuse.is_empty()
         && let Some(f) = index_file
     {
         match Index::load(f, &model.id, model.dimension) {
             Ok(Some(ix)) => {
-                let key = index::build_key(&text.text, params, &model.id);
-                file_current = ix.is_current(manual, &rag_core::store::content_hash(text.text.as_bytes()), &key);
                 reuse = Reuse::from_index(&ix);
                 if let Some(name) = &settings.corpus {
                     env.log(&format!(
@@ -290,9 +274,6 @@ fn open_or_build(env: &dyn Env, settings: &Settings, text: Manual, corpus: Rc<dy
             return Ok(b);
         }
         Err(e) => return Err(corpus_error(e)),
-    }
-    if settings.corpus.is_none() && !file_current {
-        save(env, index_file.as_ref(), &b, &model)?;
     }
     Ok(b)
 }
@@ -777,16 +758,6 @@ fn at_open(e: ToolError) -> ToolError {
         ToolError::InvalidArgs(m) => ToolError::InvalidConfig(m),
         e => e,
     }
-}
-
-fn save(env: &dyn Env, file: Option<&PathBuf>, built: &Built, model: &Model) -> Result<(), ToolError> {
-    if let Some(f) = file {
-        index::to_index(built, model)?
-            .save(f)
-            .map_err(|e| ToolError::Denied(format!("{e}: is index_dir a read-write grant?")))?;
-        env.log(&format!("saved the index of {} to {}", built.source, f.display()));
-    }
-    Ok(())
 }
 
 /// Each tool's spec, over manual `m`: its arguments' schema derived from their type, with the

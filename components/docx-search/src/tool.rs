@@ -11,8 +11,9 @@
 //! chunking are unchanged), then the search is limited to it. Without one, the search covers
 //! every indexed document.
 //!
-//! The index is a corpus ([`rag_core::corpus`]): the host's when the config names one
-//! (`corpus`), shared by every instance that opens it, or the tool's own. In it a document's
+//! The index is a corpus ([`rag_core::corpus`], [`tool_guest::index_home`]): the host's when the
+//! config names one (`corpus`), shared by every instance that opens it, the instance's own
+//! (`corpus = "self"`, or `index_dir`), or one in memory. In it a document's
 //! chunks are `KEY#POSITION`, with the fields `source` (the path or URL) and `doc` (the key: the
 //! document's bytes, the chunking and the model), and the corpus's notes keep, under
 //! `docx-search`, what each document was indexed from.
@@ -22,7 +23,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
-use rag_core::corpus::{Corpus, Filter, MemoryCorpus, Metric, Record, Shape};
+use rag_core::corpus::{Corpus, Filter, Metric, Record, Shape};
 use rag_core::hybrid::{self, LEG_DEPTH};
 use rag_core::score::{from_cosine, json_f32};
 use rag_core::store::{Index, StoreError, content_hash};
@@ -97,10 +98,12 @@ pub trait Env: BaseEnv {
 struct Config {
     /// Fixed mode: the document to index at open.
     docx: Option<String>,
-    /// A host corpus (`[corpora.NAME]`, granted `rw`) to keep the index in.
+    /// The corpus to keep the index in: a host corpus (`[corpora.NAME]`, granted `rw`), or
+    /// `self`, the instance's own.
     corpus: Option<String>,
-    /// Without a corpus: a read-write granted directory to keep the index file in; without
-    /// either the index lives in memory. With a corpus: an index file there is moved into it.
+    /// A granted directory where an earlier version kept an index file: its documents move into
+    /// the corpus once. Without `corpus`, it stands for `corpus = "self"`; without either the
+    /// index lives in memory.
     index_dir: Option<String>,
     /// `"window"` (default), `"crewai"`, or a rag-core `Chunking` object.
     chunking: Option<ChunkingConfig>,
@@ -143,7 +146,7 @@ pub struct DocxTool<E: Env> {
     model: Model,
     fixed: Option<String>,
     chunking: Chunking,
-    /// The host corpus the config names.
+    /// The corpus the index is kept in, by name (none: in memory).
     corpus_name: Option<String>,
     /// The index, once prepared.
     corpus: Option<Rc<dyn Corpus>>,
@@ -272,20 +275,19 @@ impl<E: Env> DocxTool<E> {
                 )));
             }
         };
+        let corpus_name =
+            tool_guest::index_home::configured(cfg.corpus, cfg.index_dir.as_deref()).map_err(invalid_config)?;
         let index_path = match cfg.index_dir {
             Some(dir) => {
                 if !env.granted_dirs().iter().any(|g| within(&normalise(&dir), g)) {
                     return Err(ToolError::Denied(format!(
-                        "index_dir {dir:?} is not a granted directory; grant it read-write in the host config (grants.dirs, mode = \"rw\")"
+                        "index_dir {dir:?} is not a granted directory: grant it (read-only is enough: an index file there is moved into the corpus), or remove it and write corpus = \"self\""
                     )));
                 }
                 Some(format!("{}/{INDEX_FILE}", dir.trim_end_matches('/')))
             }
             None => None,
         };
-        if cfg.corpus.as_deref().is_some_and(|c| c.trim().is_empty()) {
-            return Err(invalid_config("corpus is empty: name one of the host's [corpora.NAME], or leave it out"));
-        }
         if let Some(docx) = &cfg.docx
             && !docx.starts_with("http://")
             && !docx.starts_with("https://")
@@ -300,7 +302,7 @@ impl<E: Env> DocxTool<E> {
             model,
             fixed: cfg.docx.clone(),
             chunking,
-            corpus_name: cfg.corpus,
+            corpus_name,
             corpus: None,
             index_path,
             threshold,
@@ -320,16 +322,15 @@ impl<E: Env> DocxTool<E> {
             return Ok(());
         }
         let shape = Shape { dimension: self.model.dimension, metric: Metric::Cosine };
-        let corpus: Rc<dyn Corpus> = match &self.corpus_name {
-            Some(name) => self.env.open_corpus(name, shape).map_err(|e| match e {
+        let (corpus, kept_in) =
+            tool_guest::index_home::open(&self.env, self.corpus_name.as_deref(), shape).map_err(|e| match e {
                 ToolError::InvalidArgs(m) => invalid_config(m),
                 e => e,
-            })?,
-            None => Rc::new(MemoryCorpus::new(shape).map_err(corpus_error)?),
-        };
+            })?;
         self.corpus = Some(corpus);
-        // The tool's own index file: its documents come into the corpus (at every start for a
-        // corpus in memory; once, moved, for a host corpus).
+        self.corpus_name = kept_in;
+        // The index file of an earlier version: its documents come into the corpus (once, moved,
+        // for a host corpus; at every start for one in memory).
         if let Some(p) = self.index_path.clone() {
             let (model, env) = (&self.model, &self.env);
             match Index::load(std::path::Path::new(&p), &model.id, model.dimension) {
@@ -424,8 +425,7 @@ impl<E: Env> DocxTool<E> {
             return Ok(0);
         }
         let moved = docs.len();
-        // The file has them already: not written again.
-        self.store(docs, records, false)?;
+        self.store(docs, records)?;
         Ok(moved)
     }
 
@@ -442,9 +442,8 @@ impl<E: Env> DocxTool<E> {
     }
 
     /// Stores documents `docs` with their chunks `records` under the corpus's lease, in one
-    /// commit that also removes their earlier versions; then, for a tool without a host corpus,
-    /// saves the index file when `save`.
-    fn store(&self, docs: Vec<(String, DocNote)>, records: Vec<Record>, save: bool) -> Result<(), ToolError> {
+    /// commit that also removes their earlier versions.
+    fn store(&self, docs: Vec<(String, DocNote)>, records: Vec<Record>) -> Result<(), ToolError> {
         let corpus = self.corpus()?;
         let mut writer = corpus.write().map_err(corpus_error)?;
         // Read under the lease: the notes as the last writer left them.
@@ -474,37 +473,7 @@ impl<E: Env> DocxTool<E> {
         all.insert(NOTES_KEY.into(), serde_json::to_value(&mine).unwrap_or_default());
         writer.set_notes(Value::Object(all).to_string()).map_err(corpus_error)?;
         writer.commit().map_err(corpus_error)?;
-        if save
-            && self.corpus_name.is_none()
-            && let Some(p) = &self.index_path
-            && let Err(e) = self
-                .to_index()
-                .and_then(|ix| ix.save(std::path::Path::new(p)).map_err(|e| ToolError::Upstream(e.to_string())))
-        {
-            // Search still works from memory; the next open re-embeds what was not saved.
-            self.env.log(&format!("warning: {e}"));
-        }
         Ok(())
-    }
-
-    /// The index file of the corpus's documents (for a tool that keeps its own corpus).
-    fn to_index(&self) -> Result<Index, ToolError> {
-        let corpus = self.corpus()?;
-        let mut index = Index::new(&self.model.id, self.model.dimension);
-        for (source, d) in documents(&corpus.info().map_err(corpus_error)?.notes) {
-            let ids: Vec<String> = (0..d.chunks).map(|n| format!("{}#{n}", d.key)).collect();
-            let (mut chunks, mut vectors) = (Vec::new(), Vec::new());
-            for batch in ids.chunks(CORPUS_BATCH) {
-                for r in corpus.get(batch).map_err(corpus_error)?.into_iter().flatten() {
-                    chunks.push((r.text, serde_json::from_str(&r.metadata).unwrap_or_default()));
-                    vectors.push(r.vector);
-                }
-            }
-            index
-                .put(&source, &d.sha256, &self.chunking.key(), chunks, &vectors)
-                .map_err(|e| ToolError::Internal(e.to_string()))?;
-        }
-        Ok(index)
     }
 
     /// Runs a call: `args` as the schema describes.
@@ -638,7 +607,7 @@ impl<E: Env> DocxTool<E> {
             })
             .collect();
         let note = DocNote { key, sha256: sha, chunks: chunks.len() };
-        self.store(vec![(source.to_string(), note)], records, true)?;
+        self.store(vec![(source.to_string(), note)], records)?;
         added.index_ms = ms_since(t);
         added.chunks = chunks.len();
         Ok(added)

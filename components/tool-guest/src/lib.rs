@@ -3,7 +3,8 @@
 //! - [`tool`] (native and wasm32): what a tool has in common with its host, as plain Rust: the
 //!   error kinds of WIT's `tool-error`, the shape of a call's output, the embedding model's
 //!   identity, and what a RAG tool asks of its environment ([`tool::BaseEnv`]); a tool's logic
-//!   is written against these and tested natively;
+//!   is written against these and tested natively; [`index_home`], where a RAG tool keeps its
+//!   index (always a corpus);
 //! - on wasm32: the bindings of Quarry's `types`, `embedder` and `progress` interfaces
 //!   (components reuse them through wit-bindgen's `with:`), the mapping between them and
 //!   [`tool`] (errors, outputs, specs, the tool-name check), `GuestEnv` ([`tool::BaseEnv`] over
@@ -16,6 +17,7 @@
 
 pub mod args;
 pub mod catalog;
+pub mod index_home;
 pub mod tool;
 
 /// A component's tools, as the `tool` export serves them: an instance opened from its config,

@@ -1,10 +1,8 @@
 //! `quarry init`: a working `quarry.toml` for the user's own documents, with the built-in
-//! embedder and model, grants limited to the documents' folders and an index folder, and
-//! comments that say what each line does.
+//! embedder and model, grants limited to the documents' folders (each index is kept in its
+//! instance's own corpus, by the host), and comments that say what each line does.
 
 use std::path::{Path, PathBuf};
-
-use sha2::{Digest, Sha256};
 
 use super::{EXIT_OK, EXIT_USAGE, Outcome, fail};
 use crate::config::Config;
@@ -102,7 +100,6 @@ struct Instance {
     /// The config key the component reads the document's guest path from.
     key: &'static str,
     guest_dir: &'static str,
-    index_dir: PathBuf,
 }
 
 /// Writes the config; returns each instance's name, its document and an example call (what
@@ -135,33 +132,13 @@ pub fn init(args: &InitArgs) -> Result<Vec<(String, PathBuf, &'static str)>, Ini
             });
         }
         let name = unique(&instances, &name_for(&document));
-        // The index lives in the user's cache, named after the document's path: outside the
-        // document's folder (which is granted read-only) and the config's.
-        let digest = Sha256::digest(document.as_os_str().as_encoded_bytes());
-        let index_dir = index_root().join(format!("{name}-{}", &hex::encode(digest)[..12]));
-        instances.push(Instance { name, component, document, key, guest_dir, index_dir });
+        instances.push(Instance { name, component, document, key, guest_dir });
     }
     let text = render(&instances);
     // Checked as the host will read it before anything is written: a missing built-in
-    // component or model is said now, and no file is left half right. The grants must name
-    // folders that exist, so the index folders are made first, and removed again (those this
-    // call made, while still empty) when the config would not load.
-    let mut made = Vec::new();
-    for inst in &instances {
-        let mut missing = Some(inst.index_dir.as_path());
-        while let Some(dir) = missing.filter(|d| !d.exists()) {
-            made.push(dir.to_path_buf());
-            missing = dir.parent();
-        }
-        std::fs::create_dir_all(&inst.index_dir)
-            .map_err(|source| InitError::Io { path: inst.index_dir.display().to_string(), source })?;
-    }
+    // component or model is said now, and no file is left half right.
     let output = std::path::absolute(&args.output).unwrap_or_else(|_| args.output.clone());
     if let Err(e) = Config::parse(&output, &text) {
-        // Deepest first; `remove_dir` leaves a folder that is no longer empty.
-        for dir in &made {
-            let _ = std::fs::remove_dir(dir);
-        }
         return Err(InitError::WouldNotLoad(e.to_string()));
     }
     std::fs::write(&output, text).map_err(|source| InitError::Io { path: output.display().to_string(), source })?;
@@ -175,15 +152,6 @@ fn example_call(component: &str) -> &'static str {
     } else {
         r#" '{"search_query": "..."}'"#
     }
-}
-
-/// `~/.cache/quarry/index` (or `$XDG_CACHE_HOME/quarry/index`).
-fn index_root() -> PathBuf {
-    let var = |v: &str| std::env::var_os(v).filter(|s| !s.is_empty()).map(PathBuf::from);
-    var("XDG_CACHE_HOME")
-        .or_else(|| var("HOME").map(|h| h.join(".cache")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("quarry/index")
 }
 
 /// An instance name from a file name: lowercase letters, digits and `-`, at most 40.
@@ -271,15 +239,13 @@ deadline = "600s"    # one batch of embeddings
 [tools.{name}]
 component = "{component}"
 embedder = "minilm"
-config = {{ {key} = {guest_file}, index_dir = "/index" }}
+# The index: the instance's own corpus, which the host keeps in its cache. The first start
+# embeds the document, later ones reopen the index in seconds, and an edit re-embeds what
+# changed.
+config = {{ {key} = {guest_file}, corpus = "self" }}
 [tools.{name}.grants]
-dirs = [
-    # The document's folder, read-only at {guest_dir}: the tool reads nothing else.
-    {{ host = {folder}, guest = "{guest_dir}" }},
-    # The index, read-write (the only place the tool may write): the first start embeds the
-    # document, later ones reopen the index in seconds, and an edit re-embeds what changed.
-    {{ host = {index}, guest = "/index", mode = "rw" }},
-]
+# The document's folder, read-only at {guest_dir}: the tool reads nothing else, writes nothing.
+dirs = [{{ host = {folder}, guest = "{guest_dir}" }}]
 memory = "1GiB"
 deadline = {deadline}
 "#,
@@ -289,7 +255,6 @@ deadline = {deadline}
             guest_file = quoted(&format!("{}/{file}", i.guest_dir)),
             guest_dir = i.guest_dir,
             folder = quoted(&folder.to_string_lossy()),
-            index = quoted(&i.index_dir.to_string_lossy()),
         ));
     }
     out
