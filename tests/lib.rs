@@ -153,6 +153,45 @@ impl TestEnv {
     }
 }
 
+impl TestEnv {
+    /// Where the host keeps instance `instance`'s own corpus (`corpus = "self"`) for the config
+    /// [`TestEnv::config`] writes: one directory per shape under it (the toy's `64-cosine`).
+    pub fn own_corpus(&self, instance: &str) -> PathBuf {
+        quarry::config::private_dir(&shared_cache(), &self.path("quarry.toml"), instance).join("corpus")
+    }
+}
+
+/// The instances' own corpora of this environment's config go with it: they are kept in the
+/// shared test cache, named after the config file, which no later test writes again.
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        let mine = quarry::config::private_dir(&shared_cache(), &self.path("quarry.toml"), "");
+        let (Some(parent), Some(suffix)) = (mine.parent(), mine.file_name()) else { return };
+        let suffix = suffix.to_string_lossy().into_owned();
+        for e in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().ends_with(suffix.as_str()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+/// The generation numbers on disk in local corpus directory `dir`, newest first.
+pub fn corpus_generations(dir: &Path) -> Vec<u64> {
+    let mut n: Vec<u64> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.strip_prefix("gen-")?.strip_suffix(".qcorpus")?.parse().ok()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    n.sort_unstable_by(|a, b| b.cmp(a));
+    n
+}
+
 impl Default for TestEnv {
     fn default() -> Self {
         Self::new()

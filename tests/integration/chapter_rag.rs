@@ -1,13 +1,14 @@
 //! The chapter RAG component in the real host: the six tools over the bundled rclone manual,
-//! bad manuals and bad arguments, the index across a restart, an edit that re-embeds only what
-//! changed, and a failed rebuild that leaves the old index serving and on disk.
+//! bad manuals and bad arguments, the index (in the instance's own corpus) across a restart, an
+//! edit that re-embeds only what changed, and a failed rebuild that leaves the old index serving
+//! and saved.
 //!
 //! These use the toy embedder (fast and deterministic); retrieval quality with the real models
 //! is measured by `make eval`, and `make demo` runs the real model end to end.
 
 use std::path::PathBuf;
 
-use quarry_tests::{TOY_SECTION, TestEnv, within};
+use quarry_tests::{TOY_SECTION, TestEnv, corpus_generations, within};
 use serde_json::{Value, json};
 
 fn rclone_manual() -> PathBuf {
@@ -233,21 +234,25 @@ async fn restart_edit_and_failed_rebuild() {
     let r = report(&call(&host, "list_chapter_tree", json!({})).await.unwrap());
     assert_eq!((r["embedded"].as_u64(), r["reused"].as_u64()), (Some(0), Some(chunks)), "{r}");
 
-    // Edit one chapter: only its chunks are embedded again, and the file on disk follows.
-    let before = std::fs::read(env.path("index/chapter-rag.qix")).unwrap();
+    // The index is kept in the instance's own corpus, by the host; the tool writes nothing
+    // to index_dir.
+    let kept = env.own_corpus("manual").join("64-cosine");
+    assert_eq!(corpus_generations(&kept), [1]);
+    assert!(std::fs::read_dir(env.path("index")).unwrap().next().is_none(), "the tool wrote to index_dir");
+
+    // Edit one chapter: only its chunks are embedded again, in one more commit.
     edit(&env.path("docs/m.md"), small_manual("windows msi packages").as_bytes());
     let r = report(&call(&host, "list_chapter_tree", json!({})).await.unwrap());
     let embedded = r["embedded"].as_u64().unwrap();
     assert!(embedded >= 1 && embedded < chunks / 2, "re-embedded {embedded} of {chunks}: {r}");
-    let after = std::fs::read(env.path("index/chapter-rag.qix")).unwrap();
-    assert_ne!(before, after);
+    assert_eq!(corpus_generations(&kept)[0], 2);
 
-    // An edit that cannot be indexed: the old index keeps serving, and stays on disk.
+    // An edit that cannot be indexed: the old index keeps serving, and the corpus keeps it.
     edit(&env.path("docs/m.md"), b"");
     let out = call(&host, "search", json!({"question": "bandwidth limits"})).await.unwrap();
     assert!(out.text.contains("Syncing"), "{}", out.text);
     assert!(extra(&out)["stale_index"].as_str().unwrap().contains("could not be indexed"), "{}", out.extra.unwrap());
-    assert_eq!(std::fs::read(env.path("index/chapter-rag.qix")).unwrap(), after);
+    assert_eq!(corpus_generations(&kept)[0], 2);
 }
 
 #[tokio::test]

@@ -3,9 +3,7 @@
 //! restart reopens it, an old index file moves into it, the grant is enforced, and a corpus that
 //! cannot save (a full disk: a small tmpfs) keeps serving what it had.
 
-use std::path::Path;
-
-use quarry_tests::{Need, TOY_SECTION, TestEnv, quarry_bin, skip_unless, within};
+use quarry_tests::{Need, TOY_SECTION, TestEnv, corpus_generations as generations, quarry_bin, skip_unless, within};
 use serde_json::{Value, json};
 
 /// Two chapter-rag instances over one manual and one corpus (`[corpora.manual]` in `corpus/`),
@@ -58,22 +56,6 @@ async fn call(host: &quarry::Registry, tool: &str, args: Value) -> Result<quarry
 
 fn report(out: &quarry::bindings::ToolOutput) -> Value {
     serde_json::from_str::<Value>(out.extra.as_deref().unwrap_or("null")).unwrap()["report"].clone()
-}
-
-/// The generation numbers on disk in corpus directory `dir`, newest first.
-fn generations(dir: &Path) -> Vec<u64> {
-    let mut n: Vec<u64> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.strip_prefix("gen-")?.strip_suffix(".qcorpus")?.parse().ok()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    n.sort_unstable_by(|a, b| b.cmp(a));
-    n
 }
 
 /// Three readers (a pool of two and another instance) and one corpus: built once (generation 1),
@@ -145,32 +127,100 @@ async fn another_model_embeds_the_corpus_again() {
     assert_eq!(embedded("toy-b").await, (0, chunks), "the same model reopens its build");
 }
 
-/// An index file from before corpora moves into the corpus: nothing is embedded again, and the
-/// log says so.
-#[tokio::test]
-async fn an_old_index_file_moves_into_the_corpus() {
-    let env = TestEnv::with_chapter_rag();
-    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
-    let old = format!(
+/// An index file an earlier version kept in `index_dir` (`old-index/`: written by cbf06d5's
+/// chapter-rag and docx-search, with the toy embedder, over this file's manual and a DOCX
+/// fixture).
+fn old_index(file: &str) -> Vec<u8> {
+    std::fs::read(quarry_tests::crate_dir().join("integration/old-index").join(file)).unwrap()
+}
+
+/// Chapter-rag over `docs/m.md` and docx-search, as instances `a` and `d` with `index_dir` and
+/// no corpus: each keeps its index in its own corpus.
+fn own_corpus_config(pool: usize) -> String {
+    format!(
         r#"{TOY_SECTION}
 [tools.a]
 component = "plugins/chapters.wasm"
 embedder = "toy"
-config = {{ manual = "/docs/m.md", index_dir = "/index" }}
+pool = {pool}
+config = {{ manual = "/docs/m.md", index_dir = "/index", similarity_threshold = 0.0 }}
 [tools.a.grants]
-dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index" }}]
+memory = "1GiB"
+deadline = "120s"
+
+[tools.d]
+component = "plugins/docx.wasm"
+embedder = "toy"
+config = {{ index_dir = "/index" }}
+[tools.d.grants]
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index" }}]
 deadline = "120s"
 "#
-    );
-    let chunks = {
-        let host = env.host(&old).await;
-        report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap())["chunks"].as_u64().unwrap()
-    };
-    assert!(env.path("index/chapter-rag.qix").exists());
+    )
+}
+
+/// The index files of an earlier version move into the corpus, a named one or the instance's
+/// own: nothing is embedded again, the files are left as they were (read-only grants suffice),
+/// and a restart finds everything in the corpus.
+#[tokio::test]
+async fn old_index_files_move_into_the_corpus() {
+    let env = TestEnv::with_chapter_rag();
+    env.plugin(quarry_tests::DOCX_SEARCH, "docx");
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    let word = quarry_tests::shared_data().join("docx/docling/tests/data/docx/sources/word_tables.docx");
+    std::fs::copy(&word, env.path("docs/t.docx")).expect("the shared DOCX fixtures (set QUARRY_SHARED_DATA)");
+    for f in ["chapter-rag.qix", "docx-search.qix"] {
+        std::fs::write(env.path("index").join(f), old_index(f)).unwrap();
+    }
+    let t = json!({"docx": "/docs/t.docx", "search_query": "cell"});
+    for restart in [false, true] {
+        let host = env.host(&own_corpus_config(1)).await;
+        let r = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
+        assert_eq!(r["embedded"].as_u64(), Some(0), "restart {restart}: {r}");
+        let added = call(&host, "d.search_docx", t.clone()).await.unwrap();
+        let added = serde_json::from_str::<Value>(added.extra.as_deref().unwrap()).unwrap()["added"].clone();
+        assert_eq!(added["unchanged"], true, "the document came with the file: {added}");
+        assert_eq!(generations(&env.own_corpus("a").join("64-cosine")), [1]);
+        assert_eq!(generations(&env.own_corpus("d").join("64-cosine")), [1]);
+    }
+    for f in ["chapter-rag.qix", "docx-search.qix"] {
+        assert_eq!(std::fs::read(env.path("index").join(f)).unwrap(), old_index(f), "{f} was rewritten");
+    }
+    // Into a corpus of the host's, named in the config.
     let host = env.host(&config(1, r#"corpora = [{ name = "manual", mode = "rw" }]"#, "")).await;
     let r = report(&call(&host, "a.list_chapter_tree", json!({})).await.unwrap());
-    assert_eq!((r["embedded"].as_u64(), r["chunks"].as_u64()), (Some(0), Some(chunks)), "{r}");
+    assert_eq!(r["embedded"].as_u64(), Some(0), "{r}");
     assert_eq!(generations(&env.path("corpus")), [1]);
+}
+
+/// Pool members that keep their index in the instance's own corpus answer alike after an edit
+/// (cbf06d5: each kept its own copy, and one of them answered `[]`), and a restart reopens it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_members_on_their_own_corpus_follow_an_edit() {
+    let env = TestEnv::with_chapter_rag();
+    env.plugin(quarry_tests::DOCX_SEARCH, "docx");
+    std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
+    let host = env.host(&own_corpus_config(2)).await;
+    let q = json!({"question": "windows msi packages and the registry"});
+    let both = || async {
+        let (x, y) = tokio::join!(call(&host, "a.search", q.clone()), call(&host, "a.search", q.clone()));
+        (x.unwrap(), y.unwrap())
+    };
+    let (x, y) = both().await;
+    assert_eq!(x.text, y.text);
+    let path = env.path("docs/m.md");
+    let before = filetime::FileTime::from_last_modification_time(&std::fs::metadata(&path).unwrap());
+    std::fs::write(&path, manual("windows msi packages and the registry")).unwrap();
+    filetime::set_file_mtime(&path, filetime::FileTime::from_unix_time(before.unix_seconds() + 1, 0)).unwrap();
+    for _ in 0..3 {
+        let (x, y) = both().await;
+        for out in [&x, &y] {
+            assert!(!out.hits.is_empty() && out.text.contains("msi packages"), "{}", out.text);
+        }
+        assert_eq!(x.text, y.text);
+    }
+    assert_eq!(generations(&env.own_corpus("a").join("64-cosine"))[0], 2, "the edit built once");
 }
 
 /// The grant decides: a corpus not granted is refused at prepare with what to add, and a
@@ -213,27 +263,49 @@ deadline = "60s"
 /// keeps its last generation, whole.
 #[test]
 fn a_full_disk_serves_what_the_corpus_has() {
+    full_disk(false);
+}
+
+/// The same for an instance whose config names no corpus (cbf06d5: an index file in
+/// `index_dir`, and a restart on a full disk refused to serve).
+#[test]
+fn a_full_disk_serves_what_the_instances_own_corpus_has() {
+    full_disk(true);
+}
+
+/// See [`a_full_disk_serves_what_the_corpus_has`]: the corpus named `manual`, or (`own`) the
+/// instance's own.
+fn full_disk(own: bool) {
     if skip_unless(Need::Mount) {
         return;
     }
     let env = TestEnv::with_chapter_rag();
+    env.plugin(quarry_tests::DOCX_SEARCH, "docx");
     std::fs::write(env.path("docs/m.md"), manual("windows installers")).unwrap();
-    std::fs::create_dir_all(env.path("corpus")).unwrap();
-    env.config(&config(1, r#"corpora = [{ name = "manual", mode = "rw" }]"#, ""));
+    let (tool, name, disk) = if own {
+        env.config(&own_corpus_config(1));
+        ("a.search", "self", env.own_corpus("a"))
+    } else {
+        env.config(&config(1, r#"corpora = [{ name = "manual", mode = "rw" }]"#, ""));
+        ("b.search", "manual", env.path("corpus"))
+    };
+    std::fs::create_dir_all(&disk).unwrap();
+    // The generations: in the directory itself, or in the own corpus's per-shape one.
+    let files = if own { disk.join("64-cosine") } else { disk.clone() };
     let edited = env.path("edited.md");
     std::fs::write(&edited, manual("windows msi packages and the registry")).unwrap();
     let q = r#"{"question": "windows msi packages"}"#;
     // Each stage's output between markers; the tmpfs lives as long as this one shell.
     let script = format!(
         r#"set -u
-mount -t tmpfs -o size=1m tmpfs corpus
+mount -t tmpfs -o size=1m tmpfs {disk:?}
 Q={quarry:?}
-echo "== build"; $Q -c quarry.toml call b.search '{q}' 2>&1; echo "rc=$?"
-dd if=/dev/zero of=corpus/filler bs=4k 2>/dev/null; echo "== full: $(df --output=avail corpus | tail -1)"
-echo "== restart"; $Q -c quarry.toml call b.search '{q}' 2>&1; echo "rc=$?"
+echo "== build"; $Q -c quarry.toml call {tool} '{q}' 2>&1; echo "rc=$?"
+dd if=/dev/zero of={disk:?}/filler bs=4k 2>/dev/null; echo "== full: $(df --output=avail {disk:?} | tail -1)"
+echo "== restart"; $Q -c quarry.toml call {tool} '{q}' 2>&1; echo "rc=$?"
 cp {edited:?} docs/m.md
-echo "== edit"; $Q -c quarry.toml call b.search '{q}' 2>&1; echo "rc=$?"
-echo "== files"; ls corpus
+echo "== edit"; $Q -c quarry.toml call {tool} '{q}' 2>&1; echo "rc=$?"
+echo "== files"; ls {files:?}
 "#,
         quarry = quarry_bin(),
         edited = edited,
@@ -259,7 +331,7 @@ echo "== files"; ls corpus
     assert!(edit.contains("rc=0"), "{edit}");
     assert!(edit.contains("msi packages and the registry"), "the edit is served: {edit}");
     assert!(
-        edit.contains("could not be saved to corpus manual") && edit.contains("No space left on device"),
+        edit.contains(&format!("could not be saved to corpus {name}")) && edit.contains("No space left on device"),
         "the log says why it is not saved: {edit}"
     );
     assert!(edit.contains("keeps serving generation 1 read-only"), "{edit}");
@@ -274,6 +346,19 @@ echo "== files"; ls corpus
 /// their commits, and each builds on the other's.
 #[test]
 fn two_processes_adding_documents_keep_each_others() {
+    two_writers(false);
+}
+
+/// The same for an instance whose config names no corpus, only `index_dir` (cbf06d5: an index
+/// file each, and seven of twelve kept).
+#[test]
+fn two_processes_adding_documents_to_the_instances_own_corpus_keep_each_others() {
+    two_writers(true);
+}
+
+/// See [`two_processes_adding_documents_keep_each_others`]: into corpus `docs`, or (`own`) the
+/// instance's own.
+fn two_writers(own: bool) {
     let env = TestEnv::new();
     env.plugin(quarry_tests::TOY_EMBEDDER, "toy");
     env.plugin(quarry_tests::DOCX_SEARCH, "docx");
@@ -285,11 +370,14 @@ fn two_processes_adding_documents_keep_each_others() {
             std::fs::write(env.path(&format!("docs/{w}{i}.docx")), &docx).unwrap();
         }
     }
-    env.config(
+    std::fs::create_dir_all(env.path("index")).unwrap();
+    let kept = if own { r#"{ index_dir = "/index" }"# } else { r#"{ corpus = "docs" }"# };
+    let grant = if own { "" } else { r#"corpora = [{ name = "docs", mode = "rw" }]"# };
+    env.config(&format!(
         r#"
 [embedders.toy]
 component = "plugins/toy.wasm"
-config = { dimension = 64, max_tokens = 64 }
+config = {{ dimension = 64, max_tokens = 64 }}
 pool = 1
 
 [corpora.docs]
@@ -298,13 +386,14 @@ dir = "corpus"
 [tools.docx]
 component = "plugins/docx.wasm"
 embedder = "toy"
-config = { corpus = "docs" }
+config = {kept}
 [tools.docx.grants]
-dirs = [{ host = "docs", guest = "/docs" }]
-corpora = [{ name = "docs", mode = "rw" }]
+dirs = [{{ host = "docs", guest = "/docs" }}, {{ host = "index", guest = "/index", mode = "rw" }}]
+{grant}
 deadline = "60s"
 "#,
-    );
+    ));
+    let dir = if own { env.own_corpus("docx").join("64-cosine") } else { env.path("corpus") };
     let writer = |w: &str| {
         let script = format!(
             r#"for i in 1 2 3 4 5 6; do {q:?} -c quarry.toml call docx.search_docx "{{\"docx\": \"/docs/{w}$i.docx\", \"search_query\": \"cell\"}}" >/dev/null || exit 1; done"#,
@@ -329,7 +418,7 @@ deadline = "60s"
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout: String = String::from_utf8_lossy(&out.stdout).split_whitespace().collect();
     assert!(stdout.contains("\"documents\":12"), "twelve documents, not one process's six: {stdout}");
-    assert_eq!(generations(&env.path("corpus"))[0], 12, "one commit per document");
+    assert_eq!(generations(&dir)[0], 12, "one commit per document");
 }
 
 /// A hot swap of the component (the same code with one more custom section: new bytes, a new

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use quarry_tests::{DOCX_SEARCH, TOY_EMBEDDER, TestEnv, shared_data, within};
+use quarry_tests::{DOCX_SEARCH, TOY_EMBEDDER, TestEnv, corpus_generations, shared_data, within};
 use serde_json::{Value, json};
 
 const GOOD: &str = "docling/tests/data/docx/sources/word_tables.docx";
@@ -235,8 +235,10 @@ async fn bad_input_gets_a_clear_error_and_the_index_keeps_what_it_had() {
     let good = json!({"docx": "/docs/tables.docx", "search_query": "Merged Cell", "similarity_threshold": 0.0});
     let before = call(&host, good.clone()).await.unwrap();
     let chunks_before = extra(&before)["chunks"].clone();
-    let index_file = env.path("index/docx-search.qix");
-    let saved = std::fs::read(&index_file).expect("index saved");
+    // The index: the instance's own corpus (the config gives index_dir and no corpus).
+    let kept = env.own_corpus("docx").join("64-cosine");
+    let saved = corpus_generations(&kept);
+    assert_eq!(saved.len(), 1, "index saved");
 
     let cases: &[(&str, &str, &[&str])] = &[
         ("/docs/zero.docx", "invalid-args", &["/docs/zero.docx", "empty (0 bytes)"]),
@@ -265,11 +267,11 @@ async fn bad_input_gets_a_clear_error_and_the_index_keeps_what_it_had() {
         }
         assert!(started.elapsed().as_secs() < 30, "{docx} took {:?}", started.elapsed());
     }
-    // Nothing was lost: same chunks, same answers, the same file on disk.
+    // Nothing was lost: same chunks, same answers, nothing committed.
     let after = call(&host, good).await.unwrap();
     assert_eq!(extra(&after)["chunks"], chunks_before);
     assert_eq!(after.text, before.text);
-    assert_eq!(std::fs::read(&index_file).unwrap(), saved);
+    assert_eq!(corpus_generations(&kept), saved);
 }
 
 async fn restart(env: &TestEnv, cfg: &str) -> Arc<quarry::Registry> {
@@ -282,13 +284,14 @@ async fn the_index_survives_a_restart_and_unchanged_documents_cost_nothing() {
     let cfg = config(r#"{ docx = "/docs/tables.docx", index_dir = "/index" }"#);
     let host = restart(&env, &cfg).await;
     let first = call(&host, json!({"search_query": "Merged Cell", "similarity_threshold": 0.0})).await.unwrap();
-    let index_file = env.path("index/docx-search.qix");
-    let saved = std::fs::read(&index_file).expect("index saved at open");
+    let kept = env.own_corpus("docx").join("64-cosine");
+    let saved = corpus_generations(&kept);
+    assert_eq!(saved.len(), 1, "index saved at open");
     drop(host);
 
     let host = restart(&env, &cfg).await;
-    // The index file was not rewritten: the document was recognised by its content hash.
-    assert_eq!(std::fs::read(&index_file).unwrap(), saved);
+    // Nothing was committed again: the document was recognised by its content hash.
+    assert_eq!(corpus_generations(&kept), saved);
     let again =
         call(&host, json!({"docx": "/docs/tables.docx", "search_query": "Merged Cell", "similarity_threshold": 0.0}))
             .await
@@ -296,7 +299,7 @@ async fn the_index_survives_a_restart_and_unchanged_documents_cost_nothing() {
     assert_eq!(extra(&again)["added"]["unchanged"], true);
     assert_eq!(again.text, first.text);
 
-    // A changed document is re-indexed; a corrupt index file is rebuilt, not fatal.
+    // A changed document is re-indexed; a corrupt newest generation is passed over, not fatal.
     std::fs::write(env.path("docs/tables.docx"), fixture(NOTES)).unwrap();
     let changed =
         call(&host, json!({"docx": "/docs/tables.docx", "search_query": "footnote", "similarity_threshold": 0.0}))
@@ -305,12 +308,15 @@ async fn the_index_survives_a_restart_and_unchanged_documents_cost_nothing() {
     assert_eq!(extra(&changed)["added"]["unchanged"], false);
     assert!(changed.text.contains("First footnote"), "{}", changed.text);
     drop(host);
-    std::fs::write(&index_file, b"QUARRYIX garbage").unwrap();
+    let newest = corpus_generations(&kept)[0];
+    std::fs::write(kept.join(format!("gen-{newest:020}.qcorpus")), b"garbage").unwrap();
     let host = restart(&env, &cfg).await;
     let out = call(&host, json!({"search_query": "footnote", "similarity_threshold": 0.0})).await.unwrap();
     assert!(out.text.contains("First footnote"));
-    assert!(std::fs::read(&index_file).unwrap().starts_with(b"QUARRYIX"));
-    assert!(std::fs::read(&index_file).unwrap().len() > 100, "rebuilt and saved");
+    let now = corpus_generations(&kept)[0];
+    assert!(now >= newest, "{now} < {newest}");
+    let file = std::fs::read(kept.join(format!("gen-{now:020}.qcorpus"))).unwrap();
+    assert!(file.len() > 100, "indexed again and committed over the corrupt generation");
     let extra_of = |out: &quarry::bindings::ToolOutput| extra(out)["opened"]["unchanged"].clone();
     assert_eq!(extra_of(&out), false);
     drop(host);
