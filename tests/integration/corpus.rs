@@ -127,9 +127,9 @@ async fn another_model_embeds_the_corpus_again() {
     assert_eq!(embedded("toy-b").await, (0, chunks), "the same model reopens its build");
 }
 
-/// An index file an earlier version kept in `index_dir` (`old-index/`: written by cbf06d5's
-/// chapter-rag and docx-search, with the toy embedder, over this file's manual and a DOCX
-/// fixture).
+/// An index file an earlier version kept in `index_dir` (`old-index/`: written by chapter-rag
+/// and docx-search at ad349e9, the last version to write them, in the file format of cbf06d5
+/// and before, with the toy embedder, over this file's manual and word_tables.docx).
 fn old_index(file: &str) -> Vec<u8> {
     std::fs::read(quarry_tests::crate_dir().join("integration/old-index").join(file)).unwrap()
 }

@@ -872,3 +872,133 @@ deadline = "60s"
     let listed: Vec<String> = within(60, host.resources(caller)).await.unwrap().into_iter().map(|r| r.uri).collect();
     assert_eq!(listed, ["quarry://quick/r/1", "quarry://slow/r/2"]);
 }
+
+/// A 2026-07-28 request state carries the caller's answers, so it is the caller's own: over
+/// HTTP it is bound to the Authorization the request came with. The same caller brings it back
+/// and the call completes; another bearer token, none, or the state on other arguments is
+/// refused (cbf06d5 accepted it from anyone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_state_is_the_callers_own() {
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::CONFORMANCE, "conformance");
+    let config = env.config(
+        r#"
+[tools.c]
+component = "plugins/conformance.wasm"
+bare_names = true
+resource_schemes = ["test"]
+grants = { client = ["elicitation"] }
+"#,
+    );
+    let served = quarry_tests::mcp_client::Served::start(&quarry_bin(), &config);
+    let tool = "test_input_required_result_request_state";
+    // One stateless request, as the conformance suite sends it.
+    let call = |token: Option<&'static str>, extra: Value| {
+        let url = served.url.clone();
+        async move {
+            let mut c = quarry_tests::mcp_client::McpHttp::connect(&url).await.unwrap();
+            c.token = token.map(str::to_string);
+            c.headers = vec![
+                ("mcp-protocol-version".into(), "2026-07-28".into()),
+                ("mcp-method".into(), "tools/call".into()),
+                ("mcp-name".into(), tool.into()),
+            ];
+            let mut params = json!({
+                "name": tool,
+                "arguments": {},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientInfo": {"name": "quarry-tests", "version": "0"},
+                    "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}
+                }
+            });
+            params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            within(60, c.request("tools/call", params)).await.unwrap()
+        }
+    };
+    let first = call(Some("alice"), json!({})).await;
+    let state = first["result"]["requestState"].as_str().unwrap_or_else(|| panic!("no request state: {first}"));
+    let key = first["result"]["inputRequests"].as_object().unwrap().keys().next().unwrap().clone();
+    let answer = |state: &str| {
+        json!({
+            "inputResponses": { key.clone(): {"action": "accept", "content": {"ok": true}} },
+            "requestState": state
+        })
+    };
+    for (token, extra) in [
+        (Some("mallory"), answer(state)),
+        (None, answer(state)),
+        (Some("alice"), {
+            let mut a = answer(state);
+            a["arguments"] = json!({"other": 1});
+            a
+        }),
+    ] {
+        let replayed = call(token, extra).await;
+        let message =
+            replayed["error"]["message"].as_str().unwrap_or_else(|| panic!("{token:?}: accepted: {replayed}"));
+        assert!(message.contains("requestState was not accepted"), "{token:?}: {message}");
+    }
+    let done = call(Some("alice"), answer(state)).await;
+    let text = done["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{done}"));
+    assert!(text.starts_with("state-ok: confirmed"), "{done}");
+}
+
+/// A client that never answers costs only itself, and a bounded amount: one handshake-era
+/// session over HTTP that sends eight calls asking it a question and answers none has four
+/// questions waiting at most; the other four calls are refused at once with why, while the
+/// waiting ones last until their deadline (cbf06d5: all eight waited, each holding a store).
+/// A pool of four, so that eight calls run at once (a member lends its store to one waiting
+/// call at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_leaves_at_most_four_questions_waiting() {
+    use quarry_tests::mcp_client::McpHttp;
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::CONFORMANCE, "conformance");
+    let config = env.config(
+        r#"
+[tools.c]
+component = "plugins/conformance.wasm"
+bare_names = true
+resource_schemes = ["test"]
+pool = 4
+grants = { client = ["elicitation"], deadline = "10s" }
+"#,
+    );
+    let served = quarry_tests::mcp_client::Served::start(&quarry_bin(), &config);
+    let mut first = McpHttp::connect(&served.url).await.unwrap();
+    let init = first
+        .request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "silent", "version": "0"}}),
+        )
+        .await
+        .unwrap();
+    assert!(init.get("result").is_some(), "{init}");
+    first
+        .post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string().into_bytes())
+        .await
+        .unwrap();
+    let session = first.session().unwrap().to_string();
+    let calls = (0..8).map(|_| {
+        let (url, session) = (served.url.clone(), session.clone());
+        tokio::spawn(async move {
+            let mut c = McpHttp::join(&url, &session).await.unwrap();
+            let started = std::time::Instant::now();
+            // Request ids differ within the session (`join` starts each client's elsewhere).
+            let reply = c.call("test_elicitation", json!({"message": "Your name?"})).await.unwrap();
+            (started.elapsed(), reply.to_string())
+        })
+    });
+    let mut refused = 0;
+    for call in calls.collect::<Vec<_>>() {
+        let (took, body) = within(60, call).await.unwrap();
+        if body.contains("questions waiting for its answers already") {
+            refused += 1;
+            assert!(took < Duration::from_secs(8), "refused after {took:?}");
+        } else {
+            assert!(took >= Duration::from_secs(8), "a question answered nobody asked: {took:?} {body}");
+        }
+    }
+    assert_eq!(refused, 4, "four of eight questions refused");
+}
