@@ -78,6 +78,10 @@ pub mod limits {
     pub const MAX_VALUE_BYTES: usize = 4096;
     /// Clauses of a filter, and values of all its clauses together.
     pub const MAX_FILTER_VALUES: usize = 4096;
+    /// Shapes (dimension and metric) an instance's own corpus keeps, a directory each: each may
+    /// grow to the default `max_bytes`, so a component asking for shape after shape would
+    /// otherwise have the host make corpora without end.
+    pub const MAX_OWN_SHAPES: usize = 4;
 }
 
 use limits::*;
@@ -521,6 +525,29 @@ fn holder() -> String {
     format!("{}/{}", host.unwrap_or_else(|_| "host".into()), std::process::id())
 }
 
+/// Refuses a new shape's directory `dir` of an instance's own corpus when the corpus keeps
+/// [`MAX_OWN_SHAPES`] already.
+fn room_for_shape(dir: &Path) -> Result<(), WitError> {
+    let Some(parent) = dir.parent().filter(|_| !dir.exists()) else { return Ok(()) };
+    let kept: Vec<String> = std::fs::read_dir(parent)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    if kept.len() < MAX_OWN_SHAPES {
+        return Ok(());
+    }
+    Err(WitError::Denied(format!(
+        "corpus self, the instance's own, keeps vectors of {} shapes already ({}), the most it keeps; remove those of models no longer used from {}",
+        kept.len(),
+        kept.join(", "),
+        parent.display()
+    )))
+}
+
 /// How long a writer may wait for the lease: until the call's deadline, less a margin to
 /// answer in.
 fn lease_wait(deadline: Instant) -> Duration {
@@ -545,6 +572,9 @@ impl View<'_> {
                     "corpus self, the instance's own, is kept in the host's cache directory, and this host has none: set [host] cache_dir (or HOME)".into(),
                 ));
             };
+            if let Some(dir) = own.dir() {
+                room_for_shape(dir)?;
+            }
             (Arc::new(own), Mode::Rw)
         } else {
             let Some(granted) = self.state.grant.corpora.get(&name).cloned() else {
@@ -874,5 +904,26 @@ impl wit::HostWriter for View<'_> {
         // The lease goes with it; an uncommitted batch is discarded.
         self.state.table.delete(w)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_own_corpus_keeps_a_bounded_number_of_shapes() {
+        let own = tempfile::tempdir().unwrap();
+        for shape in ["64-cosine", "384-cosine", "768-cosine"] {
+            std::fs::create_dir(own.path().join(shape)).unwrap();
+        }
+        assert!(room_for_shape(&own.path().join("1024-cosine")).is_ok());
+        std::fs::create_dir(own.path().join("1024-cosine")).unwrap();
+        // One it keeps opens again; a fifth is refused, naming the four and where they are.
+        assert!(room_for_shape(&own.path().join("384-cosine")).is_ok());
+        let Err(WitError::Denied(m)) = room_for_shape(&own.path().join("384-dot")) else { panic!("a fifth shape") };
+        assert!(m.contains("4 shapes") && m.contains("64-cosine") && m.contains("remove"), "{m}");
+        // A corpus never opened yet (no directory at all) has room.
+        assert!(room_for_shape(&own.path().join("none/64-cosine")).is_ok());
     }
 }
