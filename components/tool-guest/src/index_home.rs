@@ -55,6 +55,53 @@ pub fn open(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tool::{Model, TokenSpan};
+    use rag_core::corpus::Metric;
+    use std::cell::RefCell;
+
+    /// An environment whose host refuses every corpus, as a host without a cache directory
+    /// refuses `self`; it keeps its log.
+    #[derive(Default)]
+    struct NoCorpora(RefCell<Vec<String>>);
+
+    impl BaseEnv for NoCorpora {
+        fn model(&self) -> Model {
+            Model { id: "m".into(), dimension: 4, max_tokens: 16 }
+        }
+        fn embed(&self, _: &[String], _: bool) -> Result<Vec<Vec<f32>>, ToolError> {
+            unreachable!("not embedded here")
+        }
+        fn count_tokens(&self, _: &[String]) -> Result<Vec<u32>, ToolError> {
+            unreachable!("not counted here")
+        }
+        fn token_spans(&self, _: &[String]) -> Result<Vec<Vec<TokenSpan>>, ToolError> {
+            unreachable!("not tokenised here")
+        }
+        fn read_file(&self, path: &str, _: u64) -> Result<Vec<u8>, ToolError> {
+            Err(ToolError::NotFound(path.into()))
+        }
+        fn log(&self, line: &str) {
+            self.0.borrow_mut().push(line.to_string());
+        }
+        fn progress(&self, _: &str, _: u64, _: u64, _: &str) {}
+        fn open_corpus(&self, name: &str, _: Shape) -> Result<Rc<dyn Corpus>, ToolError> {
+            Err(ToolError::Denied(format!("corpus {name}: this host has no cache directory")))
+        }
+    }
+
+    #[test]
+    fn the_own_corpus_falls_back_to_memory_and_says_so_and_a_named_one_does_not() {
+        let env = NoCorpora::default();
+        let shape = Shape { dimension: 4, metric: Metric::Cosine };
+        let (corpus, kept) = open(&env, Some(OWN), shape).unwrap();
+        assert_eq!(kept, None);
+        // A working corpus in memory, empty, of the shape asked for.
+        assert!(corpus.nearest(&[1.0, 0.0, 0.0, 0.0], 3, &rag_core::corpus::Filter::default()).unwrap().is_empty());
+        let log = env.0.borrow().join("\n");
+        assert!(log.contains("no cache directory") && log.contains("kept in this instance's memory"), "{log}");
+        assert!(matches!(open(&env, Some("manual"), shape), Err(ToolError::Denied(_))));
+        assert_eq!(open(&env, None, shape).unwrap().1, None);
+    }
 
     #[test]
     fn the_config_names_the_corpus() {
