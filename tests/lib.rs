@@ -176,20 +176,9 @@ impl Drop for TestEnv {
     }
 }
 
-/// The generation numbers on disk in local corpus directory `dir`, newest first.
-pub fn corpus_generations(dir: &Path) -> Vec<u64> {
-    let mut n: Vec<u64> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter_map(|e| {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    name.strip_prefix("gen-")?.strip_suffix(".qcorpus")?.parse().ok()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    n.sort_unstable_by(|a, b| b.cmp(a));
-    n
+/// The generation committed in local corpus directory `dir` (`None`: no database there).
+pub fn corpus_generation(dir: &Path) -> Option<u64> {
+    quarry_corpus::LocalCorpus::stored_generation(dir)
 }
 
 impl Default for TestEnv {

@@ -198,9 +198,9 @@ async fn corpus_backends(fake: &FakeCluster) {
     let local_host = env.host(&chapter_config(fake, false)).await;
     let shape = Shape { dimension: 384, metric: Metric::Cosine };
     let built = LocalCorpus::open(&env.path("corpus"), shape).expect("the local corpus");
-    let g = built.snapshot();
-    let ids = g.list(&Filter::all(), 0, usize::MAX);
-    let records: Vec<Change> = g.get(&ids).into_iter().flatten().map(Change::Upsert).collect();
+    let g = built.snapshot().expect("a snapshot");
+    let ids = g.list(&Filter::all(), 0, usize::MAX).expect("the ids");
+    let records: Vec<Change> = g.get(&ids).expect("the chunks").into_iter().flatten().map(Change::Upsert).collect();
     let n = records.len();
 
     // Ingest: the same chunks committed into a fresh corpus of each kind.
@@ -234,7 +234,7 @@ async fn corpus_backends(fake: &FakeCluster) {
         "seconds",
         "chunks/s"
     );
-    println!("{:<52} {:>10.2} {:>12.0}", "local corpus (one generation file)", local_s, n as f64 / local_s);
+    println!("{:<52} {:>10.2} {:>12.0}", "local corpus (SQLite)", local_s, n as f64 / local_s);
     println!("{:<52} {:>10.2} {:>12.0}", "Couchbase corpus (fake cluster, loopback)", remote_s, n as f64 / remote_s);
     // What a corpus costs to keep, per 1,000 chunks: the documents' JSON as the data service
     // stores it (before its own per-document overhead and compression), beside the local

@@ -70,7 +70,7 @@ async fn a_couchbase_corpus_answers_as_a_local_one() {
     let notes = Some(r#"{"built":"yes"}"#.to_string());
     assert_eq!(remote.commit(&lease, manual(), notes.clone()).await.unwrap(), 1);
     assert_eq!(local.commit(manual(), notes).unwrap(), 1);
-    let g = local.snapshot();
+    let g = local.snapshot().unwrap();
 
     let info = remote.info().await.unwrap();
     assert_eq!((info.generation, info.chunks, info.notes.as_str()), (1, 4, r#"{"built":"yes"}"#));
@@ -83,7 +83,7 @@ async fn a_couchbase_corpus_answers_as_a_local_one() {
     }
     for f in [Filter::exact("chapter", "90.11"), under("12."), under("90.1"), Filter::exact("chapter", "none")] {
         assert_eq!(ids(&remote.nearest(&q, 4, &f).await.unwrap()), ids(&g.nearest(&q, 4, &f).unwrap()), "{f:?}");
-        assert_eq!(remote.list(&f, 0, 10).await.unwrap(), g.list(&f, 0, 10), "{f:?}");
+        assert_eq!(remote.list(&f, 0, 10).await.unwrap(), g.list(&f, 0, 10).unwrap(), "{f:?}");
     }
     let words = remote.keyword("checksums", Some(&[0.0, 1.0, 0.0, 0.0]), 3, &Filter::all()).await.unwrap();
     assert_eq!(ids(&words), ["c"]);
@@ -111,8 +111,8 @@ async fn a_couchbase_corpus_answers_as_a_local_one() {
     );
     assert_eq!(searches(&fake), before);
     let asked: Vec<String> = ["b", "zz", "d"].map(String::from).to_vec();
-    assert_eq!(remote.get(&asked).await.unwrap(), g.get(&asked));
-    assert_eq!(remote.list(&Filter::all(), 1, 2).await.unwrap(), g.list(&Filter::all(), 1, 2));
+    assert_eq!(remote.get(&asked).await.unwrap(), g.get(&asked).unwrap());
+    assert_eq!(remote.list(&Filter::all(), 1, 2).await.unwrap(), g.list(&Filter::all(), 1, 2).unwrap());
 
     let docs = fake.documents("travel", "inventory", "hotels");
     let (_, b) = docs.iter().find(|(k, _)| k == "b").unwrap();
@@ -504,20 +504,23 @@ async fn check_a_cluster(v: &[String]) {
     let local = LocalCorpus::open(dir.path(), SHAPE).unwrap();
     local.commit(manual(), None).unwrap();
     let q = [0.8, 0.3, 0.1, 0.0];
-    let want = local.snapshot().nearest(&q, 4, &Filter::all()).unwrap();
+    let want = local.snapshot().unwrap().nearest(&q, 4, &Filter::all()).unwrap();
     assert_eq!(ids(&corpus.nearest(&q, 4, &Filter::all()).await.unwrap()), ids(&want));
     // Keyword search: the local BM25's order and scores (the cluster's analyzer and counts).
     for query in ["bandwidth limits", "checksums and hashes", "parallel transfers"] {
-        let want = local.snapshot().keyword(query, None, 4, &Filter::all()).unwrap();
+        let want = local.snapshot().unwrap().keyword(query, None, 4, &Filter::all()).unwrap();
         let got = corpus.keyword(query, None, 4, &Filter::all()).await.unwrap();
         assert_eq!(ids(&got), ids(&want), "{query:?}");
         for (a, b) in got.iter().zip(&want) {
             assert!((a.score - b.score).abs() < 1e-4, "{query:?}: {a:?} vs {b:?}");
         }
     }
-    assert_eq!(corpus.list(&under("90.1"), 0, 10).await.unwrap(), local.snapshot().list(&under("90.1"), 0, 10));
+    assert_eq!(
+        corpus.list(&under("90.1"), 0, 10).await.unwrap(),
+        local.snapshot().unwrap().list(&under("90.1"), 0, 10).unwrap()
+    );
     let asked: Vec<String> = ["b", "d"].map(String::from).to_vec();
-    assert_eq!(corpus.get(&asked).await.unwrap(), local.snapshot().get(&asked));
+    assert_eq!(corpus.get(&asked).await.unwrap(), local.snapshot().unwrap().get(&asked).unwrap());
     let second = corpus.commit(&lease, vec![Change::Remove("a".into())], None).await.unwrap();
     assert_eq!(second, first + 1);
     assert!(corpus.get(&["a".to_string()]).await.unwrap()[0].is_none());

@@ -2,13 +2,13 @@
 //! per-store [`State`], and the one copy of each corpus per host process ([`Shared`]).
 //!
 //! - **One copy per host.** Every store that opens corpus `NAME` gets the same [`Shared`]: one
-//!   [`LocalCorpus`], so one generation in memory, however many instances and pool members
-//!   search it. It lives while a store holds it.
+//!   [`LocalCorpus`] (one database connection for writing, a few for reading), however many
+//!   instances and pool members search it. It lives while a store holds it.
 //! - **The lease.** `write` takes the corpus's lease: in this process a queue (a fair mutex), and
 //!   across processes a `flock` on the directory's `.lease`; a writer waits at most until its
-//!   call's deadline, then gets `busy`. Readers never wait for it. With the lease taken, the
-//!   corpus takes up any generation another process committed, so the writer reads what it
-//!   builds on.
+//!   call's deadline, then gets `busy`. Readers never wait for it. Every read sees what is
+//!   committed at the time of the call, by this process or another, so the writer reads what
+//!   it builds on.
 //! - **A writer lasts one call.** Its `commit` gives the lease back, and so does the end of the
 //!   guest call that took it ([`State::end_call`]): an uncommitted batch is dropped then, and
 //!   said in the log. A guest that keeps a writer handle across calls (in a static) keeps a
@@ -100,7 +100,7 @@ pub struct Shared {
 
 /// Where an open corpus is kept.
 enum Kept {
-    /// On this host's disk: one generation in memory, searched here.
+    /// On this host's disk, in an SQLite database, searched here.
     Local(LocalCorpus),
     /// In a Couchbase collection: searched by the cluster, nothing kept here.
     #[cfg(feature = "couchbase")]
@@ -234,7 +234,10 @@ fn wit_message(e: &WitError) -> &str {
 
 fn from_corpus(name: &str, e: CorpusError) -> WitError {
     match e {
-        CorpusError::Io { .. } => WitError::Unavailable(format!("corpus {name}: {e}")),
+        CorpusError::Io { .. } | CorpusError::Store { .. } | CorpusError::Newer { .. } => {
+            WitError::Unavailable(format!("corpus {name}: {e}"))
+        }
+        CorpusError::Busy { .. } | CorpusError::Stopped => WitError::Busy(e.to_string()),
         CorpusError::Shape { .. } => WitError::Shape(e.to_string()),
         CorpusError::Dimensions { .. } | CorpusError::Full { .. } => WitError::Invalid(e.to_string()),
         CorpusError::Batch(b) => from_rag(b),
@@ -262,24 +265,43 @@ impl Shared {
         }
     }
 
-    async fn info(&self) -> Wit<crate::Info> {
+    /// `read` on a snapshot of the local corpus, off the async runtime (a read is file I/O).
+    async fn local<T: Send + 'static>(
+        self: &Arc<Self>,
+        read: impl FnOnce(&crate::Snapshot) -> Result<T, CorpusError> + Send + 'static,
+    ) -> Wit<T> {
+        let shared = self.clone();
+        let name = self.section.name.clone();
+        tokio::task::spawn_blocking(move || {
+            #[allow(irrefutable_let_patterns, reason = "one backend in a host without Couchbase")]
+            let Kept::Local(c) = &shared.kept else { unreachable!("called for a local corpus") };
+            c.snapshot().and_then(|s| read(&s)).map_err(|e| from_corpus(&name, e))
+        })
+        .await
+        .map_err(|e| WitError::Unavailable(format!("reading corpus {} failed: {e}", self.section.name)))?
+    }
+
+    async fn info(self: &Arc<Self>) -> Wit<crate::Info> {
         match &self.kept {
-            Kept::Local(c) => Ok(c.snapshot().info()),
+            Kept::Local(_) => self.local(|s| s.info()).await,
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => Box::pin(c.info()).await.map_err(from_rag),
         }
     }
 
-    async fn nearest(&self, vector: &[f32], k: usize, filter: &Filter) -> Wit<Vec<crate::Found>> {
+    async fn nearest(self: &Arc<Self>, vector: &[f32], k: usize, filter: &Filter) -> Wit<Vec<crate::Found>> {
         match &self.kept {
-            Kept::Local(c) => c.snapshot().nearest(vector, k, filter).map_err(from_rag),
+            Kept::Local(_) => {
+                let (vector, filter) = (vector.to_vec(), filter.clone());
+                self.local(move |s| s.nearest(&vector, k, &filter)).await
+            }
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => Box::pin(c.nearest(vector, k, filter)).await.map_err(from_rag),
         }
     }
 
     async fn keyword(
-        &self,
+        self: &Arc<Self>,
         query: &str,
         similar_to: Option<&[f32]>,
         k: usize,
@@ -287,35 +309,34 @@ impl Shared {
         deadline: Instant,
     ) -> Wit<Vec<crate::Found>> {
         match &self.kept {
-            Kept::Local(c) => {
-                // Off the async runtime, and stopped at the call's deadline: the work ends when
-                // the call does.
-                let (snapshot, query, similar_to, filter) =
-                    (c.snapshot(), query.to_string(), similar_to.map(<[f32]>::to_vec), filter.clone());
+            Kept::Local(_) => {
+                // Stopped at the call's deadline: the work ends when the call does.
+                let (query, similar_to, filter) = (query.to_string(), similar_to.map(<[f32]>::to_vec), filter.clone());
                 let stop = move || Instant::now() >= deadline;
-                tokio::task::spawn_blocking(move || {
-                    snapshot.keyword_until(&query, similar_to.as_deref(), k, &filter, &stop)
-                })
-                .await
-                .map_err(|e| WitError::Unavailable(format!("the keyword search failed: {e}")))?
-                .map_err(from_rag)
+                self.local(move |s| s.keyword_until(&query, similar_to.as_deref(), k, &filter, &stop)).await
             }
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => Box::pin(c.keyword(query, similar_to, k, filter)).await.map_err(from_rag),
         }
     }
 
-    async fn get(&self, ids: &[String]) -> Wit<Vec<Option<Record>>> {
+    async fn get(self: &Arc<Self>, ids: &[String]) -> Wit<Vec<Option<Record>>> {
         match &self.kept {
-            Kept::Local(c) => Ok(c.snapshot().get(ids)),
+            Kept::Local(_) => {
+                let ids = ids.to_vec();
+                self.local(move |s| s.get(&ids)).await
+            }
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => Box::pin(c.get(ids)).await.map_err(from_rag),
         }
     }
 
-    async fn list(&self, filter: &Filter, offset: usize, limit: usize) -> Wit<Vec<String>> {
+    async fn list(self: &Arc<Self>, filter: &Filter, offset: usize, limit: usize) -> Wit<Vec<String>> {
         match &self.kept {
-            Kept::Local(c) => Ok(c.snapshot().list(filter, offset, limit)),
+            Kept::Local(_) => {
+                let filter = filter.clone();
+                self.local(move |s| s.list(&filter, offset, limit)).await
+            }
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => Box::pin(c.list(filter, offset, limit)).await.map_err(from_rag),
         }
@@ -617,20 +638,8 @@ impl View<'_> {
                 let dir = shared.section.dir().map(Path::to_path_buf).unwrap_or_default();
                 loop {
                     match LeaseFile::try_take(&dir) {
-                        Ok(Some(lease)) => {
-                            // Another process may have committed while this one waited.
-                            let fresh = shared.clone();
-                            let refreshed = tokio::task::spawn_blocking(move || match &fresh.kept {
-                                Kept::Local(c) => c.refresh().map(|_| ()),
-                                #[cfg(feature = "couchbase")]
-                                Kept::Couchbase(_) => Ok(()),
-                            })
-                            .await;
-                            if let Ok(Err(e)) = refreshed {
-                                return Ok(Err(from_corpus(&name, e)));
-                            }
-                            break WriteLease::Local(lease);
-                        }
+                        // What another process committed meanwhile is what the next read sees.
+                        Ok(Some(lease)) => break WriteLease::Local(lease),
                         Ok(None) if start.elapsed() < wait => tokio::time::sleep(Duration::from_millis(50)).await,
                         Ok(None) => return Ok(Err(busy())),
                         Err(e) => return Ok(Err(from_corpus(&name, e))),
@@ -875,9 +884,9 @@ impl wit::HostWriter for View<'_> {
                 let committed = tokio::task::spawn_blocking(move || {
                     #[allow(irrefutable_let_patterns, reason = "one backend in a host without Couchbase")]
                     let Kept::Local(corpus) = &shared.kept else { unreachable!("matched above") };
-                    let serving = corpus.snapshot().number();
+                    let serving = corpus.snapshot().map(|s| s.number()).unwrap_or_default();
                     corpus.commit(changes, notes).map_err(|e| match e {
-                        CorpusError::Io { .. } => WitError::Unavailable(format!(
+                        CorpusError::Io { .. } | CorpusError::Store { .. } => WitError::Unavailable(format!(
                             "corpus {name} cannot save ({e}); it keeps serving generation {serving} read-only: free space or raise the quota where it is kept"
                         )),
                         e => from_corpus(&name, e),

@@ -1,0 +1,394 @@
+//! Reads: a [`Snapshot`] is a connection in a read transaction, so every search it answers
+//! sees one committed generation, whatever is committed meanwhile (WAL keeps it).
+//!
+//! - kNN is exact: the vectors of the chunks a filter lets through, fetched by their number
+//!   (or all of them, scanned in order, when the filter lets most through or there is none).
+//! - BM25 is rag-core's formula over counts from the store: each query term's postings and
+//!   document frequency from FTS5 (`postings_at`, `postings_row`), each chunk's length from
+//!   `chunks`, the corpus's from `meta`. A filter that leaves few chunks is scored from those
+//!   chunks' own terms, so its cost is theirs, not the corpus's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use rag_core::bm25::{mean_length, term_score, terms};
+use rag_core::corpus::{Filter, Found, Info, Match, Metric, Record, Shape, check_vector, normalised};
+
+use crate::CorpusError;
+use crate::store::{self, Totals};
+
+/// Read connections kept for the next snapshot.
+pub type Pool = Arc<Mutex<Vec<Connection>>>;
+/// Connections a pool keeps; more are opened when more readers come at once, and closed after.
+const KEEP: usize = 8;
+/// A filter that leaves at most this many chunks is scored from their own texts.
+const FEW: usize = 2_000;
+
+/// One committed generation, readable until dropped; see the module docs.
+pub struct Snapshot {
+    conn: Option<Connection>,
+    pool: Pool,
+    dir: std::path::PathBuf,
+    shape: Shape,
+    totals: Totals,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take()
+            && c.execute_batch("ROLLBACK").is_ok()
+        {
+            let mut pool = self.pool.lock();
+            if pool.len() < KEEP {
+                pool.push(c);
+            }
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, CorpusError>;
+
+impl Snapshot {
+    /// The generation committed now, from a connection of `pool` (or a new one).
+    pub fn take(dir: &std::path::Path, pool: &Pool, shape: Shape) -> Result<Snapshot> {
+        let err = |e| store::error(dir, e);
+        let conn = match pool.lock().pop() {
+            Some(c) => c,
+            None => store::connect(&store::path(dir)).map_err(err)?,
+        };
+        conn.execute_batch("BEGIN").map_err(err)?;
+        // The first read fixes what the transaction sees.
+        let totals = store::totals(&conn).map_err(err)?;
+        Ok(Snapshot { conn: Some(conn), pool: pool.clone(), dir: dir.to_path_buf(), shape, totals })
+    }
+
+    fn c(&self) -> &Connection {
+        self.conn.as_ref().expect("held until drop")
+    }
+
+    fn err(&self, e: rusqlite::Error) -> CorpusError {
+        store::error(&self.dir, e)
+    }
+
+    /// Its generation number.
+    pub fn number(&self) -> u64 {
+        self.totals.generation
+    }
+
+    /// Chunks in it.
+    pub fn len(&self) -> u64 {
+        self.totals.chunks
+    }
+
+    /// Whether it holds no chunk.
+    pub fn is_empty(&self) -> bool {
+        self.totals.chunks == 0
+    }
+
+    /// The corpus's state.
+    pub fn info(&self) -> Result<Info> {
+        let notes = store::notes(self.c()).map_err(|e| self.err(e))?;
+        Ok(Info { generation: self.totals.generation, chunks: self.totals.chunks, notes })
+    }
+
+    fn query(&self, vector: &[f32]) -> Result<Vec<f32>> {
+        check_vector(self.shape, None, vector)?;
+        Ok(match self.shape.metric {
+            Metric::Cosine => normalised(vector.to_vec()),
+            Metric::Dot => vector.to_vec(),
+        })
+    }
+
+    /// The numbers of the chunks `filter` lets through, ascending; `None` for every chunk.
+    fn allowed(&self, filter: &Filter) -> Result<Option<Vec<i64>>> {
+        if filter.is_empty() {
+            return Ok(None);
+        }
+        let mut out: Option<Vec<i64>> = None;
+        let c = self.c();
+        for clause in &filter.0 {
+            let mut hit = Vec::new();
+            for v in &clause.values {
+                let rows = match clause.how {
+                    Match::Exact => {
+                        let mut s = c
+                            .prepare_cached("SELECT n FROM fields WHERE field = ?1 AND value = ?2")
+                            .map_err(|e| self.err(e))?;
+                        s.query_map(params![clause.field, v], |r| r.get::<_, i64>(0))
+                            .and_then(|r| r.collect::<rusqlite::Result<Vec<i64>>>())
+                    }
+                    Match::Prefix => {
+                        // Every value that starts with `v` sorts at or after it and before `v`
+                        // followed by the greatest character.
+                        let mut s = c
+                            .prepare_cached(
+                                "SELECT n FROM fields WHERE field = ?1 AND value >= ?2 AND value < ?2 || char(1114111)",
+                            )
+                            .map_err(|e| self.err(e))?;
+                        s.query_map(params![clause.field, v], |r| r.get::<_, i64>(0))
+                            .and_then(|r| r.collect::<rusqlite::Result<Vec<i64>>>())
+                    }
+                };
+                hit.extend(rows.map_err(|e| self.err(e))?);
+            }
+            hit.sort_unstable();
+            hit.dedup();
+            out = Some(match out {
+                None => hit,
+                Some(prev) => prev.into_iter().filter(|n| hit.binary_search(n).is_ok()).collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn read_vector(bytes: &[u8], into: &mut Vec<f32>) {
+        into.clear();
+        into.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+    }
+
+    fn vector(&self, n: i64) -> Result<Option<Vec<f32>>> {
+        let c = self.c();
+        let mut s = c.prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
+        let blob: Option<Vec<u8>> = s.query_row([n], |r| r.get(0)).optional().map_err(|e| self.err(e))?;
+        Ok(blob.map(|b| {
+            let mut v = Vec::new();
+            Self::read_vector(&b, &mut v);
+            v
+        }))
+    }
+
+    fn ids(&self, ns: &[i64]) -> Result<Vec<String>> {
+        let c = self.c();
+        let mut s = c.prepare_cached("SELECT id FROM chunks WHERE n = ?1").map_err(|e| self.err(e))?;
+        ns.iter().map(|&n| s.query_row([n], |r| r.get(0)).map_err(|e| self.err(e))).collect()
+    }
+
+    /// The `k` chunks whose vectors are nearest `vector` among those `filter` lets through,
+    /// best first, ties in the order the chunks were added.
+    pub fn nearest(&self, vector: &[f32], k: usize, filter: &Filter) -> Result<Vec<Found>> {
+        let query = self.query(vector)?;
+        let allowed = self.allowed(filter)?;
+        let mut scored: Vec<(i64, f32)> = Vec::new();
+        let mut v = Vec::with_capacity(self.shape.dimension);
+        let c = self.c();
+        match &allowed {
+            // Few: fetched one by one.
+            Some(ns) if ns.len().saturating_mul(4) < self.totals.chunks as usize => {
+                let mut s = c.prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
+                for &n in ns {
+                    let found = s
+                        .query_row([n], |r| {
+                            Self::read_vector(r.get_ref(0)?.as_blob()?, &mut v);
+                            Ok(())
+                        })
+                        .optional()
+                        .map_err(|e| self.err(e))?;
+                    if found.is_some() {
+                        scored.push((n, rag_core::score::dot(&query, &v)));
+                    }
+                }
+            }
+            // Most or all: one scan in order.
+            _ => {
+                let mut s = c.prepare_cached("SELECT n, v FROM vectors ORDER BY n").map_err(|e| self.err(e))?;
+                let mut rows = s.query([]).map_err(|e| self.err(e))?;
+                while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+                    let n: i64 = r.get(0).map_err(|e| self.err(e))?;
+                    if allowed.as_ref().is_some_and(|a| a.binary_search(&n).is_err()) {
+                        continue;
+                    }
+                    Self::read_vector(r.get_ref(1).and_then(|b| Ok(b.as_blob()?)).map_err(|e| self.err(e))?, &mut v);
+                    scored.push((n, rag_core::score::dot(&query, &v)));
+                }
+            }
+        }
+        let best = best(scored, k);
+        let ids = self.ids(&best.iter().map(|b| b.0).collect::<Vec<_>>())?;
+        Ok(ids.into_iter().zip(best).map(|(id, (_, score))| Found { id, score, similarity: None }).collect())
+    }
+
+    /// The chunks holding `term` (as stored) and how often each does, ascending.
+    fn postings(&self, term: &str) -> Result<Vec<(i64, u32)>> {
+        let c = self.c();
+        let mut s = c.prepare_cached("SELECT doc FROM postings_at WHERE term = ?1").map_err(|e| self.err(e))?;
+        let mut rows = s.query([term]).map_err(|e| self.err(e))?;
+        let mut out: Vec<(i64, u32)> = Vec::new();
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let n: i64 = r.get(0).map_err(|e| self.err(e))?;
+            match out.last_mut() {
+                Some((m, f)) if *m == n => *f += 1,
+                _ => out.push((n, 1)),
+            }
+        }
+        out.sort_unstable_by_key(|p| p.0);
+        Ok(out)
+    }
+
+    /// How many chunks hold `term` (as stored).
+    fn document_frequency(&self, term: &str) -> Result<u64> {
+        let c = self.c();
+        let mut s = c.prepare_cached("SELECT doc FROM postings_row WHERE term = ?1").map_err(|e| self.err(e))?;
+        let df: Option<i64> = s.query_row([term], |r| r.get(0)).optional().map_err(|e| self.err(e))?;
+        Ok(df.unwrap_or(0).max(0) as u64)
+    }
+
+    /// [`Snapshot::keyword_until`] with no deadline.
+    pub fn keyword(&self, query: &str, similar_to: Option<&[f32]>, k: usize, filter: &Filter) -> Result<Vec<Found>> {
+        self.keyword_until(query, similar_to, k, filter, &|| false)
+    }
+
+    /// The `k` best chunks for `query` by BM25 among those `filter` lets through, each with its
+    /// similarity to `similar_to` when given; given up with [`CorpusError::Stopped`] as soon
+    /// as `stop` says so (asked before each query term).
+    pub fn keyword_until(
+        &self,
+        query: &str,
+        similar_to: Option<&[f32]>,
+        k: usize,
+        filter: &Filter,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Found>> {
+        let similar_to = similar_to.map(|v| self.query(v)).transpose()?;
+        if self.totals.chunks == 0 {
+            return Ok(Vec::new());
+        }
+        let n = self.totals.chunks as f32;
+        let avg = mean_length(self.totals.terms, self.totals.chunks);
+        let mut q = terms(query);
+        q.sort();
+        q.dedup();
+        let allowed = self.allowed(filter)?;
+        let mut scores: HashMap<i64, f32> = HashMap::new();
+        match &allowed {
+            Some(ns) if ns.len() <= FEW => {
+                // Each allowed chunk's own terms: its length and term counts.
+                let c = self.c();
+                let mut s = c.prepare_cached("SELECT text FROM chunks WHERE n = ?1").map_err(|e| self.err(e))?;
+                let mut counted: Vec<(i64, usize, HashMap<String, u32>)> = Vec::with_capacity(ns.len());
+                for &m in ns {
+                    let text: Option<String> = s.query_row([m], |r| r.get(0)).optional().map_err(|e| self.err(e))?;
+                    let Some(text) = text else { continue };
+                    let ts = terms(&text);
+                    let mut tf: HashMap<String, u32> = HashMap::new();
+                    for t in &ts {
+                        if q.binary_search(t).is_ok() {
+                            *tf.entry(t.clone()).or_insert(0) += 1;
+                        }
+                    }
+                    counted.push((m, ts.len(), tf));
+                }
+                for t in &q {
+                    if stop() {
+                        return Err(CorpusError::Stopped);
+                    }
+                    if !counted.iter().any(|(_, _, tf)| tf.contains_key(t)) {
+                        continue;
+                    }
+                    let df = self.document_frequency(&store::token(t))? as f32;
+                    for (m, len, tf) in &counted {
+                        if let Some(&f) = tf.get(t) {
+                            *scores.entry(*m).or_insert(0.0) += term_score(f as f32, *len as f32, df, n, avg);
+                        }
+                    }
+                }
+            }
+            _ => {
+                let mut lengths: HashMap<i64, f32> = HashMap::new();
+                let c = self.c();
+                let mut s = c.prepare_cached("SELECT terms FROM chunks WHERE n = ?1").map_err(|e| self.err(e))?;
+                for t in &q {
+                    if stop() {
+                        return Err(CorpusError::Stopped);
+                    }
+                    let postings = self.postings(&store::token(t))?;
+                    let df = postings.len() as f32;
+                    for (m, f) in postings {
+                        if allowed.as_ref().is_some_and(|a| a.binary_search(&m).is_err()) {
+                            continue;
+                        }
+                        let len = match lengths.get(&m) {
+                            Some(&l) => l,
+                            None => {
+                                let l: i64 = s.query_row([m], |r| r.get(0)).map_err(|e| self.err(e))?;
+                                lengths.insert(m, l as f32);
+                                l as f32
+                            }
+                        };
+                        *scores.entry(m).or_insert(0.0) += term_score(f as f32, len, df, n, avg);
+                    }
+                }
+            }
+        }
+        let best = best(scores.into_iter().filter(|&(_, s)| s > 0.0).collect(), k);
+        let ids = self.ids(&best.iter().map(|b| b.0).collect::<Vec<_>>())?;
+        let mut out = Vec::with_capacity(best.len());
+        for (id, (m, score)) in ids.into_iter().zip(best) {
+            let similarity = match &similar_to {
+                Some(q) => self.vector(m)?.map(|v| rag_core::score::dot(q, &v)),
+                None => None,
+            };
+            out.push(Found { id, score, similarity });
+        }
+        Ok(out)
+    }
+
+    /// The chunks of `ids`, in order (`None` for an id it does not hold).
+    pub fn get(&self, ids: &[String]) -> Result<Vec<Option<Record>>> {
+        let c = self.c();
+        let mut s =
+            c.prepare_cached("SELECT n, text, metadata, fields FROM chunks WHERE id = ?1").map_err(|e| self.err(e))?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let row = s
+                .query_row([id], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get(2)?, r.get::<_, String>(3)?))
+                })
+                .optional()
+                .map_err(|e| self.err(e))?;
+            out.push(match row {
+                None => None,
+                Some((n, text, metadata, fields)) => Some(Record {
+                    id: id.clone(),
+                    text,
+                    metadata,
+                    fields: serde_json::from_str(&fields).unwrap_or_default(),
+                    vector: self.vector(n)?.unwrap_or_default(),
+                }),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Ids of the chunks `filter` lets through, from the `offset`th on, at most `limit`, in the
+    /// order they were first added.
+    pub fn list(&self, filter: &Filter, offset: usize, limit: usize) -> Result<Vec<String>> {
+        match self.allowed(filter)? {
+            Some(ns) => {
+                let page: Vec<i64> = ns.into_iter().skip(offset).take(limit).collect();
+                self.ids(&page)
+            }
+            None => {
+                let c = self.c();
+                let mut s =
+                    c.prepare_cached("SELECT id FROM chunks ORDER BY n LIMIT ?1 OFFSET ?2").map_err(|e| self.err(e))?;
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+                s.query_map(params![limit, offset], |r| r.get(0)).and_then(|r| r.collect()).map_err(|e| self.err(e))
+            }
+        }
+    }
+}
+
+/// The `k` best of `scored`, best first, ties by number (the order chunks were added).
+fn best(mut scored: Vec<(i64, f32)>, k: usize) -> Vec<(i64, f32)> {
+    let order = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if k < scored.len() {
+        scored.select_nth_unstable_by(k, order);
+        scored.truncate(k);
+    }
+    scored.sort_by(order);
+    scored
+}
