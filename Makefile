@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase profile eval eval-couchbase eval-docx
+.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase bench-corpus profile eval eval-couchbase eval-docx
 
 setup:
 	rustup target add wasm32-wasip2
@@ -128,6 +128,11 @@ profile: setup models
 bench-couchbase: setup
 	$(CARGO) build --release -p quarry
 	$(CARGO) bench -p quarry-tests --bench couchbase
+
+# The local corpus (SQLite) at 10,000, 100,000 and 1,000,000 chunks: add one document, open,
+# kNN and BM25 with and without a filter, RSS; beside the format before it up to 50,000.
+bench-corpus: setup
+	QUARRY_BENCH_CORPUS_SIZES=$${QUARRY_BENCH_CORPUS_SIZES:-10000,100000,1000000} $(CARGO) bench -p quarry-corpus --bench corpus
 
 # Pulling a component by digest from the loopback registry: cold cache beside cached, and push.
 bench-oci: setup
