@@ -45,7 +45,7 @@ answer="$(user quarry --config quarry.toml call manual.search '{"question": "How
 took=$((SECONDS - start))
 echo "$answer" | grep -q -- '--bwlimit' || fail "the answer has no --bwlimit: $answer"
 # The index is the instance's own corpus, kept by the host in the user's cache.
-ls "$work"/home/.cache/quarry/instances/manual-*/corpus/*/gen-*.qcorpus >/dev/null 2>&1 \
+ls "$work"/home/.cache/quarry/instances/manual-*/corpus/*/corpus.sqlite >/dev/null 2>&1 \
   || fail "no index in the instance's own corpus: $(find "$work/home/.cache" -maxdepth 4 | head -20)"
 
 # CrewAI's adapter starts the installed quarry itself (README's example).
