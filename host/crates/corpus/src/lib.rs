@@ -502,6 +502,87 @@ mod tests {
         assert!(large < 200_000, "one chunk of ~850 bytes wrote {large}");
     }
 
+    /// The store searches as rag-core's in-memory `Collection` does (what a tool keeping its
+    /// own corpus runs, and what the format before this store searched): on the bundled rclone
+    /// manual's paragraphs and words with inner marks and CJK, the same ids in the same order
+    /// with the same scores, for kNN and for BM25 (through FTS5's postings unfiltered, through
+    /// the chunks' own terms filtered), after upserts and removals.
+    #[test]
+    fn searches_score_as_the_in_memory_collection_does() {
+        let manual =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../demo/rclone/MANUAL.md")).unwrap();
+        let mut texts: Vec<String> =
+            manual.split("\n\n").filter(|p| p.len() > 40).take(600).map(str::to_string).collect();
+        texts.extend(
+            ["don't use 3.14 as v1.2's value", "数据库的索引 and the index", "e-mail o'clock 3.14"].map(String::from),
+        );
+        let shape = Shape { dimension: 16, metric: Metric::Cosine };
+        let mut seed = 7u64;
+        let mut vector = || {
+            (0..16)
+                .map(|_| {
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    (seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+                })
+                .collect::<Vec<f32>>()
+        };
+        let changes: Vec<Change> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                Change::Upsert(Record {
+                    id: format!("c{i}"),
+                    text: t.clone(),
+                    vector: vector(),
+                    metadata: "{}".into(),
+                    fields: [("part".to_string(), vec![format!("p{}", i % 7)])].into(),
+                })
+            })
+            .collect();
+        let later: Vec<Change> = (0..40)
+            .map(|i| Change::Remove(format!("c{}", i * 13)))
+            .chain((0..20).map(|i| {
+                Change::Upsert(Record {
+                    id: format!("c{}", i * 29),
+                    text: texts[i * 3].clone() + " bandwidth",
+                    vector: vector(),
+                    metadata: "{}".into(),
+                    fields: [("part".to_string(), vec!["p9".to_string()])].into(),
+                })
+            }))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = LocalCorpus::open(dir.path(), shape).unwrap();
+        corpus.commit(changes.clone(), None).unwrap();
+        corpus.commit(later.clone(), None).unwrap();
+        let memory =
+            rag_core::corpus::Collection::empty(shape).apply(changes, None).unwrap().apply(later, None).unwrap();
+        let g = corpus.snapshot().unwrap();
+        assert_eq!(g.len() as usize, memory.entries().len());
+        let same = |what: &str, a: Vec<Found>, b: Vec<Found>| {
+            let pairs = |v: &[Found]| v.iter().map(|f| (f.id.clone(), f.score)).collect::<Vec<_>>();
+            assert_eq!(pairs(&a), pairs(&b), "{what}");
+            assert!(!a.is_empty(), "{what}: found nothing");
+        };
+        let filters = [Filter::all(), Filter::exact("part", "p3"), Filter::exact("part", "p9")];
+        for q in ["bandwidth limit timetable", "remote config password", "don't 3.14", "数据库 index", "the"] {
+            for f in &filters {
+                let (a, b) = (g.keyword(q, None, 10, f).unwrap(), memory.keyword(q, None, 10, f).unwrap());
+                if b.is_empty() {
+                    assert!(a.is_empty(), "{q} {f:?}");
+                    continue;
+                }
+                same(&format!("keyword {q:?} {f:?}"), a, b);
+            }
+        }
+        for f in &filters {
+            let q = vector();
+            same(&format!("nearest {f:?}"), g.nearest(&q, 10, f).unwrap(), memory.nearest(&q, 10, f).unwrap());
+        }
+        assert_eq!(g.list(&filters[2], 0, 100).unwrap(), memory.list(&filters[2], 0, 100));
+        assert_eq!(g.list(&Filter::all(), 5, 50).unwrap(), memory.list(&Filter::all(), 5, 50));
+    }
+
     /// Another dimension or metric than the stored one is refused, and so are vectors of another
     /// dimension, clearly; nothing is committed.
     #[test]
