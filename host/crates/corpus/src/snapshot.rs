@@ -5,7 +5,7 @@
 //!   (or all of them, scanned in order, when the filter lets most through or there is none).
 //! - BM25 is rag-core's formula over counts from the store: each query term's postings and
 //!   document frequency from FTS5 (`postings_at`, `postings_row`), each chunk's length from
-//!   `chunks`, the corpus's from `meta`. A filter that leaves few chunks is scored from those
+//!   FTS5's token counts (`postings_docsize`) or its terms, the corpus's from `meta`. A filter that leaves few chunks is scored from those
 //!   chunks' own terms, so its cost is theirs, not the corpus's.
 
 use std::collections::HashMap;
@@ -298,7 +298,10 @@ impl Snapshot {
             _ => {
                 let mut lengths: HashMap<i64, f32> = HashMap::new();
                 let c = self.c();
-                let mut s = c.prepare_cached("SELECT terms FROM chunks WHERE n = ?1").map_err(|e| self.err(e))?;
+                // FTS5's own table of token counts: rows of a few bytes, so a posting's length
+                // is a read from a page of hundreds, where `chunks` would read its text's.
+                let mut s =
+                    c.prepare_cached("SELECT sz FROM postings_docsize WHERE id = ?1").map_err(|e| self.err(e))?;
                 for t in &q {
                     if stop() {
                         return Err(CorpusError::Stopped);
@@ -312,9 +315,10 @@ impl Snapshot {
                         let len = match lengths.get(&m) {
                             Some(&l) => l,
                             None => {
-                                let l: i64 = s.query_row([m], |r| r.get(0)).map_err(|e| self.err(e))?;
-                                lengths.insert(m, l as f32);
-                                l as f32
+                                let sz: Vec<u8> = s.query_row([m], |r| r.get(0)).map_err(|e| self.err(e))?;
+                                let l = varint(&sz) as f32;
+                                lengths.insert(m, l);
+                                l
                             }
                         };
                         *scores.entry(m).or_insert(0.0) += term_score(f as f32, len, df, n, avg);
@@ -382,6 +386,22 @@ impl Snapshot {
     }
 }
 
+/// The first of SQLite's varints in `bytes` (FTS5 keeps a row's token count per column so):
+/// big-endian groups of 7 bits, the high bit saying another follows, the ninth byte whole.
+fn varint(bytes: &[u8]) -> u64 {
+    let mut v = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(9) {
+        if i == 8 {
+            return (v << 8) | u64::from(b);
+        }
+        v = (v << 7) | u64::from(b & 0x7f);
+        if b & 0x80 == 0 {
+            break;
+        }
+    }
+    v
+}
+
 /// The `k` best of `scored`, best first, ties by number (the order chunks were added).
 fn best(mut scored: Vec<(i64, f32)>, k: usize) -> Vec<(i64, f32)> {
     let order = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
@@ -391,4 +411,15 @@ fn best(mut scored: Vec<(i64, f32)>, k: usize) -> Vec<(i64, f32)> {
     }
     scored.sort_by(order);
     scored
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn varints_read_as_sqlite_writes_them() {
+        assert_eq!(super::varint(&[0x05]), 5);
+        assert_eq!(super::varint(&[0x81, 0x00]), 128);
+        assert_eq!(super::varint(&[0x81, 0x80, 0x01]), 16_385);
+        assert_eq!(super::varint(&[]), 0);
+    }
 }
