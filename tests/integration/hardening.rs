@@ -867,7 +867,17 @@ deadline = "60s"
     assert_eq!(listed, ["quarry://quick/r/1"]);
     let slow = host.instance("slow").unwrap();
     assert_eq!(slow.readiness(), quarry::registry::instance::Readiness::Preparing, "the listing waited for it");
-    let change = within(60, changes.recv()).await.unwrap();
+    // quick's own announcement (of its readiness) may still be on its way: slow's is the one
+    // this waits for.
+    let change = within(60, async {
+        loop {
+            let c = changes.recv().await.unwrap();
+            if c.instance != "quick" {
+                break c;
+            }
+        }
+    })
+    .await;
     assert_eq!((change.instance.as_str(), change.kind), ("slow", quarry::capability::client::ListKind::Resources));
     let listed: Vec<String> = within(60, host.resources(caller)).await.unwrap().into_iter().map(|r| r.uri).collect();
     assert_eq!(listed, ["quarry://quick/r/1", "quarry://slow/r/2"]);
