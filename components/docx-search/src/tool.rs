@@ -448,7 +448,7 @@ impl<E: Env> DocxTool<E> {
         let mut writer = corpus.write().map_err(corpus_error)?;
         // Read under the lease: the notes as the last writer left them.
         let info = corpus.info().map_err(corpus_error)?;
-        let mut all: serde_json::Map<String, Value> = serde_json::from_str(&info.notes).unwrap_or_default();
+        let all: serde_json::Map<String, Value> = serde_json::from_str(&info.notes).unwrap_or_default();
         let mut mine = documents(&info.notes);
         let fresh: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
         for (source, _) in &docs {
@@ -470,8 +470,8 @@ impl<E: Env> DocxTool<E> {
             writer.upsert(batch.to_vec()).map_err(corpus_error)?;
         }
         mine.extend(docs);
-        all.insert(NOTES_KEY.into(), serde_json::to_value(&mine).unwrap_or_default());
-        writer.set_notes(Value::Object(all).to_string()).map_err(corpus_error)?;
+        // Dropping the writer on an error discards the batch: the corpus stays as it was.
+        writer.set_notes(notes_listing(all, &mine)?).map_err(corpus_error)?;
         writer.commit().map_err(corpus_error)?;
         Ok(())
     }
@@ -803,6 +803,25 @@ pub(crate) struct DocNote {
     pub(crate) chunks: usize,
 }
 
+/// The corpus's notes with `mine` as this tool's documents, or, when they would not fit the
+/// notes' limit, which limit it is and what to do.
+fn notes_listing(
+    mut all: serde_json::Map<String, Value>,
+    mine: &std::collections::BTreeMap<String, DocNote>,
+) -> Result<String, ToolError> {
+    all.insert(NOTES_KEY.into(), serde_json::to_value(mine).unwrap_or_default());
+    let notes = Value::Object(all).to_string();
+    let limit = rag_core::corpus::MAX_NOTES_BYTES;
+    if notes.len() > limit {
+        return Err(ToolError::InvalidConfig(format!(
+            "this corpus cannot list another document: docx-search keeps a line per document (its path, hash and chunk count) in the corpus's notes, which hold at most {limit} bytes, and {} documents need {} bytes; nothing was added. Give this tool another corpus for further documents (corpus = \"NAME\" in its config, a [corpora.NAME] section and its grant), or remove documents from this one",
+            mine.len(),
+            notes.len()
+        )));
+    }
+    Ok(notes)
+}
+
 /// The documents the corpus's notes list as this tool's, by source.
 fn documents(notes: &str) -> std::collections::BTreeMap<String, DocNote> {
     let notes: Value = serde_json::from_str(notes).unwrap_or_default();
@@ -863,5 +882,27 @@ mod schema_tests {
         let general = spec(String::new(), true, 0.4, 5);
         assert_eq!(general.schema, expected(json!(["docx", "search_query"])));
         assert_eq!(spec(String::new(), false, 0.4, 5).schema, expected(json!(["search_query"])));
+    }
+}
+
+#[cfg(test)]
+mod notes_tests {
+    use super::*;
+
+    /// The notes' limit, reached, is named with what to do; below it the listing is the notes.
+    #[test]
+    fn a_listing_past_the_notes_limit_says_which_limit_and_what_to_do() {
+        let note = |i: usize| DocNote { key: format!("k{i}"), sha256: "0".repeat(64), chunks: 12 };
+        let docs = |n: usize| (0..n).map(|i| (format!("/docs/document-{i}.docx"), note(i))).collect();
+        let other: serde_json::Map<String, Value> = [("other".to_string(), json!(1))].into_iter().collect();
+        let fits = notes_listing(other.clone(), &docs(10)).unwrap();
+        assert_eq!(documents(&fits).len(), 10);
+        assert!(fits.contains("\"other\":1"), "another writer's notes are kept: {fits}");
+        let Err(ToolError::InvalidConfig(m)) = notes_listing(other, &docs(1_000)) else { panic!("past the limit") };
+        assert!(
+            m.contains("at most 65536 bytes") && m.contains("1000 documents") && m.contains("another corpus"),
+            "{m}"
+        );
+        assert!(m.contains("nothing was added"), "{m}");
     }
 }

@@ -21,6 +21,11 @@ use crate::vector::VectorIndex;
 /// The most floats a vector may have (OpenAI's largest embeddings have 3,072).
 pub const MAX_DIMENSION: usize = 16_384;
 
+/// The most bytes a corpus's notes ([`Info::notes`]) may hold: the host refuses more at
+/// `set-notes`. Notes are one value, written whole at each commit that sets them, so they are
+/// for a few facts about the corpus, not for a record per document.
+pub const MAX_NOTES_BYTES: usize = 64 << 10;
+
 /// How vectors are compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

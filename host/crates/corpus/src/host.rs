@@ -854,8 +854,12 @@ impl wit::HostWriter for View<'_> {
     }
 
     async fn set_notes(&mut self, w: Resource<WriterHandle>, notes: String) -> wasmtime::Result<Wit<()>> {
-        if notes.len() > MAX_METADATA_BYTES {
-            return Ok(invalid(format!("{} bytes of notes; at most {MAX_METADATA_BYTES}", notes.len())));
+        if notes.len() > rag_core::corpus::MAX_NOTES_BYTES {
+            return Ok(invalid(format!(
+                "{} bytes of notes; a corpus's notes hold at most {} bytes: keep a record per document in its chunks' metadata, not in the notes",
+                notes.len(),
+                rag_core::corpus::MAX_NOTES_BYTES
+            )));
         }
         if serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&notes).is_err() {
             return Ok(invalid("notes must be a JSON object"));
