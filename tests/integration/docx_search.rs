@@ -274,6 +274,94 @@ async fn bad_input_gets_a_clear_error_and_the_index_keeps_what_it_had() {
     assert_eq!(corpus_generation(&kept), saved);
 }
 
+/// A folder of documents added one call at a time, more than the corpus notes' 64 KiB could
+/// list (cbf06d5 kept a line per document there, and its 459th add failed): every one indexed
+/// and counted, one added again found unchanged, and the notes stay a count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_of_documents_is_not_capped_by_the_notes() {
+    const DOCUMENTS: usize = 520;
+    let env = env();
+    let folder = env.path("docs/a-folder-of-documents-added-one-at-a-time");
+    std::fs::create_dir_all(&folder).unwrap();
+    let bytes = fixture(GOOD);
+    for i in 0..DOCUMENTS {
+        std::fs::write(folder.join(format!("document-{i:04}.docx")), &bytes).unwrap();
+    }
+    let host = env.host(&config(r#"{ corpus = "self" }"#)).await;
+    let path = |i: usize| format!("/docs/a-folder-of-documents-added-one-at-a-time/document-{i:04}.docx");
+    let mut last = Value::Null;
+    for i in 0..DOCUMENTS {
+        let out = call(&host, json!({"docx": path(i), "search_query": "Merged Cell", "similarity_threshold": 0.0}))
+            .await
+            .unwrap_or_else(|e| panic!("document {i}: {e}"));
+        last = extra(&out);
+        assert_eq!(last["added"]["unchanged"], false, "document {i}");
+    }
+    assert_eq!(last["documents"], DOCUMENTS, "{last}");
+    let again = call(&host, json!({"docx": path(7), "search_query": "Merged Cell"})).await.unwrap();
+    assert_eq!(extra(&again)["added"]["unchanged"], true);
+    assert_eq!(extra(&again)["documents"], DOCUMENTS);
+    let kept = env.own_corpus("docx").join("64-cosine");
+    let shape = quarry_corpus::Shape { dimension: 64, metric: quarry_corpus::Metric::Cosine };
+    let notes = quarry_corpus::LocalCorpus::open(&kept, shape).unwrap().snapshot().unwrap().info().unwrap().notes;
+    assert_eq!(notes, format!(r#"{{"docx-search-documents":{DOCUMENTS}}}"#));
+}
+
+/// A corpus an earlier version wrote (its documents listed in the notes, no bookkeeping on the
+/// first chunks) keeps working: its documents are counted and found unchanged, a new one is
+/// added beside them, and one indexed again leaves the listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_an_earlier_version_listed_in_the_notes_keep_working() {
+    use quarry_corpus::{Change, Filter, LocalCorpus, Metric, Shape};
+    let env = env();
+    let cfg = config(r#"{ corpus = "self" }"#);
+    let host = env.host(&cfg).await;
+    for d in ["/docs/tables.docx", "/docs/notes.docx"] {
+        call(&host, json!({"docx": d, "search_query": "cell"})).await.unwrap();
+    }
+    drop(host);
+    // As the earlier version left it: the listing in the notes, plain first chunks.
+    let kept = env.own_corpus("docx").join("64-cosine");
+    let shape = Shape { dimension: 64, metric: Metric::Cosine };
+    {
+        let corpus = LocalCorpus::open(&kept, shape).unwrap();
+        let g = corpus.snapshot().unwrap();
+        let heads = g.get(&g.list(&Filter::exact("head", "1"), 0, 10).unwrap()).unwrap();
+        assert_eq!(heads.len(), 2);
+        let mut listing = serde_json::Map::new();
+        let mut plain = Vec::new();
+        for mut r in heads.into_iter().flatten() {
+            let one = |f: &str| r.fields[f][0].clone();
+            let note =
+                json!({"key": one("doc"), "sha256": one("sha256"), "chunks": one("chunks").parse::<u64>().unwrap()});
+            listing.insert(one("source"), note);
+            for f in ["head", "sha256", "chunks"] {
+                r.fields.remove(f);
+            }
+            plain.push(Change::Upsert(r));
+        }
+        drop(g);
+        corpus.commit(plain, Some(json!({"docx-search": listing}).to_string())).unwrap();
+    }
+    let host = env.host(&cfg).await;
+    let out = call(&host, json!({"docx": "/docs/tables.docx", "search_query": "cell"})).await.unwrap();
+    assert_eq!((extra(&out)["added"]["unchanged"].clone(), extra(&out)["documents"].clone()), (json!(true), json!(2)));
+    std::fs::write(env.path("docs/third.docx"), fixture(GOOD)).unwrap();
+    let out = call(&host, json!({"docx": "/docs/third.docx", "search_query": "cell"})).await.unwrap();
+    assert_eq!(extra(&out)["documents"], 3);
+    // tables.docx with other content: indexed again, out of the listing, still one document.
+    std::fs::write(env.path("docs/tables.docx"), fixture(NOTES)).unwrap();
+    let out = call(&host, json!({"docx": "/docs/tables.docx", "search_query": "footnote"})).await.unwrap();
+    assert_eq!((extra(&out)["added"]["unchanged"].clone(), extra(&out)["documents"].clone()), (json!(false), json!(3)));
+    drop(host);
+    let notes: Value =
+        serde_json::from_str(&LocalCorpus::open(&kept, shape).unwrap().snapshot().unwrap().info().unwrap().notes)
+            .unwrap();
+    assert_eq!(notes["docx-search-documents"], 3, "{notes}");
+    let listed: Vec<&String> = notes["docx-search"].as_object().unwrap().keys().collect();
+    assert_eq!(listed, ["/docs/notes.docx"], "{notes}");
+}
+
 async fn restart(env: &TestEnv, cfg: &str) -> Arc<quarry::Registry> {
     env.host(cfg).await
 }

@@ -15,15 +15,18 @@
 //! config names one (`corpus`), shared by every instance that opens it, the instance's own
 //! (`corpus = "self"`, or `index_dir`), or one in memory. In it a document's
 //! chunks are `KEY#POSITION`, with the fields `source` (the path or URL) and `doc` (the key: the
-//! document's bytes, the chunking and the model), and the corpus's notes keep, under
-//! `docx-search`, what each document was indexed from.
+//! document's bytes, the chunking and the model). A document's first chunk also carries what
+//! the tool needs to know of the document (`head`, `sha256`, `chunks`), so a document's bookkeeping is
+//! read and written with it, per change; the corpus's notes keep only the number of documents
+//! (`docx-search-documents`), and, from earlier versions, a listing under `docx-search` that
+//! shrinks as those documents are indexed again.
 
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
 use rag_core::chunk::{Chunking, RESERVED_TOKENS};
-use rag_core::corpus::{Corpus, Filter, Metric, Record, Shape};
+use rag_core::corpus::{Clause, Corpus, Filter, Match, Metric, Record, Shape};
 use rag_core::hybrid::{self, LEG_DEPTH};
 use rag_core::score::{from_cosine, json_f32};
 use rag_core::store::{Index, StoreError, content_hash};
@@ -382,8 +385,7 @@ impl<E: Env> DocxTool<E> {
 
     /// The documents indexed, by source.
     pub(crate) fn documents_indexed(&self) -> Result<Vec<(String, DocNote)>, ToolError> {
-        let corpus = self.corpus()?;
-        Ok(documents(&corpus.info().map_err(corpus_error)?.notes).into_iter().collect())
+        Ok(all_documents(&*self.corpus()?)?.into_iter().collect())
     }
 
     fn corpus(&self) -> Result<Rc<dyn Corpus>, ToolError> {
@@ -393,7 +395,7 @@ impl<E: Env> DocxTool<E> {
     /// Documents and chunks in the index.
     pub fn counts(&self) -> Result<(usize, u64), ToolError> {
         let info = self.corpus()?.info().map_err(corpus_error)?;
-        Ok((documents(&info.notes).len(), info.chunks))
+        Ok((document_count(&info.notes), info.chunks))
     }
 
     /// The key of `source` with content `sha` indexed with this chunking and model.
@@ -407,7 +409,7 @@ impl<E: Env> DocxTool<E> {
     /// returns how many.
     fn import(&self, index: &Index) -> Result<usize, ToolError> {
         let corpus = self.corpus()?;
-        let notes = documents(&corpus.info().map_err(corpus_error)?.notes);
+        let notes = all_documents(&*corpus)?;
         let mut records = Vec::new();
         let mut docs = Vec::new();
         for (source, d) in index.documents() {
@@ -442,16 +444,26 @@ impl<E: Env> DocxTool<E> {
     }
 
     /// Stores documents `docs` with their chunks `records` under the corpus's lease, in one
-    /// commit that also removes their earlier versions.
-    fn store(&self, docs: Vec<(String, DocNote)>, records: Vec<Record>) -> Result<(), ToolError> {
+    /// commit that also removes their earlier versions. Each document's first chunk carries its
+    /// bookkeeping; the notes' count of documents goes up by the sources not indexed before.
+    fn store(&self, docs: Vec<(String, DocNote)>, mut records: Vec<Record>) -> Result<(), ToolError> {
         let corpus = self.corpus()?;
         let mut writer = corpus.write().map_err(corpus_error)?;
-        // Read under the lease: the notes as the last writer left them.
+        // Read under the lease: the notes and documents as the last writer left them.
         let info = corpus.info().map_err(corpus_error)?;
-        let all: serde_json::Map<String, Value> = serde_json::from_str(&info.notes).unwrap_or_default();
-        let mut mine = documents(&info.notes);
+        let mut all: serde_json::Map<String, Value> = serde_json::from_str(&info.notes).unwrap_or_default();
+        let mut legacy = documents(&info.notes);
+        let mut count = match all.get(COUNT_KEY).and_then(Value::as_u64) {
+            Some(n) => n as usize,
+            // Written by an earlier version: its listing is every document there is.
+            None => legacy.len(),
+        };
         let fresh: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
         for (source, _) in &docs {
+            let known = legacy.remove(source).is_some() || document(&*corpus, source)?.is_some();
+            if !known {
+                count += 1;
+            }
             let mut stale = Vec::new();
             loop {
                 let page = corpus.list(&Filter::exact("source", source), stale.len(), 4096).map_err(corpus_error)?;
@@ -466,12 +478,26 @@ impl<E: Env> DocxTool<E> {
                 writer.remove(ids.to_vec()).map_err(corpus_error)?;
             }
         }
+        drop(fresh);
+        for (_, note) in &docs {
+            let head = format!("{}#0", note.key);
+            if let Some(r) = records.iter_mut().find(|r| r.id == head) {
+                r.fields.insert(HEAD_FIELD.into(), vec!["1".into()]);
+                r.fields.insert(SHA_FIELD.into(), vec![note.sha256.clone()]);
+                r.fields.insert(CHUNKS_FIELD.into(), vec![note.chunks.to_string()]);
+            }
+        }
         for batch in records.chunks(CORPUS_BATCH) {
             writer.upsert(batch.to_vec()).map_err(corpus_error)?;
         }
-        mine.extend(docs);
+        if legacy.is_empty() {
+            all.remove(NOTES_KEY);
+        } else {
+            all.insert(NOTES_KEY.into(), serde_json::to_value(&legacy).unwrap_or_default());
+        }
+        all.insert(COUNT_KEY.into(), json!(count));
         // Dropping the writer on an error discards the batch: the corpus stays as it was.
-        writer.set_notes(notes_listing(all, &mine)?).map_err(corpus_error)?;
+        writer.set_notes(notes_within_limit(all, legacy.len())?).map_err(corpus_error)?;
         writer.commit().map_err(corpus_error)?;
         Ok(())
     }
@@ -549,7 +575,7 @@ impl<E: Env> DocxTool<E> {
         let mut added = Added { bytes: bytes.len(), load_ms: ms_since(t), ..Added::default() };
         let sha = content_hash(&bytes);
         let key = self.doc_key(source, &sha);
-        if let Some(d) = documents(&self.corpus()?.info().map_err(corpus_error)?.notes).get(source)
+        if let Some(d) = document(&*self.corpus()?, source)?
             && d.key == key
         {
             added.chunks = d.chunks;
@@ -803,23 +829,79 @@ pub(crate) struct DocNote {
     pub(crate) chunks: usize,
 }
 
-/// The corpus's notes with `mine` as this tool's documents, or, when they would not fit the
-/// notes' limit, which limit it is and what to do.
-fn notes_listing(
-    mut all: serde_json::Map<String, Value>,
-    mine: &std::collections::BTreeMap<String, DocNote>,
-) -> Result<String, ToolError> {
-    all.insert(NOTES_KEY.into(), serde_json::to_value(mine).unwrap_or_default());
+/// The notes `all` as written, or, when an earlier version's listing (`listed` documents) makes
+/// them larger than notes may be, which limit it is and what to do.
+fn notes_within_limit(all: serde_json::Map<String, Value>, listed: usize) -> Result<String, ToolError> {
     let notes = Value::Object(all).to_string();
     let limit = rag_core::corpus::MAX_NOTES_BYTES;
     if notes.len() > limit {
         return Err(ToolError::InvalidConfig(format!(
-            "this corpus cannot list another document: docx-search keeps a line per document (its path, hash and chunk count) in the corpus's notes, which hold at most {limit} bytes, and {} documents need {} bytes; nothing was added. Give this tool another corpus for further documents (corpus = \"NAME\" in its config, a [corpora.NAME] section and its grant), or remove documents from this one",
-            mine.len(),
+            "this corpus's notes would hold {} bytes, over their limit of {limit}: an earlier version of docx-search listed its {listed} documents there; nothing was added. Give this tool another corpus (corpus = \"NAME\" in its config), or remove documents from this one",
             notes.len()
         )));
     }
     Ok(notes)
+}
+
+/// The field a document's first chunk carries the document's content hash in.
+const SHA_FIELD: &str = "sha256";
+/// The field a document's first chunk carries the document's number of chunks in.
+const CHUNKS_FIELD: &str = "chunks";
+/// The corpus notes' key for the number of documents indexed.
+const COUNT_KEY: &str = "docx-search-documents";
+
+/// The field that marks a document's first chunk (value `1`), so that a filter finds them.
+const HEAD_FIELD: &str = "head";
+
+/// Every document's first chunk.
+fn heads() -> Filter {
+    Filter::exact(HEAD_FIELD, "1")
+}
+
+/// A first chunk's document, by source.
+fn note_of(r: &Record) -> Option<(String, DocNote)> {
+    let one = |f: &str| r.fields.get(f)?.first().cloned();
+    let chunks = one(CHUNKS_FIELD)?.parse().ok()?;
+    Some((one("source")?, DocNote { key: one("doc")?, sha256: one(SHA_FIELD)?, chunks }))
+}
+
+/// What the index holds of document `source`, if it holds it: read from its first chunk, or an
+/// earlier version's listing in the notes.
+fn document(corpus: &dyn Corpus, source: &str) -> Result<Option<DocNote>, ToolError> {
+    let only = heads().and(Clause { field: "source".into(), values: vec![source.into()], how: Match::Exact });
+    let ids = corpus.list(&only, 0, 1).map_err(corpus_error)?;
+    if let Some(r) = corpus.get(&ids).map_err(corpus_error)?.into_iter().flatten().next() {
+        return Ok(note_of(&r).map(|(_, n)| n));
+    }
+    Ok(documents(&corpus.info().map_err(corpus_error)?.notes).remove(source))
+}
+
+/// Every document the index holds, by source (a listing: for resources and imports, not
+/// searches).
+fn all_documents(corpus: &dyn Corpus) -> Result<std::collections::BTreeMap<String, DocNote>, ToolError> {
+    let mut out = documents(&corpus.info().map_err(corpus_error)?.notes);
+    let mut offset = 0;
+    loop {
+        let page = corpus.list(&heads(), offset, 1024).map_err(corpus_error)?;
+        offset += page.len();
+        for r in corpus.get(&page).map_err(corpus_error)?.into_iter().flatten() {
+            if let Some((source, note)) = note_of(&r) {
+                out.insert(source, note);
+            }
+        }
+        if page.len() < 1024 {
+            return Ok(out);
+        }
+    }
+}
+
+/// The number of documents the notes say the index holds.
+fn document_count(notes: &str) -> usize {
+    let v: Value = serde_json::from_str(notes).unwrap_or_default();
+    match v.get(COUNT_KEY).and_then(Value::as_u64) {
+        Some(n) => n as usize,
+        None => documents(notes).len(),
+    }
 }
 
 /// The documents the corpus's notes list as this tool's, by source.
@@ -889,20 +971,24 @@ mod schema_tests {
 mod notes_tests {
     use super::*;
 
-    /// The notes' limit, reached, is named with what to do; below it the listing is the notes.
+    /// Notes past their limit (an earlier version's listing) are refused naming the limit and
+    /// what to do; within it they are written as given.
     #[test]
-    fn a_listing_past_the_notes_limit_says_which_limit_and_what_to_do() {
-        let note = |i: usize| DocNote { key: format!("k{i}"), sha256: "0".repeat(64), chunks: 12 };
-        let docs = |n: usize| (0..n).map(|i| (format!("/docs/document-{i}.docx"), note(i))).collect();
-        let other: serde_json::Map<String, Value> = [("other".to_string(), json!(1))].into_iter().collect();
-        let fits = notes_listing(other.clone(), &docs(10)).unwrap();
-        assert_eq!(documents(&fits).len(), 10);
-        assert!(fits.contains("\"other\":1"), "another writer's notes are kept: {fits}");
-        let Err(ToolError::InvalidConfig(m)) = notes_listing(other, &docs(1_000)) else { panic!("past the limit") };
-        assert!(
-            m.contains("at most 65536 bytes") && m.contains("1000 documents") && m.contains("another corpus"),
-            "{m}"
-        );
+    fn notes_past_their_limit_say_which_limit_and_what_to_do() {
+        let small: serde_json::Map<String, Value> = [("other".to_string(), json!(1))].into_iter().collect();
+        assert_eq!(notes_within_limit(small, 0).unwrap(), r#"{"other":1}"#);
+        let big: serde_json::Map<String, Value> = [("x".to_string(), json!("y".repeat(70_000)))].into_iter().collect();
+        let Err(ToolError::InvalidConfig(m)) = notes_within_limit(big, 460) else { panic!("past the limit") };
+        assert!(m.contains("limit of 65536") && m.contains("460 documents") && m.contains("another corpus"), "{m}");
         assert!(m.contains("nothing was added"), "{m}");
+    }
+
+    /// The notes' count, or an earlier version's listing's length.
+    #[test]
+    fn documents_are_counted_from_the_notes() {
+        assert_eq!(document_count(r#"{"docx-search-documents": 12}"#), 12);
+        let listing = r#"{"docx-search": {"/a.docx": {"key": "k", "sha256": "s", "chunks": 3}}}"#;
+        assert_eq!(document_count(listing), 1);
+        assert_eq!(document_count("{}"), 0);
     }
 }
