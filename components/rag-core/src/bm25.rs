@@ -122,11 +122,9 @@ impl Bm25 {
                 scores[doc as usize] += term_score(f as f32, self.lengths[doc as usize] as f32, df, n, avg);
             }
         }
-        let mut scored: Vec<(usize, f32)> =
+        let scored: Vec<(usize, f32)> =
             scores.into_iter().enumerate().filter(|&(i, s)| s > 0.0 && allowed.is_none_or(|f| f(i))).collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        scored.truncate(k);
-        Some(scored)
+        Some(crate::score::top_k(scored, k))
     }
 }
 

@@ -6,8 +6,10 @@
 //!   it (WIT's `corpus` import, one copy per host shared by every instance), or, for a tool
 //!   configured without one, the tool itself ([`MemoryCorpus`]);
 //! - [`Collection`]: one generation in memory, with its kNN index ([`crate::vector`]) and its
-//!   BM25 ([`crate::bm25`]): the search both keepers run, so that scores do not depend on where
-//!   the corpus is kept.
+//!   BM25 ([`crate::bm25`]): the search a tool keeping its own corpus runs. The host's local
+//!   store (quarry-corpus, SQLite) scores with the same formula, tokenising, dot product and
+//!   cut ([`crate::score::top_k`]), and is tested to give the same ids and scores, so that
+//!   scores do not depend on where the corpus is kept.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};

@@ -43,6 +43,19 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+/// The `k` best of `scored` (an item and its score), best first, ties by item (the order the
+/// items were added in): a selection, then only the `k` are sorted, O(n + k log k). Every
+/// ranking here (kNN, BM25, a stored corpus's) cuts with it, so ties fall the same way in each.
+pub fn top_k<I: Ord + Copy>(mut scored: Vec<(I, f32)>, k: usize) -> Vec<(I, f32)> {
+    let order = |a: &(I, f32), b: &(I, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if k < scored.len() {
+        scored.select_nth_unstable_by(k, order);
+        scored.truncate(k);
+    }
+    scored.sort_by(order);
+    scored
+}
+
 /// An `f32` as JSON, printed as written (`0.55`, not `0.550000011920929`): serde_json widens an
 /// `f32` to the nearest `f64`, whose shortest form has more digits. Not a number gives `null`.
 pub fn json_f32(x: f32) -> serde_json::Value {

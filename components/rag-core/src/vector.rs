@@ -143,21 +143,14 @@ impl VectorIndex {
 
     /// The exact answer, by scanning.
     pub fn exact(&self, query: &[f32], k: usize, allowed: Option<&dyn Fn(usize) -> bool>) -> Vec<(usize, f32)> {
-        let mut all: Vec<(usize, f32)> = self
+        let all: Vec<(usize, f32)> = self
             .vectors
             .chunks_exact(self.dimension.max(1))
             .enumerate()
             .filter(|(i, _)| allowed.is_none_or(|f| f(*i)))
             .map(|(i, v)| (i, crate::score::dot(query, v)))
             .collect();
-        // The best k by a selection, then only they are sorted: O(n + k log k), not O(n log n).
-        let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if k < all.len() {
-            all.select_nth_unstable_by(k, order);
-            all.truncate(k);
-        }
-        all.sort_by(order);
-        all
+        crate::score::top_k(all, k)
     }
 }
 

@@ -205,7 +205,7 @@ impl Snapshot {
                 }
             }
         }
-        let best = best(scored, k);
+        let best = rag_core::score::top_k(scored, k);
         let ids = self.ids(&best.iter().map(|b| b.0).collect::<Vec<_>>())?;
         Ok(ids.into_iter().zip(best).map(|(id, (_, score))| Found { id, score, similarity: None }).collect())
     }
@@ -326,7 +326,7 @@ impl Snapshot {
                 }
             }
         }
-        let best = best(scores.into_iter().filter(|&(_, s)| s > 0.0).collect(), k);
+        let best = rag_core::score::top_k(scores.into_iter().filter(|&(_, s)| s > 0.0).collect(), k);
         let ids = self.ids(&best.iter().map(|b| b.0).collect::<Vec<_>>())?;
         let mut out = Vec::with_capacity(best.len());
         for (id, (m, score)) in ids.into_iter().zip(best) {
@@ -400,17 +400,6 @@ fn varint(bytes: &[u8]) -> u64 {
         }
     }
     v
-}
-
-/// The `k` best of `scored`, best first, ties by number (the order chunks were added).
-fn best(mut scored: Vec<(i64, f32)>, k: usize) -> Vec<(i64, f32)> {
-    let order = |a: &(i64, f32), b: &(i64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    if k < scored.len() {
-        scored.select_nth_unstable_by(k, order);
-        scored.truncate(k);
-    }
-    scored.sort_by(order);
-    scored
 }
 
 #[cfg(test)]
