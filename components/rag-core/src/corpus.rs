@@ -47,6 +47,23 @@ pub struct Shape {
     pub metric: Metric,
 }
 
+impl Shape {
+    /// `v` as a corpus of this shape keeps and compares it: normalised for cosine, as given for
+    /// the dot product. Every keeper (in memory, SQLite, Couchbase) stores and asks with this.
+    pub fn comparable(self, v: Vec<f32>) -> Vec<f32> {
+        match self.metric {
+            Metric::Cosine => normalised(v),
+            Metric::Dot => v,
+        }
+    }
+
+    /// Query vector `v`, checked ([`check_vector`]) and made [`Shape::comparable`].
+    pub fn query(self, v: &[f32]) -> Result<Vec<f32>, CorpusError> {
+        check_vector(self, None, v)?;
+        Ok(self.comparable(v.to_vec()))
+    }
+}
+
 /// Values a search may filter on, by field name (a chunk's chapters, its document).
 pub type Fields = BTreeMap<String, Vec<String>>;
 
@@ -448,10 +465,7 @@ impl Collection {
         for change in changes {
             match change {
                 Change::Upsert(r) => {
-                    let vector = match self.shape.metric {
-                        Metric::Cosine => normalised(r.vector),
-                        Metric::Dot => r.vector,
-                    };
+                    let vector = self.shape.comparable(r.vector);
                     let entry = Entry { id: r.id, text: r.text, metadata: r.metadata, fields: r.fields };
                     match by_id.get(&entry.id) {
                         Some(&i) => {
@@ -490,17 +504,9 @@ impl Collection {
         Info { generation: self.number, chunks: self.entries.len() as u64, notes: self.notes.clone() }
     }
 
-    fn query(&self, vector: &[f32]) -> Result<Vec<f32>, CorpusError> {
-        check_vector(self.shape, None, vector)?;
-        Ok(match self.shape.metric {
-            Metric::Cosine => normalised(vector.to_vec()),
-            Metric::Dot => vector.to_vec(),
-        })
-    }
-
     /// See [`Corpus::nearest`]. Exact with a filter or below the exact limit; HNSW above it.
     pub fn nearest(&self, vector: &[f32], k: usize, filter: &Filter) -> Result<Vec<Found>, CorpusError> {
-        let query = self.query(vector)?;
+        let query = self.shape.query(vector)?;
         let entries = &self.entries;
         let flags = (!filter.is_empty()).then(|| self.allowed(filter));
         let allowed = |i: usize| flags.as_ref().is_none_or(|f| f[i]);
@@ -531,7 +537,7 @@ impl Collection {
         filter: &Filter,
         stop: &dyn Fn() -> bool,
     ) -> Result<Vec<Found>, CorpusError> {
-        let similar_to = similar_to.map(|v| self.query(v)).transpose()?;
+        let similar_to = similar_to.map(|v| self.shape.query(v)).transpose()?;
         let entries = &self.entries;
         let flags = (!filter.is_empty()).then(|| self.allowed(filter));
         let allowed = |i: usize| flags.as_ref().is_none_or(|f| f[i]);

@@ -392,11 +392,7 @@ impl CouchbaseCorpus {
     }
 
     fn query_vector(&self, v: &[f32]) -> Result<Vec<f32>, CorpusError> {
-        rag_core::corpus::check_vector(self.shape, None, v)?;
-        Ok(match self.shape.metric {
-            Metric::Cosine => rag_core::corpus::normalised(v.to_vec()),
-            Metric::Dot => v.to_vec(),
-        })
+        self.shape.query(v)
     }
 
     /// Chunk ids of document keys (a moved chunk's key is not its id).
@@ -783,10 +779,7 @@ impl CouchbaseCorpus {
         for ((id, key), doc) in ids.iter().zip(&keys).zip(current) {
             let live = doc.as_ref().filter(|d| visible(&d.value, m.generation));
             if let Some(r) = upserts.get(id) {
-                let r = match self.shape.metric {
-                    Metric::Cosine => Record { vector: rag_core::corpus::normalised(r.vector.clone()), ..r.clone() },
-                    Metric::Dot => r.clone(),
-                };
+                let r = Record { vector: self.shape.comparable(r.vector.clone()), ..r.clone() };
                 let hash = content_hash(&r);
                 match live {
                     Some(d) if d.value["quarry"]["hash"] == hash => {} // unchanged

@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
 
-use rag_core::corpus::{Change, Fields, Metric, Record, Shape, check_vector, normalised};
+use rag_core::corpus::{Change, Fields, Metric, Record, Shape, check_vector};
 
 use crate::CorpusError;
 
 /// The database's file name in the corpus's directory.
 pub const DATABASE: &str = "corpus.sqlite";
 /// The schema this build reads and writes.
-const SCHEMA: i64 = 1;
+pub const SCHEMA: i64 = 1;
 /// How long a writer waits for another process's commit before it gives up (commits take
 /// milliseconds; this is a stuck process's bound, not a queue).
 const BUSY_WAIT: Duration = Duration::from_secs(30);
@@ -180,11 +180,6 @@ pub fn schema(c: &Connection) -> rusqlite::Result<i64> {
     Ok(meta_u64(c, "schema")? as i64)
 }
 
-/// The schema this build reads and writes.
-pub const fn this_schema() -> i64 {
-    SCHEMA
-}
-
 /// A term as the `postings` table's `ascii` tokenizer keeps it whole: ASCII letters and digits
 /// are its token characters and every other ASCII character a separator, so an ASCII mark
 /// inside a term (`don't`, `3.14`) is moved to the private-use area; other characters are
@@ -282,11 +277,7 @@ fn forget(tx: &Transaction<'_>, s: &Stored, keep_row: bool) -> rusqlite::Result<
 
 /// The vector as stored: f32 LE, normalised first for a cosine corpus.
 pub fn vector_bytes(shape: Shape, v: Vec<f32>) -> Vec<u8> {
-    let v = match shape.metric {
-        Metric::Cosine => normalised(v),
-        Metric::Dot => v,
-    };
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    shape.comparable(v).iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// Writes `r` as chunk `n` (a new row when `n` is `None`); returns its BM25 length.
