@@ -289,11 +289,19 @@ impl Shared {
         }
     }
 
-    async fn nearest(self: &Arc<Self>, vector: &[f32], k: usize, filter: &Filter) -> Wit<Vec<crate::Found>> {
+    async fn nearest(
+        self: &Arc<Self>,
+        vector: &[f32],
+        k: usize,
+        filter: &Filter,
+        deadline: Instant,
+    ) -> Wit<Vec<crate::Found>> {
         match &self.kept {
             Kept::Local(_) => {
+                // An unfiltered kNN scans every vector: stopped at the call's deadline.
                 let (vector, filter) = (vector.to_vec(), filter.clone());
-                self.local(move |s| s.nearest(&vector, k, &filter)).await
+                let stop = move || Instant::now() >= deadline;
+                self.local(move |s| s.nearest_until(&vector, k, &filter, &stop)).await
             }
             #[cfg(feature = "couchbase")]
             Kept::Couchbase(c) => Box::pin(c.nearest(vector, k, filter)).await.map_err(from_rag),
@@ -716,7 +724,7 @@ impl wit::HostCollection for View<'_> {
             (Err(e), _) | (_, Err(e)) => return Ok(Err(e)),
         };
         let shared = self.collection(&h)?.shared.clone();
-        Ok(answer(shared.nearest(&vector, k, &filter).await, self.state.max_output))
+        Ok(answer(shared.nearest(&vector, k, &filter, self.deadline).await, self.state.max_output))
     }
 
     async fn keyword(

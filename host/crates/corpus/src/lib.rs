@@ -73,8 +73,10 @@ pub enum CorpusError {
         /// How long this writer waited.
         waited: Duration,
     },
-    /// A keyword search was stopped at its call's deadline.
-    #[error("the keyword search was stopped at its call's deadline; ask with fewer terms")]
+    /// A search was stopped at its call's deadline.
+    #[error(
+        "the search was stopped at its call's deadline; ask with fewer terms or a filter, or raise the instance's deadline"
+    )]
     Stopped,
     /// The stored corpus has another dimension or metric than the one asked for.
     #[error(
@@ -214,8 +216,8 @@ impl LocalCorpus {
             }
         };
         let schema = store::schema(&conn).map_err(err)?;
-        if schema > store::this_schema() {
-            return Err(CorpusError::Newer { dir: dir.to_path_buf(), found: schema, reads: store::this_schema() });
+        if schema > store::SCHEMA {
+            return Err(CorpusError::Newer { dir: dir.to_path_buf(), found: schema, reads: store::SCHEMA });
         }
         if stored != shape {
             return Err(CorpusError::Shape {
@@ -581,6 +583,26 @@ mod tests {
         }
         assert_eq!(g.list(&filters[2], 0, 100).unwrap(), memory.list(&filters[2], 0, 100));
         assert_eq!(g.list(&Filter::all(), 5, 50).unwrap(), memory.list(&Filter::all(), 5, 50));
+    }
+
+    /// A kNN scan stops at its deadline: asked every few thousand vectors, it gives up with
+    /// `Stopped`, filtered or not; never asked to stop, it answers.
+    #[test]
+    fn a_knn_scan_stops_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = LocalCorpus::open(dir.path(), SHAPE).unwrap();
+        let part = |i: usize| if i.is_multiple_of(2) { "even" } else { "odd" };
+        corpus
+            .commit((0..5_000).map(|i| chunk(&format!("c{i}"), "t", [1.0, i as f32, 0.0], part(i))).collect(), None)
+            .unwrap();
+        let g = corpus.snapshot().unwrap();
+        let q = [1.0, 2.0, 0.0];
+        for f in [Filter::all(), Filter::exact("chapter", "even")] {
+            assert!(matches!(g.nearest_until(&q, 3, &f, &|| true), Err(CorpusError::Stopped)), "{f:?}");
+            assert_eq!(g.nearest_until(&q, 3, &f, &|| false).unwrap().len(), 3, "{f:?}");
+        }
+        let e = g.nearest_until(&q, 3, &Filter::all(), &|| true).unwrap_err().to_string();
+        assert!(e.contains("deadline") && e.contains("raise the instance's deadline"), "{e}");
     }
 
     /// Another dimension or metric than the stored one is refused, and so are vectors of another

@@ -2,11 +2,13 @@
 //! sees one committed generation, whatever is committed meanwhile (WAL keeps it).
 //!
 //! - kNN is exact: the vectors of the chunks a filter lets through, fetched by their number
-//!   (or all of them, scanned in order, when the filter lets most through or there is none).
+//!   (or all of them, scanned in order, when the filter lets most through or there is none;
+//!   the scan stops at its call's deadline).
 //! - BM25 is rag-core's formula over counts from the store: each query term's postings and
 //!   document frequency from FTS5 (`postings_at`, `postings_row`), each chunk's length from
-//!   FTS5's token counts (`postings_docsize`) or its terms, the corpus's from `meta`. A filter that leaves few chunks is scored from those
-//!   chunks' own terms, so its cost is theirs, not the corpus's.
+//!   FTS5's token counts (`postings_docsize`), the corpus's from `meta`. A filter that leaves
+//!   few chunks is scored from those chunks' own terms, so its cost is theirs, not the
+//!   corpus's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use rag_core::bm25::{mean_length, term_score, terms};
-use rag_core::corpus::{Filter, Found, Info, Match, Metric, Record, Shape, check_vector, normalised};
+use rag_core::corpus::{Filter, Found, Info, Match, Record, Shape};
 
 use crate::CorpusError;
 use crate::store::{self, Totals};
@@ -26,6 +28,8 @@ pub type Pool = Arc<Mutex<Vec<Connection>>>;
 const KEEP: usize = 8;
 /// A filter that leaves at most this many chunks is scored from their own texts.
 const FEW: usize = 2_000;
+/// A kNN scan asks whether to stop after this many vectors (a few milliseconds of them).
+const STOP_EVERY: usize = 4_096;
 
 /// One committed generation, readable until dropped; see the module docs.
 pub struct Snapshot {
@@ -94,14 +98,6 @@ impl Snapshot {
         Ok(Info { generation: self.totals.generation, chunks: self.totals.chunks, notes })
     }
 
-    fn query(&self, vector: &[f32]) -> Result<Vec<f32>> {
-        check_vector(self.shape, None, vector)?;
-        Ok(match self.shape.metric {
-            Metric::Cosine => normalised(vector.to_vec()),
-            Metric::Dot => vector.to_vec(),
-        })
-    }
-
     /// The numbers of the chunks `filter` lets through, ascending; `None` for every chunk.
     fn allowed(&self, filter: &Filter) -> Result<Option<Vec<i64>>> {
         if filter.is_empty() {
@@ -166,10 +162,22 @@ impl Snapshot {
         ns.iter().map(|&n| s.query_row([n], |r| r.get(0)).map_err(|e| self.err(e))).collect()
     }
 
-    /// The `k` chunks whose vectors are nearest `vector` among those `filter` lets through,
-    /// best first, ties in the order the chunks were added.
+    /// [`Snapshot::nearest_until`] with no deadline.
     pub fn nearest(&self, vector: &[f32], k: usize, filter: &Filter) -> Result<Vec<Found>> {
-        let query = self.query(vector)?;
+        self.nearest_until(vector, k, filter, &|| false)
+    }
+
+    /// The `k` chunks whose vectors are nearest `vector` among those `filter` lets through,
+    /// best first, ties in the order the chunks were added; given up with
+    /// [`CorpusError::Stopped`] as soon as `stop` says so (asked every [`STOP_EVERY`] vectors).
+    pub fn nearest_until(
+        &self,
+        vector: &[f32],
+        k: usize,
+        filter: &Filter,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Vec<Found>> {
+        let query = self.shape.query(vector)?;
         let allowed = self.allowed(filter)?;
         let mut scored: Vec<(i64, f32)> = Vec::new();
         let mut v = Vec::with_capacity(self.shape.dimension);
@@ -178,7 +186,10 @@ impl Snapshot {
             // Few: fetched one by one.
             Some(ns) if ns.len().saturating_mul(4) < self.totals.chunks as usize => {
                 let mut s = c.prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
-                for &n in ns {
+                for (i, &n) in ns.iter().enumerate() {
+                    if i.is_multiple_of(STOP_EVERY) && stop() {
+                        return Err(CorpusError::Stopped);
+                    }
                     let found = s
                         .query_row([n], |r| {
                             Self::read_vector(r.get_ref(0)?.as_blob()?, &mut v);
@@ -195,7 +206,12 @@ impl Snapshot {
             _ => {
                 let mut s = c.prepare_cached("SELECT n, v FROM vectors ORDER BY n").map_err(|e| self.err(e))?;
                 let mut rows = s.query([]).map_err(|e| self.err(e))?;
+                let mut seen = 0usize;
                 while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+                    seen += 1;
+                    if seen.is_multiple_of(STOP_EVERY) && stop() {
+                        return Err(CorpusError::Stopped);
+                    }
                     let n: i64 = r.get(0).map_err(|e| self.err(e))?;
                     if allowed.as_ref().is_some_and(|a| a.binary_search(&n).is_err()) {
                         continue;
@@ -251,7 +267,7 @@ impl Snapshot {
         filter: &Filter,
         stop: &dyn Fn() -> bool,
     ) -> Result<Vec<Found>> {
-        let similar_to = similar_to.map(|v| self.query(v)).transpose()?;
+        let similar_to = similar_to.map(|v| self.shape.query(v)).transpose()?;
         if self.totals.chunks == 0 {
             return Ok(Vec::new());
         }
