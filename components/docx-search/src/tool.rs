@@ -16,10 +16,10 @@
 //! (`corpus = "self"`, or `index_dir`), or one in memory. In it a document's
 //! chunks are `KEY#POSITION`, with the fields `source` (the path or URL) and `doc` (the key: the
 //! document's bytes, the chunking and the model). A document's first chunk also carries what
-//! the tool needs to know of the document (`head`, `sha256`, `chunks`), so a document's bookkeeping is
-//! read and written with it, per change; the corpus's notes keep only the number of documents
-//! (`docx-search-documents`), and, from earlier versions, a listing under `docx-search` that
-//! shrinks as those documents are indexed again.
+//! the tool needs to know of the document (`head`, `sha256`, `chunks`), so a document's
+//! bookkeeping is read and written with it, per change; the corpus's notes keep only the number
+//! of documents (`docx-search-documents`), and, from earlier versions, a listing under
+//! `docx-search` that shrinks as those documents are indexed again.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -460,7 +460,7 @@ impl<E: Env> DocxTool<E> {
         };
         let fresh: std::collections::HashSet<&str> = records.iter().map(|r| r.id.as_str()).collect();
         for (source, _) in &docs {
-            let known = legacy.remove(source).is_some() || document(&*corpus, source)?.is_some();
+            let known = legacy.remove(source).is_some() || head(&*corpus, source)?.is_some();
             if !known {
                 count += 1;
             }
@@ -865,15 +865,21 @@ fn note_of(r: &Record) -> Option<(String, DocNote)> {
     Some((one("source")?, DocNote { key: one("doc")?, sha256: one(SHA_FIELD)?, chunks }))
 }
 
+/// What document `source`'s first chunk says of it, if the index holds it so.
+fn head(corpus: &dyn Corpus, source: &str) -> Result<Option<DocNote>, ToolError> {
+    let only = heads().and(Clause { field: "source".into(), values: vec![source.into()], how: Match::Exact });
+    let ids = corpus.list(&only, 0, 1).map_err(corpus_error)?;
+    let first = corpus.get(&ids).map_err(corpus_error)?.into_iter().flatten().next();
+    Ok(first.as_ref().and_then(note_of).map(|(_, n)| n))
+}
+
 /// What the index holds of document `source`, if it holds it: read from its first chunk, or an
 /// earlier version's listing in the notes.
 fn document(corpus: &dyn Corpus, source: &str) -> Result<Option<DocNote>, ToolError> {
-    let only = heads().and(Clause { field: "source".into(), values: vec![source.into()], how: Match::Exact });
-    let ids = corpus.list(&only, 0, 1).map_err(corpus_error)?;
-    if let Some(r) = corpus.get(&ids).map_err(corpus_error)?.into_iter().flatten().next() {
-        return Ok(note_of(&r).map(|(_, n)| n));
+    match head(corpus, source)? {
+        Some(n) => Ok(Some(n)),
+        None => Ok(documents(&corpus.info().map_err(corpus_error)?.notes).remove(source)),
     }
-    Ok(documents(&corpus.info().map_err(corpus_error)?.notes).remove(source))
 }
 
 /// Every document the index holds, by source (a listing: for resources and imports, not
