@@ -47,9 +47,9 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::progress::{LeaseProgress, ProgressLink};
-use crate::{Change, Filter, Found, Info, Match, Metric, Record, Shape};
 /// Why a call failed: the errors of the `corpus` interface (shape, invalid, busy, unavailable).
 pub use rag_core::corpus::CorpusError;
+use rag_core::corpus::{Change, Filter, Found, Info, Match, Metric, Record, Shape};
 
 const MANIFEST: &str = "_quarry::manifest";
 const LEASE: &str = "_quarry::lease";

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use rag_core::corpus::{Entry, Shape};
 
-use crate::CorpusError;
+use crate::error::CorpusError;
 
 const MAGIC: &[u8; 8] = b"QCORPUS\0";
 const VERSION: u32 = 1;

@@ -4,7 +4,7 @@
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use crate::CorpusError;
+use crate::error::CorpusError;
 
 /// The lease, held until dropped.
 pub struct LeaseFile {

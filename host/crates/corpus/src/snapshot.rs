@@ -19,7 +19,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rag_core::bm25::{mean_length, term_score, terms};
 use rag_core::corpus::{Filter, Found, Info, Match, Record, Shape};
 
-use crate::CorpusError;
+use crate::error::CorpusError;
 use crate::store::{self, Totals};
 
 /// Read connections kept for the next snapshot.

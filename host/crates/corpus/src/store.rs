@@ -17,7 +17,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
 
 use rag_core::corpus::{Change, Fields, Metric, Record, Shape, check_vector};
 
-use crate::CorpusError;
+use crate::error::CorpusError;
 
 /// The database's file name in the corpus's directory.
 pub const DATABASE: &str = "corpus.sqlite";
