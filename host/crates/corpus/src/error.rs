@@ -78,6 +78,15 @@ pub enum CorpusError {
         /// Its limit.
         limit: u64,
     },
+    /// The nearest-neighbour graph beside the database could not be built or read (searches
+    /// scan exactly meanwhile).
+    #[error("corpus {dir}: the nearest-neighbour graph: {reason}")]
+    Index {
+        /// The corpus's directory.
+        dir: PathBuf,
+        /// usearch's words.
+        reason: String,
+    },
     /// The database was written by a newer Quarry.
     #[error("corpus {dir} was written by a newer Quarry (schema {found}; this build reads {reads}); upgrade Quarry")]
     Newer {

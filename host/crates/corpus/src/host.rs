@@ -234,7 +234,7 @@ fn wit_message(e: &WitError) -> &str {
 
 fn from_corpus(name: &str, e: CorpusError) -> WitError {
     match e {
-        CorpusError::Io { .. } | CorpusError::Store { .. } | CorpusError::Newer { .. } => {
+        CorpusError::Io { .. } | CorpusError::Store { .. } | CorpusError::Newer { .. } | CorpusError::Index { .. } => {
             WitError::Unavailable(format!("corpus {name}: {e}"))
         }
         CorpusError::Busy { .. } | CorpusError::Stopped => WitError::Busy(e.to_string()),

@@ -22,6 +22,7 @@
 //! dot product, the same BM25 formula and tokenising, so that scores do not depend on where the
 //! corpus is kept.
 
+mod ann;
 pub mod config;
 #[cfg(feature = "couchbase")]
 pub mod couchbase;
@@ -38,6 +39,7 @@ use std::path::{Path, PathBuf};
 use parking_lot::Mutex;
 use rusqlite::TransactionBehavior;
 
+pub use ann::{AFTER as GRAPH_AFTER, Built as GraphBuilt};
 pub use error::CorpusError;
 pub use lease::LeaseFile;
 pub use rag_core::corpus::{
@@ -53,6 +55,11 @@ pub struct LocalCorpus {
     writer: Mutex<rusqlite::Connection>,
     readers: snapshot::Pool,
     warnings: Vec<String>,
+    graph: std::sync::Arc<ann::Slot>,
+    /// Chunks new since the last graph that make the background build the next; `None`: never.
+    graph_after: Option<u64>,
+    /// Started by the first snapshot or commit (after the options are set).
+    indexer: std::sync::OnceLock<Option<ann::Indexer>>,
 }
 
 impl LocalCorpus {
@@ -75,6 +82,7 @@ impl LocalCorpus {
             }
             other => other?,
         };
+        let graph = std::sync::Arc::new(ann::Slot::default());
         Ok(LocalCorpus {
             dir: dir.to_path_buf(),
             shape,
@@ -82,6 +90,9 @@ impl LocalCorpus {
             writer: Mutex::new(writer),
             readers: Default::default(),
             warnings,
+            graph,
+            graph_after: Some(ann::AFTER),
+            indexer: std::sync::OnceLock::new(),
         })
     }
 
@@ -135,6 +146,12 @@ impl LocalCorpus {
         let schema = store::schema(&conn).map_err(err)?;
         if schema > store::SCHEMA {
             return Err(CorpusError::Newer { dir: dir.to_path_buf(), found: schema, reads: store::SCHEMA });
+        }
+        if store::totals(&conn).map_err(err)?.epoch == 0 {
+            // Made before the graph: brought up once, under the write lock.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+            store::upgrade(&tx).map_err(err)?;
+            tx.commit().map_err(err)?;
         }
         if stored != shape {
             return Err(CorpusError::Shape {
@@ -194,8 +211,37 @@ impl LocalCorpus {
         self
     }
 
+    /// Builds the nearest-neighbour graph in the background once `chunks` were committed since
+    /// the last (default [`GRAPH_AFTER`]); `None`: never, every unfiltered search scans.
+    pub fn with_graph_after(mut self, chunks: Option<u64>) -> LocalCorpus {
+        self.graph_after = chunks;
+        self
+    }
+
+    fn indexer(&self) -> Option<&ann::Indexer> {
+        self.indexer
+            .get_or_init(|| self.graph_after.map(|a| ann::Indexer::start(&self.dir, self.shape, self.graph.clone(), a)))
+            .as_ref()
+    }
+
+    /// Builds the next nearest-neighbour graph now, in this thread, from whatever was committed
+    /// since the last (for benches and tests; a server leaves it to the background); `None`
+    /// when nothing was new or another process is building.
+    pub fn build_graph(&self) -> Result<Option<GraphBuilt>, CorpusError> {
+        ann::build(&self.dir, self.shape, &self.graph, 1, true, &std::sync::atomic::AtomicBool::new(false))
+    }
+
     /// The generation readers see now; it stays whole while held, whatever is committed after.
     pub fn snapshot(&self) -> Result<Snapshot, CorpusError> {
+        self.indexer();
+        let s = Snapshot::take(&self.dir, &self.readers, self.shape)?;
+        let graph = self.graph.get(&self.dir, self.shape, s.epoch());
+        Ok(s.with_graph(graph))
+    }
+
+    /// [`LocalCorpus::snapshot`] searched without the graph: every unfiltered kNN an exact
+    /// scan (what recall is measured against).
+    pub fn exact_snapshot(&self) -> Result<Snapshot, CorpusError> {
         Snapshot::take(&self.dir, &self.readers, self.shape)
     }
 
@@ -241,6 +287,9 @@ impl LocalCorpus {
         tx.commit().map_err(err)?;
         // Folded into the database now rather than by a later reader: the log stays small.
         let _ = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)");
+        if let Some(i) = self.indexer() {
+            i.poke();
+        }
         Ok(applied.totals.generation)
     }
 }
@@ -580,5 +629,107 @@ mod tests {
         assert!(g.nearest(&[1.0, 0.0, 0.0], 3, &missing).unwrap().is_empty());
         assert_eq!(g.list(&under("90."), 0, 10).unwrap(), ["a", "b"]);
         assert_eq!(g.list(&all, 1, 10).unwrap(), ["b", "c"]);
+    }
+
+    const WIDE: Shape = Shape { dimension: 32, metric: Metric::Cosine };
+
+    /// Chunk `i` of 32 dimensions: its document's direction plus a little of its own.
+    fn wide(i: usize, doc: usize) -> Change {
+        let v = (0..32).map(|d| ((doc * 31 + d * 7) % 17) as f32 - 8.0 + ((i * 13 + d) % 5) as f32 * 0.3).collect();
+        Change::Upsert(Record {
+            id: format!("c{i}"),
+            text: format!("chunk {i}"),
+            vector: v,
+            metadata: "{}".into(),
+            fields: [("document".to_string(), vec![format!("d{doc}")])].into(),
+        })
+    }
+
+    fn graphs(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("ann-"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Searched with the graph, a corpus answers what the exact scan answers, with the same
+    /// scores: chunks committed after the graph (scanned), removed (dropped) and changed (scored
+    /// from the table until the next graph) included; the next build adds only what is new and leaves one file.
+    #[test]
+    fn the_graph_answers_as_the_exact_scan_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = LocalCorpus::open(dir.path(), WIDE).unwrap().with_graph_after(None);
+        corpus.commit((0..600).map(|i| wide(i, i / 12)).collect(), None).unwrap();
+        let first = corpus.build_graph().unwrap().expect("built");
+        assert!(first.whole && first.added == 600 && first.chunks == 600, "{first:?}");
+        assert_eq!(graphs(dir.path()).len(), 1);
+        // After it: new chunks, a removed one, a changed one.
+        let mut later: Vec<Change> = (600..640).map(|i| wide(i, i / 12)).collect();
+        later.push(Change::Remove("c5".into()));
+        later.push(wide(7, 49));
+        corpus.commit(later, None).unwrap();
+        let check = |corpus: &LocalCorpus| {
+            let (g, exact) = (corpus.snapshot().unwrap(), corpus.exact_snapshot().unwrap());
+            assert!(g.graph_upto().is_some() && exact.graph_upto().is_none());
+            for q in [0, 5, 7, 300, 620, 639] {
+                let Change::Upsert(r) = wide(q, if q == 7 { 49 } else { q / 12 }) else { unreachable!() };
+                let (a, b) = (
+                    g.nearest(&r.vector, 10, &Filter::all()).unwrap(),
+                    exact.nearest(&r.vector, 10, &Filter::all()).unwrap(),
+                );
+                assert_eq!(ids(&a), ids(&b), "query {q}");
+                assert!(a.iter().zip(&b).all(|(x, y)| x.score == y.score));
+                assert!(!ids(&a).contains(&"c5".to_string()));
+            }
+        };
+        check(&corpus);
+        let next = corpus.build_graph().unwrap().expect("built");
+        // 40 new and the changed chunk again (under its number, its place kept); c5 removed.
+        assert!(!next.whole && next.added == 41 && next.removed == 1 && next.chunks == 639, "{next:?}");
+        assert_eq!(graphs(dir.path()).len(), 1, "{:?}", graphs(dir.path()));
+        check(&corpus);
+        assert!(corpus.build_graph().unwrap().is_none(), "nothing new");
+        // Another process's corpus finds the file.
+        drop(corpus);
+        let again = LocalCorpus::open(dir.path(), WIDE).unwrap().with_graph_after(None);
+        check(&again);
+    }
+
+    /// A graph of a database made again in the same directory (deleted by hand, the graph
+    /// left) is never used: its keys would name the new database's chunks.
+    #[test]
+    fn a_graph_of_another_database_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = LocalCorpus::open(dir.path(), WIDE).unwrap().with_graph_after(None);
+        corpus.commit((0..100).map(|i| wide(i, i / 12)).collect(), None).unwrap();
+        corpus.build_graph().unwrap().expect("built");
+        drop(corpus);
+        for f in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(format!("{}{f}", store::DATABASE)));
+        }
+        let corpus = LocalCorpus::open(dir.path(), WIDE).unwrap().with_graph_after(None);
+        corpus.commit((0..100).map(|i| wide(i + 1000, i / 12 + 3)).collect(), None).unwrap();
+        assert_eq!(corpus.snapshot().unwrap().graph_upto(), None);
+        corpus.build_graph().unwrap().expect("built");
+        assert_eq!(graphs(dir.path()).len(), 1, "the other database's graph removed");
+        assert!(corpus.snapshot().unwrap().graph_upto().is_some());
+    }
+
+    /// The background thread builds the graph once enough is committed, without being asked.
+    #[test]
+    fn the_graph_is_built_in_the_background() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = LocalCorpus::open(dir.path(), WIDE).unwrap().with_graph_after(Some(50));
+        corpus.commit((0..30).map(|i| wide(i, i / 12)).collect(), None).unwrap();
+        corpus.commit((30..60).map(|i| wide(i, i / 12)).collect(), None).unwrap();
+        let t = std::time::Instant::now();
+        while corpus.snapshot().unwrap().graph_upto().is_none() {
+            assert!(t.elapsed() < std::time::Duration::from_secs(60), "no graph after 60 s");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(graphs(dir.path()).len(), 1);
     }
 }

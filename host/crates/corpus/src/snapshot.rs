@@ -1,9 +1,10 @@
 //! Reads: a [`Snapshot`] is a connection in a read transaction, so every search it answers
 //! sees one committed generation, whatever is committed meanwhile (WAL keeps it).
 //!
-//! - kNN is exact: the vectors of the chunks a filter lets through, fetched by their number
-//!   (or all of them, scanned in order, when the filter lets most through or there is none;
-//!   the scan stops at its call's deadline).
+//! - kNN scores exactly: the vectors of the chunks a filter lets through, fetched by their
+//!   number. When the filter lets most through or there is none, the candidates come from the
+//!   nearest-neighbour graph ([`crate::ann`]) where one is built, and the chunks committed after
+//!   it (or all, without one) are scanned in order; the scan stops at its call's deadline.
 //! - BM25 is rag-core's formula over counts from the store: each query term's postings and
 //!   document frequency from FTS5 (`postings_at`, `postings_row`), each chunk's length from
 //!   FTS5's token counts (`postings_docsize`), the corpus's from `meta`. A filter that leaves
@@ -19,6 +20,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use rag_core::bm25::{mean_length, term_score, terms};
 use rag_core::corpus::{Filter, Found, Info, Match, Record, Shape};
 
+use crate::ann::Ann;
 use crate::error::CorpusError;
 use crate::store::{self, Totals};
 
@@ -38,6 +40,7 @@ pub struct Snapshot {
     dir: std::path::PathBuf,
     shape: Shape,
     totals: Totals,
+    graph: Option<Arc<Ann>>,
 }
 
 impl Drop for Snapshot {
@@ -55,6 +58,12 @@ impl Drop for Snapshot {
 
 type Result<T> = std::result::Result<T, CorpusError>;
 
+/// A stored vector's floats (f32 LE), into `into`.
+pub(crate) fn read_vector(bytes: &[u8], into: &mut Vec<f32>) {
+    into.clear();
+    into.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+}
+
 impl Snapshot {
     /// The generation committed now, from a connection of `pool` (or a new one).
     pub fn take(dir: &std::path::Path, pool: &Pool, shape: Shape) -> Result<Snapshot> {
@@ -66,7 +75,24 @@ impl Snapshot {
         conn.execute_batch("BEGIN").map_err(err)?;
         // The first read fixes what the transaction sees.
         let totals = store::totals(&conn).map_err(err)?;
-        Ok(Snapshot { conn: Some(conn), pool: pool.clone(), dir: dir.to_path_buf(), shape, totals })
+        Ok(Snapshot { conn: Some(conn), pool: pool.clone(), dir: dir.to_path_buf(), shape, totals, graph: None })
+    }
+
+    /// Searches it with `graph` (built from this database, [`Ann::epoch`]) where it serves.
+    pub(crate) fn with_graph(mut self, graph: Option<Arc<Ann>>) -> Snapshot {
+        self.graph = graph.filter(|g| g.epoch == self.totals.epoch);
+        self
+    }
+
+    /// The greatest chunk number the nearest-neighbour graph it searches with was built from
+    /// (chunks after it are scanned); `None` without a graph.
+    pub fn graph_upto(&self) -> Option<i64> {
+        self.graph.as_ref().map(|g| g.upto)
+    }
+
+    /// Its database's epoch ([`Totals::epoch`]).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.totals.epoch
     }
 
     fn c(&self) -> &Connection {
@@ -140,18 +166,13 @@ impl Snapshot {
         Ok(out)
     }
 
-    fn read_vector(bytes: &[u8], into: &mut Vec<f32>) {
-        into.clear();
-        into.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
-    }
-
     fn vector(&self, n: i64) -> Result<Option<Vec<f32>>> {
         let c = self.c();
         let mut s = c.prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
         let blob: Option<Vec<u8>> = s.query_row([n], |r| r.get(0)).optional().map_err(|e| self.err(e))?;
         Ok(blob.map(|b| {
             let mut v = Vec::new();
-            Self::read_vector(&b, &mut v);
+            read_vector(&b, &mut v);
             v
         }))
     }
@@ -192,7 +213,7 @@ impl Snapshot {
                     }
                     let found = s
                         .query_row([n], |r| {
-                            Self::read_vector(r.get_ref(0)?.as_blob()?, &mut v);
+                            read_vector(r.get_ref(0)?.as_blob()?, &mut v);
                             Ok(())
                         })
                         .optional()
@@ -202,10 +223,44 @@ impl Snapshot {
                     }
                 }
             }
-            // Most or all: one scan in order.
+            // Most or all: the graph's candidates up to its `upto` (scored from their stored
+            // vectors), then a scan in order of the chunks after it; without a graph, a scan
+            // of all.
             _ => {
-                let mut s = c.prepare_cached("SELECT n, v FROM vectors ORDER BY n").map_err(|e| self.err(e))?;
-                let mut rows = s.query([]).map_err(|e| self.err(e))?;
+                let mut after = 0;
+                if let Some(g) = &self.graph {
+                    match g.candidates(&query, k.saturating_mul(4).max(40), allowed.as_deref()) {
+                        Ok(ns) => {
+                            let mut s =
+                                c.prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
+                            for n in ns {
+                                // A candidate since removed is no longer stored.
+                                let found = s
+                                    .query_row([n], |r| {
+                                        read_vector(r.get_ref(0)?.as_blob()?, &mut v);
+                                        Ok(())
+                                    })
+                                    .optional()
+                                    .map_err(|e| self.err(e))?;
+                                if found.is_some() {
+                                    scored.push((n, rag_core::score::dot(&query, &v)));
+                                }
+                            }
+                            after = g.upto;
+                        }
+                        Err(e) => tracing::warn!(target: "quarry::corpus", "the graph failed ({e}); scanning exactly"),
+                    }
+                }
+                // After the graph, and the chunks up to it whose vectors changed since it was
+                // built (the graph holds their old vectors). CROSS JOIN: the few marks drive the
+                // join, not a walk of every vector.
+                let mut s = c
+                    .prepare_cached(
+                        "SELECT n, v FROM vectors WHERE n > ?1 UNION ALL \
+                         SELECT r.n, v.v FROM restated AS r CROSS JOIN vectors AS v ON v.n = r.n WHERE r.n <= ?1",
+                    )
+                    .map_err(|e| self.err(e))?;
+                let mut rows = s.query([after]).map_err(|e| self.err(e))?;
                 let mut seen = 0usize;
                 while let Some(r) = rows.next().map_err(|e| self.err(e))? {
                     seen += 1;
@@ -216,10 +271,15 @@ impl Snapshot {
                     if allowed.as_ref().is_some_and(|a| a.binary_search(&n).is_err()) {
                         continue;
                     }
-                    Self::read_vector(r.get_ref(1).and_then(|b| Ok(b.as_blob()?)).map_err(|e| self.err(e))?, &mut v);
+                    read_vector(r.get_ref(1).and_then(|b| Ok(b.as_blob()?)).map_err(|e| self.err(e))?, &mut v);
                     scored.push((n, rag_core::score::dot(&query, &v)));
                 }
             }
+        }
+        if self.graph.is_some() {
+            // A changed chunk may be both the graph's candidate and scanned: one score.
+            scored.sort_unstable_by_key(|s| s.0);
+            scored.dedup_by_key(|s| s.0);
         }
         let best = rag_core::score::top_k(scored, k);
         let ids = self.ids(&best.iter().map(|b| b.0).collect::<Vec<_>>())?;

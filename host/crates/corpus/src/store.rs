@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS chunks(
 CREATE TABLE IF NOT EXISTS vectors(n INTEGER PRIMARY KEY, v BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS fields(field TEXT NOT NULL, value TEXT NOT NULL, n INTEGER NOT NULL,
     PRIMARY KEY(field, value, n)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS restated(n INTEGER PRIMARY KEY, generation INTEGER NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS postings USING fts5(terms, tokenize = 'ascii', detail = full);
 CREATE VIRTUAL TABLE IF NOT EXISTS postings_row USING fts5vocab(postings, row);
 CREATE VIRTUAL TABLE IF NOT EXISTS postings_at USING fts5vocab(postings, instance);
@@ -109,6 +110,9 @@ pub struct Totals {
     pub terms: u64,
     /// The chunks' bytes (ids, texts, metadata, fields, vectors), the notes not counted.
     pub bytes: u64,
+    /// The database's own number, drawn when it was made: a graph built from it ([`crate::ann`])
+    /// names its chunks, never those of a database made again in the same directory.
+    pub epoch: u64,
 }
 
 fn meta_u64(c: &Connection, key: &str) -> rusqlite::Result<u64> {
@@ -131,6 +135,7 @@ pub fn totals(c: &Connection) -> rusqlite::Result<Totals> {
         chunks: meta_u64(c, "chunks")?,
         terms: meta_u64(c, "terms")?,
         bytes: meta_u64(c, "bytes")?,
+        epoch: meta_u64(c, "epoch")?,
     })
 }
 
@@ -172,7 +177,28 @@ pub fn create(tx: &Transaction<'_>, shape: Shape) -> rusqlite::Result<()> {
             Metric::Dot => "dot",
         },
     )?;
-    Ok(())
+    ensure_epoch(tx)
+}
+
+/// Brings a database made before the nearest-neighbour graph (no epoch) up to this build's
+/// tables: its epoch drawn, `restated` made. Schema 1 still: a build before reads it as it was.
+pub fn upgrade(c: &Connection) -> rusqlite::Result<()> {
+    c.execute_batch("CREATE TABLE IF NOT EXISTS restated(n INTEGER PRIMARY KEY, generation INTEGER NOT NULL);")?;
+    ensure_epoch(c)
+}
+
+/// Draws the database's epoch ([`Totals::epoch`]) if it has none (made before there was one).
+fn ensure_epoch(c: &Connection) -> rusqlite::Result<()> {
+    use sha2::Digest;
+    if meta_u64(c, "epoch")? != 0 {
+        return Ok(());
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let seed = format!("{}:{}:{:p}", now.as_nanos(), std::process::id(), c);
+    let h = sha2::Sha256::digest(seed.as_bytes());
+    // Positive as an SQLite integer, never 0 (which reads as "none").
+    let epoch = (u64::from_le_bytes(h[..8].try_into().expect("8 bytes")) >> 2).max(1);
+    set_meta(c, "epoch", epoch as i64)
 }
 
 /// The schema version a database says it has (0 before [`create`]).
@@ -271,6 +297,7 @@ fn forget(tx: &Transaction<'_>, s: &Stored, keep_row: bool) -> rusqlite::Result<
     if !keep_row {
         tx.prepare_cached("DELETE FROM vectors WHERE n = ?1")?.execute([s.n])?;
         tx.prepare_cached("DELETE FROM chunks WHERE n = ?1")?.execute([s.n])?;
+        tx.prepare_cached("DELETE FROM restated WHERE n = ?1")?.execute([s.n])?;
     }
     Ok(())
 }
@@ -280,30 +307,44 @@ pub fn vector_bytes(shape: Shape, v: Vec<f32>) -> Vec<u8> {
     shape.comparable(v).iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Writes `r` as chunk `n` (a new row when `n` is `None`); returns its BM25 length.
-fn put(tx: &Transaction<'_>, shape: Shape, r: Record, n: Option<i64>, bytes: u64) -> rusqlite::Result<u64> {
+/// Where [`put`] writes a chunk.
+enum Row {
+    /// A new row, numbered.
+    New(i64),
+    /// The row of the chunk it replaces (its number, so its place in the order chunks were
+    /// first added, is kept), in the generation being made.
+    Replacing(i64, u64),
+}
+
+/// Writes `r` at `row`; returns its BM25 length.
+fn put(tx: &Transaction<'_>, shape: Shape, r: Record, row: Row, bytes: u64) -> rusqlite::Result<u64> {
     let terms = rag_core::bm25::terms(&r.text);
     let tokens = terms.iter().map(|t| token(t)).collect::<Vec<_>>().join(" ");
     let fields = serde_json::to_string(&r.fields).expect("strings serialise");
     let len = terms.len() as i64;
-    let n = match n {
-        Some(n) => {
+    let v = vector_bytes(shape, r.vector);
+    let n = match row {
+        Row::Replacing(n, generation) => {
             tx.prepare_cached(
                 "UPDATE chunks SET text = ?2, metadata = ?3, fields = ?4, terms = ?5, bytes = ?6 WHERE n = ?1",
             )?
             .execute(params![n, r.text, r.metadata, fields, len, bytes as i64])?;
-            tx.prepare_cached("UPDATE vectors SET v = ?2 WHERE n = ?1")?
-                .execute(params![n, vector_bytes(shape, r.vector)])?;
+            let old: Vec<u8> = tx.prepare_cached("SELECT v FROM vectors WHERE n = ?1")?.query_row([n], |r| r.get(0))?;
+            if old != v {
+                tx.prepare_cached("UPDATE vectors SET v = ?2 WHERE n = ?1")?.execute(params![n, v])?;
+                // A graph built before holds the old vector under this number: searches score
+                // it from the table until the next graph has it (`crate::ann`).
+                tx.prepare_cached("INSERT OR REPLACE INTO restated(n, generation) VALUES (?1, ?2)")?
+                    .execute(params![n, generation as i64])?;
+            }
             n
         }
-        None => {
+        Row::New(n) => {
             tx.prepare_cached(
-                "INSERT INTO chunks(id, text, metadata, fields, terms, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO chunks(n, id, text, metadata, fields, terms, bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             )?
-            .execute(params![r.id, r.text, r.metadata, fields, len, bytes as i64])?;
-            let n = tx.last_insert_rowid();
-            tx.prepare_cached("INSERT INTO vectors(n, v) VALUES (?1, ?2)")?
-                .execute(params![n, vector_bytes(shape, r.vector)])?;
+            .execute(params![n, r.id, r.text, r.metadata, fields, len, bytes as i64])?;
+            tx.prepare_cached("INSERT INTO vectors(n, v) VALUES (?1, ?2)")?.execute(params![n, v])?;
             n
         }
     };
@@ -315,6 +356,13 @@ fn put(tx: &Transaction<'_>, shape: Shape, r: Record, n: Option<i64>, bytes: u64
         }
     }
     Ok(terms.len() as u64)
+}
+
+/// The number the next new chunk gets: past every number ever given (`meta`'s `next`), not
+/// only past those still stored, so that a number is never given twice.
+fn next_number(tx: &Transaction<'_>) -> rusqlite::Result<i64> {
+    let stored: i64 = tx.query_row("SELECT coalesce(max(n), 0) + 1 FROM chunks", [], |r| r.get(0))?;
+    Ok((meta_u64(tx, "next")? as i64).max(stored))
 }
 
 /// What [`apply`] leaves for the caller to check before it commits.
@@ -339,6 +387,7 @@ pub fn apply(
         }
     }
     let mut t = totals(tx)?;
+    let mut next = next_number(tx)?;
     for (id, change) in collapse(changes) {
         let old = stored(tx, &id)?;
         if let Some(s) = &old {
@@ -349,7 +398,14 @@ pub fn apply(
         }
         if let Some(r) = change {
             let bytes = record_bytes(&r);
-            t.terms += put(tx, shape, r, old.map(|s| s.n), bytes)?;
+            let row = match &old {
+                Some(s) => Row::Replacing(s.n, t.generation + 1),
+                None => {
+                    next += 1;
+                    Row::New(next - 1)
+                }
+            };
+            t.terms += put(tx, shape, r, row, bytes)?;
             t.chunks += 1;
             t.bytes += bytes;
         }
@@ -358,6 +414,7 @@ pub fn apply(
         set_meta(tx, "notes", notes)?;
     }
     t.generation += 1;
+    set_meta(tx, "next", next)?;
     set_meta(tx, "generation", t.generation as i64)?;
     set_meta(tx, "chunks", t.chunks as i64)?;
     set_meta(tx, "terms", t.terms as i64)?;
