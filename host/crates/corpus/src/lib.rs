@@ -522,7 +522,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let corpus = LocalCorpus::open(dir.path(), shape).unwrap();
         corpus.commit(changes.clone(), None).unwrap();
+        // Searched before the next commit: the document frequencies read for this generation
+        // must not be those of the next.
+        let first = corpus.snapshot().unwrap();
+        for q in ["bandwidth limit timetable", "remote config password", "the"] {
+            first.keyword(q, None, 10, &Filter::all()).unwrap();
+        }
         corpus.commit(later.clone(), None).unwrap();
+        for q in ["bandwidth limit timetable", "the"] {
+            // An older snapshot, asked after the commit, keeps its own generation's counts.
+            let memory = rag_core::corpus::Collection::empty(shape).apply(changes.clone(), None).unwrap();
+            let pairs = |v: Vec<Found>| v.into_iter().map(|f| (f.id, f.score)).collect::<Vec<_>>();
+            assert_eq!(
+                pairs(first.keyword(q, None, 10, &Filter::all()).unwrap()),
+                pairs(memory.keyword(q, None, 10, &Filter::all()).unwrap())
+            );
+        }
+        drop(first);
         let memory =
             rag_core::corpus::Collection::empty(shape).apply(changes, None).unwrap().apply(later, None).unwrap();
         let g = corpus.snapshot().unwrap();

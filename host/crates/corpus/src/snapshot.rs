@@ -24,8 +24,21 @@ use crate::ann::Ann;
 use crate::error::CorpusError;
 use crate::store::{self, Totals};
 
-/// Read connections kept for the next snapshot.
-pub type Pool = Arc<Mutex<Vec<Connection>>>;
+/// What a corpus's readers share: connections kept for the next snapshot, and the document
+/// frequencies of one generation's terms.
+pub type Pool = Arc<Readers>;
+
+/// See [`Pool`].
+#[derive(Default)]
+pub struct Readers {
+    conns: Mutex<Vec<Connection>>,
+    /// `(epoch, generation)` and its terms' document frequencies. FTS5 counts a term's chunks
+    /// by reading its whole doclist (20 ms for a word in most of a million chunks); a generation
+    /// never changes, so each count is read once per generation.
+    frequencies: Mutex<((u64, u64), HashMap<String, u64>)>,
+}
+/// The most document frequencies kept before the cache starts again.
+const MAX_FREQUENCIES: usize = 100_000;
 /// Connections a pool keeps; more are opened when more readers come at once, and closed after.
 const KEEP: usize = 8;
 /// A filter that leaves at most this many chunks is scored from their own texts.
@@ -48,7 +61,7 @@ impl Drop for Snapshot {
         if let Some(c) = self.conn.take()
             && c.execute_batch("ROLLBACK").is_ok()
         {
-            let mut pool = self.pool.lock();
+            let mut pool = self.pool.conns.lock();
             if pool.len() < KEEP {
                 pool.push(c);
             }
@@ -68,7 +81,7 @@ impl Snapshot {
     /// The generation committed now, from a connection of `pool` (or a new one).
     pub fn take(dir: &std::path::Path, pool: &Pool, shape: Shape) -> Result<Snapshot> {
         let err = |e| store::error(dir, e);
-        let conn = match pool.lock().pop() {
+        let conn = match pool.conns.lock().pop() {
             Some(c) => c,
             None => store::connect(&store::path(dir)).map_err(err)?,
         };
@@ -303,8 +316,31 @@ impl Snapshot {
         Ok(out)
     }
 
-    /// How many chunks hold `term` (as stored).
+    /// How many chunks hold `term` (as stored): counted once per generation ([`Readers`]).
     fn document_frequency(&self, term: &str) -> Result<u64> {
+        let at = (self.totals.epoch, self.totals.generation);
+        {
+            let cache = self.pool.frequencies.lock();
+            if cache.0 == at
+                && let Some(&df) = cache.1.get(term)
+            {
+                return Ok(df);
+            }
+        }
+        let df = self.count_holding(term)?;
+        let mut cache = self.pool.frequencies.lock();
+        if cache.0 != at || cache.1.len() >= MAX_FREQUENCIES {
+            // A snapshot of an older generation does not take the cache from a newer one.
+            if cache.0 > at && cache.0.0 == at.0 {
+                return Ok(df);
+            }
+            *cache = (at, HashMap::new());
+        }
+        cache.1.insert(term.to_string(), df);
+        Ok(df)
+    }
+
+    fn count_holding(&self, term: &str) -> Result<u64> {
         let c = self.c();
         let mut s = c.prepare_cached("SELECT doc FROM postings_row WHERE term = ?1").map_err(|e| self.err(e))?;
         let df: Option<i64> = s.query_row([term], |r| r.get(0)).optional().map_err(|e| self.err(e))?;
