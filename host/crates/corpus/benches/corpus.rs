@@ -1,11 +1,14 @@
 //! `make bench-corpus`: the local corpus at sizes, on its own workload, printed as a table.
 //!
 //! A corpus of N chunks (384 dimensions) in documents of 12: each document's vectors lie
-//! around a centre of its own (as one document's embeddings do), its texts are 250 Zipf-ish
-//! words of a 20,000-word vocabulary. Per size: the base load (100 documents a commit), an open,
+//! around a centre of its own (as one document's embeddings do; [`Vectors`] says how, and
+//! `QUARRY_BENCH_CORPUS_VECTORS=flat` makes them adversarial for a graph), its texts are 250
+//! Zipf-ish words of a 20,000-word vocabulary. Per size: the base load (100 documents a commit), an open,
 //! ten documents added one commit each (wall time and the bytes the commit handed to `write`,
 //! beside the document's own bytes), kNN unfiltered and filtered to one document, BM25
-//! unfiltered and filtered to one document, and the process's RSS. Beside it, up to
+//! unfiltered and filtered to one document, and the process's RSS. kNN unfiltered twice: an
+//! exact scan, and the nearest-neighbour graph (built from nothing, timed, then the ten added
+//! documents scanned after it) with its recall@10 against the scan. Beside it, up to
 //! `QUARRY_BENCH_CORPUS_OLD` chunks (default 50,000: past it every commit of that format built an
 //! HNSW graph of the whole corpus), the commit of the format before (cbf06d5) as it did it: the
 //! generation applied in memory (rag-core's `Collection`), its BM25 built, the whole file
@@ -40,15 +43,85 @@ fn normalise(v: &mut [f32]) {
     v.iter_mut().for_each(|x| *x /= n);
 }
 
+impl Rng {
+    /// A standard normal draw (Box-Muller).
+    fn normal(&mut self) -> f32 {
+        let (u, v) = (self.next().max(1e-12), self.next());
+        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+    }
+}
+
+/// How the vectors are made (`QUARRY_BENCH_CORPUS_VECTORS`).
+#[derive(Clone, Copy, PartialEq)]
+enum Vectors {
+    /// `latent` (the default): as sentence embeddings are, of low intrinsic dimension. Each
+    /// document a point of a 32-dimensional space, its chunks around it, mapped into 384
+    /// dimensions by one fixed random projection, with a little noise of full rank: chunks of
+    /// other documents lie at every distance, as they do in a real corpus.
+    Latent,
+    /// `flat`: each document's chunks around a random centre of 384 dimensions, the noise as
+    /// large as the centre: every chunk is nearly orthogonal to all but its document's 11
+    /// others, so a graph has nothing to follow towards them (adversarial for any ANN).
+    Flat,
+}
+
+const LATENT: usize = 32;
+
+fn vectors() -> Vectors {
+    match std::env::var("QUARRY_BENCH_CORPUS_VECTORS").as_deref() {
+        Ok("flat") => Vectors::Flat,
+        _ => Vectors::Latent,
+    }
+}
+
+/// The latent space's projection into [`DIM`] dimensions (fixed).
+fn projection() -> &'static [f32] {
+    static P: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let mut rng = Rng(42);
+        (0..DIM * LATENT).map(|_| rng.normal() / (LATENT as f32).sqrt()).collect()
+    })
+}
+
+/// One document's chunks' vectors.
+fn doc_vectors(rng: &mut Rng) -> Vec<Vec<f32>> {
+    match vectors() {
+        Vectors::Flat => {
+            let mut centre: Vec<f32> = (0..DIM).map(|_| rng.next() as f32 - 0.5).collect();
+            normalise(&mut centre);
+            (0..PER_DOC)
+                .map(|_| {
+                    let mut v: Vec<f32> = centre.iter().map(|c| c + 0.225 * (rng.next() as f32 - 0.5)).collect();
+                    normalise(&mut v);
+                    v
+                })
+                .collect()
+        }
+        Vectors::Latent => {
+            let p = projection();
+            let centre: Vec<f32> = (0..LATENT).map(|_| rng.normal()).collect();
+            (0..PER_DOC)
+                .map(|_| {
+                    let z: Vec<f32> = centre.iter().map(|c| c + 0.5 * rng.normal()).collect();
+                    let mut v: Vec<f32> = (0..DIM)
+                        .map(|i| p[i * LATENT..(i + 1) * LATENT].iter().zip(&z).map(|(a, b)| a * b).sum::<f32>())
+                        .map(|x| x + 0.1 * rng.normal())
+                        .collect();
+                    normalise(&mut v);
+                    v
+                })
+                .collect()
+        }
+    }
+}
+
 /// Document `d`'s chunks.
 fn doc(d: usize) -> Vec<Record> {
     let mut rng = Rng(d as u64 * 7919 + 1);
-    let mut centre: Vec<f32> = (0..DIM).map(|_| rng.next() as f32 - 0.5).collect();
-    normalise(&mut centre);
-    (0..PER_DOC)
-        .map(|i| {
-            let mut vector: Vec<f32> = centre.iter().map(|c| c + 0.225 * (rng.next() as f32 - 0.5)).collect();
-            normalise(&mut vector);
+    let vs = doc_vectors(&mut rng);
+    vs.into_iter()
+        .enumerate()
+        .map(|(i, vector)| {
             let mut text = format!("doc{d} ");
             for _ in 0..WORDS {
                 let w = (VOCAB.powf(rng.next()) as usize).min(VOCAB as usize - 1);
@@ -108,7 +181,8 @@ fn row(what: &str, value: String) {
 /// The SQLite store at `n` chunks.
 fn sqlite(n: usize, dir: &Path) {
     let docs = n / PER_DOC;
-    let corpus = LocalCorpus::open(dir, SHAPE).expect("open");
+    // The graph is built below, timed, rather than by the background thread during the load.
+    let corpus = LocalCorpus::open(dir, SHAPE).expect("open").with_graph_after(None);
     let t = Instant::now();
     for first in (0..docs).step_by(100) {
         let batch = (first..(first + 100).min(docs)).flat_map(doc).map(Change::Upsert).collect();
@@ -117,10 +191,23 @@ fn sqlite(n: usize, dir: &Path) {
     row("base load, 100 documents a commit (s)", format!("{:.1}", t.elapsed().as_secs_f64()));
     drop(corpus);
     let t = Instant::now();
-    let corpus = LocalCorpus::open(dir, SHAPE).expect("reopen");
+    let corpus = LocalCorpus::open(dir, SHAPE).expect("reopen").with_graph_after(None);
     let g = corpus.snapshot().expect("snapshot");
     row("open and first snapshot (ms)", format!("{:.1}", ms(t)));
     assert_eq!(g.len() as usize, docs * PER_DOC);
+    drop(g);
+    let t = Instant::now();
+    let built = corpus.build_graph().expect("graph").expect("a graph built");
+    row(
+        "nearest-neighbour graph built from nothing (s, every core)",
+        format!("{:.1}, {} chunks", t.elapsed().as_secs_f64(), built.chunks),
+    );
+    drop(corpus);
+    let t = Instant::now();
+    let corpus = LocalCorpus::open(dir, SHAPE).expect("reopen").with_graph_after(None);
+    let g = corpus.snapshot().expect("snapshot");
+    assert!(g.graph_upto().is_some());
+    row("open with the graph (mapped) and first snapshot (ms)", format!("{:.1}", ms(t)));
     drop(g);
     let (mut wall, mut wchar, mut wbytes) = (Vec::new(), Vec::new(), Vec::new());
     let mut own = 0;
@@ -149,7 +236,8 @@ fn sqlite(n: usize, dir: &Path) {
     );
     row("directory (MB)", format!("{:.0}", dir_mb(dir)));
     let g = corpus.snapshot().expect("snapshot");
-    let queries: Vec<(usize, Vec<f32>)> = (0..20)
+    // 100 queries: recall@10 over 1,000 answers (20 left it to ±2%).
+    let queries: Vec<(usize, Vec<f32>)> = (0..100)
         .map(|i| {
             let d = (i * 7_919) % docs;
             let mut v = doc(d)[i % PER_DOC].vector.clone();
@@ -169,9 +257,25 @@ fn sqlite(n: usize, dir: &Path) {
             .collect())
     };
     let all = Filter::all();
+    let exact = corpus.exact_snapshot().expect("snapshot");
     row(
-        "kNN k=10 unfiltered, p50 (ms; exact: recall 1.0)",
-        format!("{:.2}", time(&|_, q| assert_eq!(g.nearest(q, 10, &all).unwrap().len(), 10))),
+        "kNN k=10 unfiltered, exact scan, p50 (ms)",
+        format!("{:.2}", time(&|_, q| assert_eq!(exact.nearest(q, 10, &all).unwrap().len(), 10))),
+    );
+    let found: usize = queries
+        .iter()
+        .map(|(_, q)| {
+            let truth = exact.nearest(q, 10, &all).unwrap();
+            g.nearest(q, 10, &all).unwrap().iter().filter(|h| truth.iter().any(|t| t.id == h.id)).count()
+        })
+        .sum();
+    row(
+        "kNN k=10 unfiltered, graph + the 120 chunks after it, p50 (ms)",
+        format!(
+            "{:.2}, recall@10 {:.3}",
+            time(&|_, q| assert_eq!(g.nearest(q, 10, &all).unwrap().len(), 10)),
+            found as f64 / (10 * queries.len()) as f64
+        ),
     );
     let one = |d: usize| Filter::exact("document", &format!("d{d}"));
     row(
@@ -258,7 +362,11 @@ fn main() {
                 .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
         })
         .unwrap_or_default();
-    println!("local corpus bench: {cpu}, {} cores", std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "local corpus bench: {cpu}, {} cores, {} vectors",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if vectors() == Vectors::Flat { "flat" } else { "latent" }
+    );
     for n in sizes {
         let dir = tempfile::tempdir().expect("a temporary directory");
         println!("\n{n} chunks, SQLite store:");
