@@ -178,15 +178,90 @@ async fn readers_never_see_half_a_commit() {
     corpus.commit(&lease, vec![], None).await.unwrap();
     assert!(!keys(&fake).any(|k| k == "a" || k == "b"), "gone a generation later");
     assert_eq!(corpus.info().await.unwrap().chunks, 4);
-    // The manifest names the moved key while b lives, and forgets it when b is removed.
-    let moved = |fake: &FakeCluster| {
-        let docs = fake.documents("travel", "inventory", "hotels");
-        docs.into_iter().find(|(k, _)| k == "_quarry::manifest").unwrap().1["moved"].clone()
+    // Where b lives is b's own document, not the manifest's (which every reader and commit
+    // reads, and stays its size); removed, b is not found through it.
+    let doc = |fake: &FakeCluster, key: &str| {
+        fake.documents("travel", "inventory", "hotels").into_iter().find(|(k, _)| k == key).map(|d| d.1)
     };
-    assert_eq!(moved(&fake), json!({"b": "b@@3"}));
+    assert_eq!(doc(&fake, "_quarry::moved::b"), Some(json!({"moved": {"key": "b@@3", "previous": null, "gen": 3}})));
+    assert_eq!(doc(&fake, "_quarry::manifest").unwrap().get("moved"), None);
     corpus.commit(&lease, vec![Change::Remove("b".into())], None).await.unwrap();
-    assert_eq!(moved(&fake), json!({}));
     assert!(corpus.get(&["b".to_string()]).await.unwrap()[0].is_none());
+    assert_eq!(corpus.list(&Filter::all(), 0, 10).await.unwrap(), ["c", "d", "e"]);
+}
+
+/// A commit costs the change, not the corpus: adding one chunk reads and writes the same
+/// documents, and the manifest stays its size, whether 3 or 303 chunks were rewritten (moved to
+/// new keys) before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_costs_the_change_not_the_chunks_moved_before() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let corpus = open(&fake).await;
+    let lease = corpus.lease("host-a", Duration::from_secs(30), Duration::from_secs(5)).await.unwrap();
+    let many = |from: usize, to: usize, text: &str| -> Vec<Change> {
+        (from..to).map(|i| chunk(&format!("c{i}"), &format!("{text} {i}"), [1.0, i as f32, 0.0, 0.0], "1")).collect()
+    };
+    corpus.commit(&lease, many(0, 303, "first"), None).await.unwrap();
+    let manifest_bytes = || {
+        let docs = fake.documents("travel", "inventory", "hotels");
+        docs.into_iter().find(|(k, _)| k == "_quarry::manifest").unwrap().1.to_string().len()
+    };
+    // One chunk added: the KV operations it takes (the Search service's count queries too).
+    let add = |n: usize| {
+        let corpus = &corpus;
+        let lease = &lease;
+        let fake = &fake;
+        async move {
+            let before = fake.seen().iter().filter(|s| s.service == "kv").count();
+            corpus.commit(lease, many(1000 + n, 1001 + n, "added"), None).await.unwrap();
+            fake.seen().iter().filter(|s| s.service == "kv").count() - before
+        }
+    };
+    // Each rewrite's old versions are deleted by the commit after it (readers may still be on
+    // the generation before): an empty commit does that before each measure.
+    corpus.commit(&lease, many(0, 3, "rewritten"), None).await.unwrap();
+    corpus.commit(&lease, vec![], None).await.unwrap();
+    let (ops_few, bytes_few) = (add(0).await, manifest_bytes());
+    corpus.commit(&lease, many(3, 303, "rewritten"), None).await.unwrap();
+    corpus.commit(&lease, vec![], None).await.unwrap();
+    let (ops_many, bytes_many) = (add(1).await, manifest_bytes());
+    assert_eq!(ops_few, ops_many, "KV operations of one add after 3 and after 303 moves");
+    assert!(bytes_many <= bytes_few + 8, "manifest {bytes_few} then {bytes_many} bytes");
+    let moved = fake
+        .documents("travel", "inventory", "hotels")
+        .iter()
+        .filter(|(k, _)| k.starts_with("_quarry::moved::"))
+        .count();
+    assert_eq!(moved, 303);
+}
+
+/// A corpus an earlier Quarry wrote, its moved chunks listed in the manifest: read as it was;
+/// a commit that touches such a chunk moves it to its own document and out of the manifest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_listing_moved_chunks_is_read_and_shrinks() {
+    let fake = FakeCluster::start(fc::standard()).await;
+    let corpus = open(&fake).await;
+    let lease = corpus.lease("host-a", Duration::from_secs(30), Duration::from_secs(5)).await.unwrap();
+    corpus.commit(&lease, manual(), None).await.unwrap();
+    let edit = |t: &str| vec![chunk("b", t, [0.9, 0.1, 0.0, 0.0], "90.11")];
+    assert_eq!(corpus.commit(&lease, edit("edited once"), None).await.unwrap(), 2);
+    // As the version before wrote it: the map in the manifest, no document of its own.
+    let s = store(&fake, Duration::from_secs(5));
+    let mut m = s.get("_quarry::manifest").await.unwrap().unwrap().value;
+    m["moved"] = json!({"b": "b@@2"});
+    s.upsert("_quarry::manifest", &m, None).await.unwrap();
+    s.remove("_quarry::moved::b", None).await.unwrap();
+    async fn text(c: &CouchbaseCorpus) -> Option<String> {
+        c.get(&["b".to_string()]).await.unwrap()[0].as_ref().map(|r| r.text.clone())
+    }
+    assert_eq!(text(&corpus).await.as_deref(), Some("edited once"));
+    assert_eq!(ids(&corpus.nearest(&[0.9, 0.1, 0.0, 0.0], 1, &Filter::all()).await.unwrap()), ["b"]);
+    assert_eq!(corpus.commit(&lease, edit("edited twice"), None).await.unwrap(), 3);
+    assert_eq!(text(&corpus).await.as_deref(), Some("edited twice"));
+    let m = s.get("_quarry::manifest").await.unwrap().unwrap().value;
+    assert_eq!(m.get("moved"), None, "{m}");
+    let moved = s.get("_quarry::moved::b").await.unwrap().unwrap().value;
+    assert_eq!(moved, json!({"moved": {"key": "b@@3", "previous": "b@@2", "gen": 3}}));
 }
 
 /// One writer at a time: another waits and gets `busy`; a holder that stops renewing loses the

@@ -7,16 +7,20 @@
 //! and the couchbase-search tool can search a corpus Quarry wrote. Quarry's own part sits under
 //! `quarry`: the chunk id, the generation that wrote it (`gen`), the generation that removed it
 //! (`until`, once removed), the filter fields and the metadata as given. Three documents beside
-//! the chunks run the corpus: `_quarry::manifest` (generation, shape, chunk count, notes, the
-//! keys of chunks moved by a rewrite), `_quarry::lease` (the writer, with an expiry it renews)
-//! and `_quarry::attempt` (what a commit in progress has touched).
+//! the chunks run the corpus: `_quarry::manifest` (generation, shape, chunk count, notes),
+//! `_quarry::lease` (the writer, with an expiry it renews) and `_quarry::attempt` (what a commit
+//! in progress has touched); and one `_quarry::moved::ID` beside each chunk whose key is not its
+//! id, so that the manifest, which every reader and commit reads, stays the same size whatever
+//! the corpus holds.
 //!
 //! **Generations, never a mix.** Readers read the manifest's generation `G` and search for
 //! chunks with `gen <= G` and no `until <= G`. A commit of `G + 1` writes its new chunks with
 //! `gen = G + 1` and marks the chunks it removes with `until = G + 1` (invisible to readers of
 //! `G` either way), then flips the manifest to `G + 1` with its CAS: readers see all of the
 //! commit or none of it. A chunk rewritten with other content goes to a new key (`id@@G+1`,
-//! recorded in the manifest) so that both versions exist until the flip. Removed chunks are
+//! recorded in its `_quarry::moved::ID` with the key before and the generation that moved it, so
+//! that readers of `G` still find the old one) so that both versions exist until the flip.
+//! Removed chunks are
 //! deleted one commit later, when no reader can still be on the generation that had them.
 //!
 //! **A writer that dies.** The lease expires and another host takes it. Before the commit
@@ -54,6 +58,8 @@ use rag_core::corpus::{Change, Filter, Found, Info, Match, Metric, Record, Shape
 const MANIFEST: &str = "_quarry::manifest";
 const LEASE: &str = "_quarry::lease";
 const ATTEMPT: &str = "_quarry::attempt";
+/// The prefix of the document that says where a chunk whose key is not its id is kept.
+const MOVED: &str = "_quarry::moved::";
 /// The longest chunk id kept as a key (Couchbase keys have at most 250 bytes; a rewritten chunk's
 /// key has a suffix).
 pub const MAX_ID_BYTES: usize = 200;
@@ -76,8 +82,9 @@ struct Manifest {
     #[serde(default)]
     terms: u64,
     notes: String,
-    /// Chunks whose key is not their id (rewritten with other content): id -> key.
-    #[serde(default)]
+    /// Chunks whose key is not their id, as Quarry before `_quarry::moved::ID` kept them: id ->
+    /// key. Read still; a commit moves the ids it touches to their own documents.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     moved: BTreeMap<String, String>,
     /// Keys removed by the last commit, deleted by the next.
     #[serde(default)]
@@ -152,6 +159,24 @@ fn content_hash(r: &Record) -> String {
     h.update([0]);
     h.update(serde_json::to_vec(&r.fields).unwrap_or_default());
     hex(&h.finalize())
+}
+
+/// The key chunk `id` is kept under as of generation `g`: from its `_quarry::moved::ID`
+/// (`{"moved": {"key", "previous", "gen"}}`: `key` from generation `gen` on, `previous` before;
+/// `null` for the id itself), else the manifest's map of an earlier Quarry, else the id.
+fn moved_key(m: &Manifest, id: &str, moved: Option<&Value>, g: u64) -> String {
+    if let Some(d) = moved.and_then(|d| d.get("moved")) {
+        let since = d["gen"].as_u64().unwrap_or(0);
+        let key = if since <= g { &d["key"] } else { &d["previous"] };
+        return key.as_str().map_or_else(|| id.to_string(), str::to_string);
+    }
+    m.moved.get(id).cloned().unwrap_or_else(|| id.to_string())
+}
+
+/// A `_quarry::moved::ID`: the chunk's key from generation `g` on, `previous` before it.
+fn moved_doc(id: &str, key: &str, previous: &str, g: u64) -> Value {
+    let or_null = |k: &str| if k == id { Value::Null } else { json!(k) };
+    json!({"moved": {"key": or_null(key), "previous": or_null(previous), "gen": g}})
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -395,12 +420,30 @@ impl CouchbaseCorpus {
         self.shape.query(v)
     }
 
-    /// Chunk ids of document keys (a moved chunk's key is not its id).
-    fn ids_of(m: &Manifest, hits: Vec<(String, f64)>) -> Vec<(String, f64)> {
-        let by_key: HashMap<&str, &str> = m.moved.iter().map(|(id, key)| (key.as_str(), id.as_str())).collect();
+    /// Chunk ids of document keys (a moved chunk's key is its id, `@@` and a generation; ids
+    /// hold no `@@`).
+    fn ids_of(hits: Vec<(String, f64)>) -> Vec<(String, f64)> {
         hits.into_iter()
-            .map(|(key, s)| (by_key.get(key.as_str()).map_or(key.clone(), |id| id.to_string()), s))
+            .map(|(key, s)| (key.split_once("@@").map_or(key.as_str(), |(id, _)| id).to_string(), s))
             .collect()
+    }
+
+    /// The keys chunks `ids` are kept under as of generation `g`, and each one's
+    /// `_quarry::moved::ID` as read (see [`moved_key`]).
+    async fn keys_at(
+        &self,
+        m: &Manifest,
+        ids: &[String],
+        g: u64,
+    ) -> Result<(Vec<String>, Vec<Option<Value>>), CorpusError> {
+        let docs = self
+            .store
+            .get_many(&ids.iter().map(|id| format!("{MOVED}{id}")).collect::<Vec<_>>())
+            .await
+            .map_err(|e| unavailable(&self.name, e))?;
+        let moved: Vec<Option<Value>> = docs.into_iter().map(|d| d.map(|d| d.value)).collect();
+        let keys = ids.iter().zip(&moved).map(|(id, d)| moved_key(m, id, d.as_ref(), g)).collect();
+        Ok((keys, moved))
     }
 
     /// The `k` chunks nearest `vector` among those `filter` lets through, best first.
@@ -417,7 +460,7 @@ impl CouchbaseCorpus {
             .search(&self.index, request, SearchOptions::new().limit(k as u32))
             .await
             .map_err(|e| unavailable(&self.name, e))?;
-        Ok(Self::ids_of(&m, hits).into_iter().map(|(id, s)| Found { id, score: s as f32, similarity: None }).collect())
+        Ok(Self::ids_of(hits).into_iter().map(|(id, s)| Found { id, score: s as f32, similarity: None }).collect())
     }
 
     /// The `k` best chunks for `query` by BM25 among those `filter` lets through, each with its
@@ -482,7 +525,7 @@ impl CouchbaseCorpus {
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         scored.truncate(k);
-        let hits = Self::ids_of(&m, scored);
+        let hits = Self::ids_of(scored);
         let similarity = match &similar_to {
             None => vec![None; hits.len()],
             Some(q) => {
@@ -541,7 +584,7 @@ impl CouchbaseCorpus {
     }
 
     async fn read(&self, m: &Manifest, ids: &[String]) -> Result<Vec<Option<Record>>, CorpusError> {
-        let keys: Vec<String> = ids.iter().map(|id| m.moved.get(id).cloned().unwrap_or_else(|| id.clone())).collect();
+        let (keys, _) = self.keys_at(m, ids, m.generation).await?;
         let docs = self.store.get_many(&keys).await.map_err(|e| unavailable(&self.name, e))?;
         Ok(docs
             .into_iter()
@@ -575,7 +618,7 @@ impl CouchbaseCorpus {
             .search(&self.index, SearchRequest::with_search_query(all), opts)
             .await
             .map_err(|e| unavailable(&self.name, e))?;
-        Ok(Self::ids_of(&m, hits).into_iter().map(|(id, _)| id).collect())
+        Ok(Self::ids_of(hits).into_iter().map(|(id, _)| id).collect())
     }
 
     /// Takes the write lease for `holder`, waiting at most `wait` while another holds it. The
@@ -762,10 +805,21 @@ impl CouchbaseCorpus {
                 }
             }
         }
-        let key_of = |m: &Manifest, id: &str| m.moved.get(id).cloned().unwrap_or_else(|| id.to_string());
         let ids: Vec<String> = upserts.keys().chain(removals.iter()).cloned().collect();
-        let keys: Vec<String> = ids.iter().map(|id| key_of(&m, id)).collect();
+        let (keys, moved) = self.keys_at(&m, &ids, m.generation).await?;
         let current = self.store.get_many(&keys).await.map_err(fail)?;
+        // Where each touched chunk is kept from `next` on: written as `_quarry::moved::ID` where
+        // that is not the id, or was not before.
+        let mut moves: Vec<(String, Value)> = Vec::new();
+        let mut move_to = |attempt: &mut Attempt, m: &mut Manifest, i: usize, to: &str| {
+            let id = &ids[i];
+            if to != id || moved[i].is_some() || m.moved.contains_key(id) {
+                let k = format!("{MOVED}{id}");
+                attempt.written.insert(k.clone());
+                moves.push((k, moved_doc(id, to, &keys[i], next)));
+            }
+            m.moved.remove(id);
+        };
 
         let mut attempt = Attempt { generation: next, ..Attempt::default() };
         let mut writes: Vec<(String, Value)> = Vec::new();
@@ -776,7 +830,7 @@ impl CouchbaseCorpus {
         let mut terms = m.terms as i64;
         let held_terms =
             |d: &quarry_couchbase::store::Doc| record(&d.value).map_or(0, |(r, ..)| text_terms(&r.text) as i64);
-        for ((id, key), doc) in ids.iter().zip(&keys).zip(current) {
+        for (i, ((id, key), doc)) in ids.iter().zip(&keys).zip(current).enumerate() {
             let live = doc.as_ref().filter(|d| visible(&d.value, m.generation));
             if let Some(r) = upserts.get(id) {
                 let r = Record { vector: self.shape.comparable(r.vector.clone()), ..r.clone() };
@@ -792,7 +846,7 @@ impl CouchbaseCorpus {
                         old["quarry"]["until"] = json!(next);
                         marks.push((key.clone(), old));
                         attempt.marked.insert(key.clone());
-                        m.moved.insert(id.clone(), moved.clone());
+                        move_to(&mut attempt, &mut m, i, &moved);
                         attempt.written.insert(moved.clone());
                         writes.push((moved, document(&r, next, &hash)));
                     }
@@ -804,10 +858,8 @@ impl CouchbaseCorpus {
                         // A removed version still there (readers one generation behind may
                         // read it until the next commit deletes it) keeps its key.
                         let key = if doc.is_none() || pending { key.clone() } else { format!("{id}@@{next}") };
-                        if key == *id {
-                            m.moved.remove(id);
-                        } else {
-                            m.moved.insert(id.clone(), key.clone());
+                        if key != keys[i] {
+                            move_to(&mut attempt, &mut m, i, &key);
                         }
                         attempt.written.insert(key.clone());
                         // A dead commit's copy of the same chunk is kept: it resumes from there.
@@ -823,8 +875,9 @@ impl CouchbaseCorpus {
                 chunks -= 1;
                 bytes -= held(d);
                 terms -= held_terms(d);
-                // Readers of the new generation do not look it up; readers of this one have
-                // their own copy of the manifest.
+                // Readers of the new generation find it marked removed where it was: its
+                // `_quarry::moved::ID` stays as it is. (An earlier Quarry's map entry can go:
+                // read at its id, a removed chunk is not there either.)
                 m.moved.remove(id);
                 let mut old = d.value.clone();
                 old["quarry"]["until"] = json!(next);
@@ -847,6 +900,7 @@ impl CouchbaseCorpus {
         self.store.upsert(ATTEMPT, &serde_json::to_value(&wal).expect("plain data"), None).await.map_err(fail)?;
         lease.check(&self.name)?;
         self.store.upsert_many(&writes).await.map_err(fail)?;
+        self.store.upsert_many(&moves).await.map_err(fail)?;
         self.store.upsert_many(&marks).await.map_err(fail)?;
         // What the dead commit touched and this one did not: deleted, or unmarked.
         let leftovers: Vec<String> = dead.written.difference(&attempt.written).cloned().collect();
@@ -855,7 +909,8 @@ impl CouchbaseCorpus {
         self.clear_marks(&unmark, next).await?;
         // The Search service indexes a write some time after the data node took it: the flip
         // waits until the index holds the whole generation, or readers of it would miss some.
-        self.await_indexed(lease, next, attempt.written.len() as u64, attempt.marked.len() as u64).await?;
+        let chunks_written = attempt.written.iter().filter(|k| !k.starts_with(MOVED)).count() as u64;
+        self.await_indexed(lease, next, chunks_written, attempt.marked.len() as u64).await?;
 
         // The flip: readers see all of it from here.
         lease.check(&self.name)?;
@@ -920,16 +975,28 @@ impl CouchbaseCorpus {
         }
     }
 
-    /// Deletes what a dead commit of generation `next` wrote and this one does not keep.
+    /// Deletes what a dead commit of generation `next` wrote and this one does not keep; puts
+    /// back the `_quarry::moved::ID` it wrote (the key before it).
     async fn clear_written(&self, keys: &[String], next: u64) -> Result<(), CorpusError> {
-        let docs = self.store.get_many(keys).await.map_err(|e| unavailable(&self.name, e))?;
-        let stale: Vec<String> = keys
-            .iter()
-            .zip(docs)
-            .filter(|(_, d)| d.as_ref().is_some_and(|d| d.value["quarry"]["gen"] == next))
-            .map(|(k, _)| k.clone())
-            .collect();
-        self.store.remove_many(&stale).await.map_err(|e| unavailable(&self.name, e))
+        let fail = |e| unavailable(&self.name, e);
+        let docs = self.store.get_many(keys).await.map_err(fail)?;
+        let (mut stale, mut back) = (Vec::new(), Vec::new());
+        for (k, d) in keys.iter().zip(docs) {
+            let Some(d) = d else { continue };
+            if let Some(id) = k.strip_prefix(MOVED) {
+                let m = &d.value["moved"];
+                if m["gen"] == next {
+                    match m["previous"].as_str() {
+                        Some(p) => back.push((k.clone(), moved_doc(id, p, p, 0))),
+                        None => stale.push(k.clone()),
+                    }
+                }
+            } else if d.value["quarry"]["gen"] == next {
+                stale.push(k.clone());
+            }
+        }
+        self.store.upsert_many(&back).await.map_err(fail)?;
+        self.store.remove_many(&stale).await.map_err(fail)
     }
 
     /// Takes a dead commit's removal marks (`until = next`) off the chunks this one keeps.
