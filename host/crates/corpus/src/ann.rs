@@ -321,7 +321,7 @@ fn add_stored(
         let batch: Vec<(i64, Vec<f32>)> = s
             .query_map(rusqlite::params![after, end, BATCH], |r| {
                 let mut v = Vec::with_capacity(shape.dimension);
-                crate::snapshot::read_vector(r.get_ref(1)?.as_blob()?, &mut v);
+                store::read_vector(r.get_ref(1)?.as_blob()?, &mut v);
                 Ok((r.get(0)?, v))
             })?
             .collect::<rusqlite::Result<_>>()?;
@@ -358,8 +358,12 @@ fn add_changed(c: &Connection, index: &Index, shape: Shape, ns: &[i64]) -> rusql
     let mut added = 0;
     let mut v = Vec::with_capacity(shape.dimension);
     for &n in ns {
-        let found =
-            s.query_row([n], |r| Ok(crate::snapshot::read_vector(r.get_ref(0)?.as_blob()?, &mut v))).optional()?;
+        let found = s
+            .query_row([n], |r| {
+                store::read_vector(r.get_ref(0)?.as_blob()?, &mut v);
+                Ok(())
+            })
+            .optional()?;
         if found.is_some() {
             if index.capacity() <= index.size() {
                 let _ = index.reserve(index.size() + ns.len());

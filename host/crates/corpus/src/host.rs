@@ -101,7 +101,7 @@ pub struct Shared {
 /// Where an open corpus is kept.
 enum Kept {
     /// On this host's disk, in an SQLite database, searched here.
-    Local(LocalCorpus),
+    Local(Box<LocalCorpus>),
     /// In a Couchbase collection: searched by the cluster, nothing kept here.
     #[cfg(feature = "couchbase")]
     Couchbase(Box<crate::couchbase::CouchbaseCorpus>),
@@ -159,7 +159,7 @@ async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<S
             for w in opened.warnings() {
                 tracing::warn!(corpus = %section.name, "{w}");
             }
-            Kept::Local(opened)
+            Kept::Local(Box::new(opened))
         }
         #[cfg(feature = "couchbase")]
         Backend::Couchbase(t) => {

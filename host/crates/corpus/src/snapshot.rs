@@ -22,7 +22,7 @@ use rag_core::corpus::{Filter, Found, Info, Match, Record, Shape};
 
 use crate::ann::Ann;
 use crate::error::CorpusError;
-use crate::store::{self, Totals};
+use crate::store::{self, Totals, read_vector};
 
 /// What a corpus's readers share: connections kept for the next snapshot, and the document
 /// frequencies of one generation's terms.
@@ -70,12 +70,6 @@ impl Drop for Snapshot {
 }
 
 type Result<T> = std::result::Result<T, CorpusError>;
-
-/// A stored vector's floats (f32 LE), into `into`.
-pub(crate) fn read_vector(bytes: &[u8], into: &mut Vec<f32>) {
-    into.clear();
-    into.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
-}
 
 impl Snapshot {
     /// The generation committed now, from a connection of `pool` (or a new one).

@@ -110,7 +110,7 @@ pub struct Totals {
     pub terms: u64,
     /// The chunks' bytes (ids, texts, metadata, fields, vectors), the notes not counted.
     pub bytes: u64,
-    /// The database's own number, drawn when it was made: a graph built from it ([`crate::ann`])
+    /// The database's own number, drawn when it was made: a nearest-neighbour graph built from it
     /// names its chunks, never those of a database made again in the same directory.
     pub epoch: u64,
 }
@@ -302,6 +302,12 @@ fn forget(tx: &Transaction<'_>, s: &Stored, keep_row: bool) -> rusqlite::Result<
     Ok(())
 }
 
+/// A stored vector's floats (f32 LE), into `into`.
+pub fn read_vector(bytes: &[u8], into: &mut Vec<f32>) {
+    into.clear();
+    into.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+}
+
 /// The vector as stored: f32 LE, normalised first for a cosine corpus.
 pub fn vector_bytes(shape: Shape, v: Vec<f32>) -> Vec<u8> {
     shape.comparable(v).iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -333,7 +339,7 @@ fn put(tx: &Transaction<'_>, shape: Shape, r: Record, row: Row, bytes: u64) -> r
             if old != v {
                 tx.prepare_cached("UPDATE vectors SET v = ?2 WHERE n = ?1")?.execute(params![n, v])?;
                 // A graph built before holds the old vector under this number: searches score
-                // it from the table until the next graph has it (`crate::ann`).
+                // it from the table until the next graph has it (the graph's module, `ann`).
                 tx.prepare_cached("INSERT OR REPLACE INTO restated(n, generation) VALUES (?1, ?2)")?
                     .execute(params![n, generation as i64])?;
             }
