@@ -230,11 +230,18 @@ pub fn build(
     let held = last.as_ref().map_or(0, |a| a.held());
     // Removed chunks stay in the graph as tombstones a search walks past: past a third of it,
     // build it again from what is stored.
-    let whole = last.is_none() || held.saturating_sub(kept) * 3 > held;
-    let index = Index::new(&options(shape)).map_err(|e| index_err(e.to_string()))?;
+    let mut whole = last.is_none() || held.saturating_sub(kept) * 3 > held;
+    let mut index = Index::new(&options(shape)).map_err(|e| index_err(e.to_string()))?;
     let mut removed = 0;
-    if let (false, Some(last)) = (whole, &last) {
-        index.load(&last.path.to_string_lossy()).map_err(|e| index_err(e.to_string()))?;
+    if let (false, Some(last)) = (whole, &last)
+        && let Err(e) = index.load(&last.path.to_string_lossy())
+    {
+        // Deleted or damaged since it was mapped: built again from what is stored.
+        tracing::warn!(target: "quarry::corpus", "{}: {e}; building the graph again", last.path.display());
+        whole = true;
+        index = Index::new(&options(shape)).map_err(|e| index_err(e.to_string()))?;
+    }
+    if let (false, Some(_)) = (whole, &last) {
         removed = remove_gone(&c, &index, upto0).map_err(db)?;
         for &n in &changed {
             if index.contains(n as u64) {

@@ -732,6 +732,14 @@ mod tests {
         corpus.build_graph().unwrap().expect("built");
         assert_eq!(graphs(dir.path()).len(), 1, "the other database's graph removed");
         assert!(corpus.snapshot().unwrap().graph_upto().is_some());
+        // A graph deleted under a running corpus is built again, whole, at the next build.
+        for g in graphs(dir.path()) {
+            std::fs::remove_file(dir.path().join(g)).unwrap();
+        }
+        corpus.commit(vec![wide(5000, 99)], None).unwrap();
+        let again = corpus.build_graph().unwrap().expect("built");
+        assert!(again.whole && again.chunks == 101, "{again:?}");
+        assert_eq!(graphs(dir.path()).len(), 1);
     }
 
     /// The background thread builds the graph once enough is committed, without being asked.
