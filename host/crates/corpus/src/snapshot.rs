@@ -213,22 +213,7 @@ impl Snapshot {
         match &allowed {
             // Few: fetched one by one.
             Some(ns) if ns.len().saturating_mul(4) < self.totals.chunks as usize => {
-                let mut s = c.prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
-                for (i, &n) in ns.iter().enumerate() {
-                    if i.is_multiple_of(STOP_EVERY) && stop() {
-                        return Err(CorpusError::Stopped);
-                    }
-                    let found = s
-                        .query_row([n], |r| {
-                            read_vector(r.get_ref(0)?.as_blob()?, &mut v);
-                            Ok(())
-                        })
-                        .optional()
-                        .map_err(|e| self.err(e))?;
-                    if found.is_some() {
-                        scored.push((n, rag_core::score::dot(&query, &v)));
-                    }
-                }
+                self.score_each(&query, ns, stop, &mut scored)?;
             }
             // Most or all: the graph's candidates up to its `upto` (scored from their stored
             // vectors), then a scan in order of the chunks after it; without a graph, a scan
@@ -238,21 +223,8 @@ impl Snapshot {
                 if let Some(g) = &self.graph {
                     match g.candidates(&query, k.saturating_mul(4).max(40), allowed.as_deref()) {
                         Ok(ns) => {
-                            let mut s =
-                                c.prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
-                            for n in ns {
-                                // A candidate since removed is no longer stored.
-                                let found = s
-                                    .query_row([n], |r| {
-                                        read_vector(r.get_ref(0)?.as_blob()?, &mut v);
-                                        Ok(())
-                                    })
-                                    .optional()
-                                    .map_err(|e| self.err(e))?;
-                                if found.is_some() {
-                                    scored.push((n, rag_core::score::dot(&query, &v)));
-                                }
-                            }
+                            // A candidate since removed is no longer stored: not scored.
+                            self.score_each(&query, &ns, stop, &mut scored)?;
                             after = g.upto;
                         }
                         Err(e) => tracing::warn!(target: "quarry::corpus", "the graph failed ({e}); scanning exactly"),
@@ -291,6 +263,35 @@ impl Snapshot {
         let best = rag_core::score::top_k(scored, k);
         let ids = self.ids(&best.iter().map(|b| b.0).collect::<Vec<_>>())?;
         Ok(ids.into_iter().zip(best).map(|(id, (_, score))| Found { id, score, similarity: None }).collect())
+    }
+
+    /// Scores the stored vectors of chunks `ns` against `query` into `scored` (a number no
+    /// longer stored is passed over), fetched one by one; stops when `stop` says so.
+    fn score_each(
+        &self,
+        query: &[f32],
+        ns: &[i64],
+        stop: &dyn Fn() -> bool,
+        scored: &mut Vec<(i64, f32)>,
+    ) -> Result<()> {
+        let mut s = self.c().prepare_cached("SELECT v FROM vectors WHERE n = ?1").map_err(|e| self.err(e))?;
+        let mut v = Vec::with_capacity(self.shape.dimension);
+        for (i, &n) in ns.iter().enumerate() {
+            if i.is_multiple_of(STOP_EVERY) && stop() {
+                return Err(CorpusError::Stopped);
+            }
+            let found = s
+                .query_row([n], |r| {
+                    read_vector(r.get_ref(0)?.as_blob()?, &mut v);
+                    Ok(())
+                })
+                .optional()
+                .map_err(|e| self.err(e))?;
+            if found.is_some() {
+                scored.push((n, rag_core::score::dot(query, &v)));
+            }
+        }
+        Ok(())
     }
 
     /// The chunks holding `term` (as stored) and how often each does, ascending.
