@@ -47,13 +47,18 @@ pub fn path(dir: &Path) -> PathBuf {
 }
 
 /// A connection to `path`, set up for this store: WAL, full sync at commit, the WAL file kept
-/// between connections (so that a restart on a full disk can still read), a bounded wait for
-/// another writer.
+/// between connections (so that a restart on a full disk can still read), no checkpoint at
+/// close, a bounded wait for another writer.
 pub fn connect(path: &Path) -> rusqlite::Result<Connection> {
     let c = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
+    // The last connection of a process to close would otherwise take an exclusive lock on the
+    // file and checkpoint under it, fsync included: on a contended disk that took over
+    // BUSY_WAIT, and another process opening the corpus then failed as busy (CI, 2026-12-07).
+    // Every commit checkpoints already (passively, holding nobody up).
+    c.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     c.busy_timeout(BUSY_WAIT)?;
     let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -484,6 +489,22 @@ mod tests {
                 ("z".to_string(), None)
             ]
         );
+    }
+
+    /// A connection closing leaves the WAL as it is (PERSIST_WAL and journal_size_limit would
+    /// truncate it at a checkpoint at close): the close took no exclusive lock that another
+    /// process's open would wait on.
+    #[test]
+    fn a_closing_connection_does_not_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = path(dir.path());
+        let c = connect(&db).unwrap();
+        c.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
+        drop(c);
+        let wal = std::fs::metadata(dir.path().join(format!("{DATABASE}-wal"))).unwrap().len();
+        assert!(wal > 0, "the WAL was checkpointed and truncated at close");
+        let c = connect(&db).unwrap();
+        assert_eq!(c.query_row("SELECT x FROM t", [], |r| r.get::<_, i64>(0)).unwrap(), 1);
     }
 
     #[test]
