@@ -58,6 +58,29 @@ fn tool_errors_exit_1() {
     assert!(err.contains("invalid-args") && err.contains("`text`"), "{err}");
 }
 
+/// A call or an eval of a tool whose instance did not load exits 1 as a tool error does (the
+/// name was right), saying why once.
+#[test]
+fn a_tool_whose_instance_did_not_load_exits_1_saying_why_once() {
+    let env = echo_env();
+    env.plugin(HOSTILE, "hostile");
+    env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\nconfig = { nope = 1 }\n");
+    std::fs::write(env.path("q.jsonl"), "{\"question\": \"x\", \"answer_sections\": [\"A\"]}\n").unwrap();
+    for args in [&["call", "h.search", "{}"][..], &["call", "h", "{}"], &["eval", "h.search", "q.jsonl"]] {
+        let (code, _, err) = run(&env, args);
+        assert_eq!(code, 1, "{args:?}: {err}");
+        assert!(
+            err.contains("error: tool instance \"h\" not loaded: rejected its config: ") && err.contains("`nope`"),
+            "{err}"
+        );
+        assert_eq!(err.matches("unknown config key").count(), 1, "said once: {err}");
+    }
+    // Another instance's failure is a warning beside a call that works.
+    let (code, out, err) = run(&env, &["call", "echo", r#"{"text":"there"}"#]);
+    assert_eq!((code, out.trim()), (0, "hello there [v1]"), "{err}");
+    assert!(err.contains("warning: tool instance \"h\" not loaded"), "{err}");
+}
+
 #[test]
 fn config_errors_exit_2_naming_file_and_key() {
     let env = echo_env();

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_all, load_config, printable, registry};
+use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_config, load_for, printable, registry};
 use crate::registry::instance::CallError;
 
 /// `quarry call`'s flags.
@@ -22,7 +22,7 @@ pub struct Flags {
 /// with the progress bar; an MCP call waits at most its deadline).
 pub async fn run(path: &Path, flags: Flags) -> Outcome {
     let registry = registry(load_config(path).await?)?;
-    load_all(&registry).await;
+    load_for(&registry, &flags.tool).await?;
     registry.prepared().await;
     let out = registry.call(&flags.tool, &flags.args).await.map_err(|e| {
         let code = match e {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_all, load_config, printable, registry};
+use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_config, load_for, printable, registry};
 
 /// `quarry eval`'s flags.
 #[derive(clap::Args, Debug)]
@@ -36,7 +36,7 @@ pub async fn run(path: &Path, flags: Flags) -> Outcome {
     let questions =
         crate::eval::load_questions(&flags.questions, flags.sections.as_deref()).map_err(|e| fail(EXIT_USAGE, e))?;
     let registry = registry(config)?;
-    load_all(&registry).await;
+    load_for(&registry, &flags.tool).await?;
     // The CLI waits for the index builds to the end, with the progress bar.
     registry.prepared().await;
     let plan = crate::eval::Plan::for_tool(&registry, &flags.tool).map_err(|e| fail(EXIT_USAGE, e))?;

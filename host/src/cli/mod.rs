@@ -138,14 +138,41 @@ fn registry(config: Config) -> Result<Arc<Registry>, Exit> {
 /// not load; returns those.
 async fn load_all(registry: &Arc<Registry>) -> Vec<(String, OpenError)> {
     let failures = registry.load_all().await;
-    for (name, e) in &failures {
-        let what = match name.strip_prefix("embedders.") {
-            Some(embedder) => format!("embedder {embedder:?}"),
-            None => format!("tool instance {name:?}"),
-        };
-        eprintln!("warning: {what} not loaded: {}", printable_error(&e.to_string()));
-    }
+    warn_not_loaded(&failures);
     failures
+}
+
+/// Loads every instance of `registry` for a call of `tool` (`instance.tool`, or the instance
+/// alone): the instance's own failure to load is the command's error, printed once, exit
+/// status 1 (a tool that failed, not a name the user got wrong); the others' are warnings.
+async fn load_for(registry: &Arc<Registry>, tool: &str) -> Result<(), Exit> {
+    let instance = tool.split_once('.').map_or(tool, |(i, _)| i);
+    let (own, others): (Vec<_>, Vec<_>) = registry.load_all().await.into_iter().partition(|(n, _)| n == instance);
+    warn_not_loaded(&others);
+    match own.into_iter().next() {
+        Some((name, e)) => Err(fail(EXIT_TOOL, not_loaded(&name, &e))),
+        None => Ok(()),
+    }
+}
+
+fn warn_not_loaded(failures: &[(String, OpenError)]) {
+    for (name, e) in failures {
+        eprintln!("warning: {}", printable_error(&not_loaded(name, e)));
+    }
+}
+
+/// `tool instance "NAME" not loaded: WHY` (or `embedder "NAME"` for `embedders.NAME`), the
+/// name said once where `WHY` starts with it.
+fn not_loaded(name: &str, e: &OpenError) -> String {
+    let what = match name.strip_prefix("embedders.") {
+        Some(embedder) => format!("embedder {embedder:?}"),
+        None => format!("tool instance {name:?}"),
+    };
+    let why = e.to_string();
+    match why.strip_prefix(what.as_str()) {
+        Some(rest) => format!("{what} not loaded:{}", rest.strip_prefix(':').unwrap_or(rest)),
+        None => format!("{what} not loaded: {why}"),
+    }
 }
 
 /// Text a component or a document chose, for stdout: escaped when stdout is a terminal (see

@@ -390,7 +390,9 @@ impl Registry {
     fn record_failure(&self, name: &str, e: &OpenError) {
         // Kept for the life of the host and repeated in hints: a component chose part of it.
         let why = crate::support::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
-        tracing::error!(target: "quarry::load", instance = %name, "not loaded: {why}");
+        // Debug only: load_all's caller says it (the CLI once, on stderr); at error level here
+        // it was said twice.
+        tracing::debug!(target: "quarry::load", instance = %name, "not loaded: {why}");
         self.failed.lock().insert(name.to_string(), why);
     }
 
