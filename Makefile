@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase bench-corpus profile eval eval-couchbase eval-docx
+.PHONY: setup models components host install wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase bench-corpus profile eval eval-couchbase eval-docx
 
 setup:
 	rustup target add wasm32-wasip2
@@ -26,6 +26,12 @@ components: setup
 
 host:
 	$(CARGO) build --release -p quarry
+
+# The source build installed as the wheel installs it (host/install.sh): $(PREFIX)/bin/quarry and
+# $(PREFIX)/share/quarry/{components,models}, so that `builtin:` names resolve wherever it runs.
+PREFIX ?= $(HOME)/.local
+install: setup models components host
+	bash host/install.sh $(PREFIX)
 
 # The wheels into $(CARGO_TARGET_DIR)/wheels: quarry-wasm (the release host, manylinux2014
 # through zig, and the components) and quarry-wasm-minilm (the model). See host/wheel/build.sh.

@@ -22,7 +22,8 @@ out="$(realpath -m "${1:-$target/wheels}")"
 venv="${QUARRY_WHEEL_VENV:-$HOME/.cache/quarry/venvs/wheel}"
 models="${QUARRY_MODELS:-$HOME/.cache/quarry/models}"
 CARGO="${CARGO:-cargo}"
-COMPONENTS=(chapter-rag docx-search embedder-onnx bedrock-kb couchbase-search)
+# shellcheck source=components.sh
+source "$here/components.sh"
 
 if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q '^maturin 1.16.0$'; then
   python3 -m venv "$venv"

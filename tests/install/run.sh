@@ -3,7 +3,8 @@
 # debug profile the tests already built, `host/wheel/build.sh --dev`), installed into a fresh
 # venv, then used from a shell with that venv and the system on its PATH and no Rust
 # toolchain: `quarry --version`, `quarry init --manual` on a small manual, a search call, and
-# CrewAI's MCPServerAdapter starting the installed `quarry` over stdio.
+# CrewAI's MCPServerAdapter starting the installed `quarry` over stdio; then `make install`'s
+# layout (host/install.sh) used the same way.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -53,6 +54,20 @@ crew="$(user "$venvs/crewai/bin/python" "$root/tests/mcp/crewai_example.py" "$wo
   || fail "CrewAI's MCPServerAdapter: $(tail -5 "$work/crew.err")"
 echo "$crew" | grep -q "manual.search" || fail "CrewAI saw no manual.search: $crew"
 echo "$crew" | grep -q -- '--bwlimit' || fail "CrewAI's search has no --bwlimit: $crew"
+
+# `make install`'s layout from the same build (host/install.sh --dev), run from a shell with
+# only PREFIX/bin on the PATH: its `builtin:` component and model names resolve beside it. The
+# models folder holds the one model the config names, to keep the copy small.
+mkdir -p "$work/models" "$work/home2/docs"
+ln -s "${QUARRY_MODELS:-$HOME/.cache/quarry/models}/all-minilm-l6-v2" "$work/models/all-minilm-l6-v2"
+QUARRY_MODELS="$work/models" bash "$root/host/install.sh" --dev "$work/prefix" >"$work/install.out" \
+  || fail "host/install.sh: $(cat "$work/install.out")"
+cp "$work/home/docs/manual.md" "$work/home2/docs/"
+installed() { (cd "$work/home2" && env -i PATH="$work/prefix/bin:/usr/bin:/bin" HOME="$work/home2" "$@"); }
+[ "$(installed sh -c 'command -v quarry')" = "$work/prefix/bin/quarry" ] || fail "quarry is not the installed one"
+installed quarry init --manual docs/manual.md >"$work/init2.out" || fail "installed quarry init: $(cat "$work/init2.out")"
+listed="$(installed quarry -c quarry.toml list 2>&1)" || fail "installed quarry list: $listed"
+echo "$listed" | grep -q 'manual.search' || fail "installed quarry list: $listed"
 
 size="$(du -m "$wheels"/quarry_wasm-*.whl | cut -f1) MB + model $(du -m "$wheels"/quarry_wasm_minilm-*.whl | cut -f1) MB"
 echo "install test: ok ($version; wheels $size; first search with the index build ${took} s)"

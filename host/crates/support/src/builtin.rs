@@ -79,11 +79,15 @@ pub fn resolve(kind: Kind, name: &str) -> Result<PathBuf, String> {
         return Ok(p.clone());
     }
     let looked: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
+    // What works: the wheels are not on PyPI, and a quarry copied out of its build tree finds
+    // nothing beside it.
     let how = match kind {
         Kind::Component => {
-            "the quarry-wasm wheel carries chapter-rag, docx-search, embedder-onnx, bedrock-kb and couchbase-search; from source, `make components`"
+            "an installed quarry carries chapter-rag, docx-search, embedder-onnx, bedrock-kb and couchbase-search in <prefix>/share/quarry/components (the quarry-wasm wheel `make wheel` builds, or `make install PREFIX=DIR` from source); one run where it was built finds what `make components` built; a quarry copied elsewhere finds none: install it with `make install`, set $QUARRY_COMPONENTS to the folder of the .wasm files, or give the component's path"
         }
-        Kind::Model => "`pip install quarry-wasm-minilm` (all-minilm-l6-v2); from source, `make models`",
+        Kind::Model => {
+            "from source, `make models` converts the models into ~/.cache/quarry/models (`make install` copies them beside an installed quarry); the quarry-wasm-minilm wheel `make wheel` builds carries all-minilm-l6-v2 (the wheels are not on PyPI); or set $QUARRY_MODELS to a folder of models, or give the model's path"
+        }
     };
     Err(format!("no built-in {name:?} (looked in {}); {how}", looked.join(", ")))
 }
@@ -103,10 +107,12 @@ mod tests {
     #[test]
     fn a_missing_name_says_where_it_looked_and_how_to_get_it() {
         let e = resolve(Kind::Model, "no-such-model").unwrap_err();
-        assert!(e.contains("no built-in \"no-such-model\"") && e.contains("quarry-wasm-minilm"), "{e}");
+        assert!(e.contains("no built-in \"no-such-model\"") && e.contains("make models"), "{e}");
         assert!(e.contains("share/quarry/models/no-such-model"), "{e}");
+        assert!(!e.contains("pip install"), "the wheels are not on PyPI: {e}");
         let e = resolve(Kind::Component, "no-such-tool").unwrap_err();
-        assert!(e.contains("share/quarry/components/no-such-tool.wasm") && e.contains("make components"), "{e}");
+        assert!(e.contains("share/quarry/components/no-such-tool.wasm") && e.contains("make install"), "{e}");
+        assert!(e.contains("$QUARRY_COMPONENTS"), "{e}");
     }
 
     #[test]
