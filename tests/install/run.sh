@@ -41,7 +41,7 @@ if user quarry init --manual docs/manual.md 2>"$work/again.err"; then fail "a se
 grep -q -- '--force' "$work/again.err" || fail "a second init said: $(cat "$work/again.err")"
 
 start=$SECONDS
-answer="$(user quarry --config quarry.toml call manual.search '{"question": "How do I limit the bandwidth of a transfer?"}')" \
+answer="$(user quarry -c quarry.toml call manual.search '{"question": "How do I limit the bandwidth of a transfer?"}')" \
   || fail "the search call failed: $answer"
 took=$((SECONDS - start))
 echo "$answer" | grep -q -- '--bwlimit' || fail "the answer has no --bwlimit: $answer"

@@ -90,7 +90,7 @@ fn config_errors_exit_2_naming_file_and_key() {
     assert!(err.contains("quarry.toml") && err.contains("deadline") && err.contains("\"10s\""), "{err}");
     let (code, _, err) = run(&env, &["--config", "nope.toml", "list"]);
     assert_eq!(code, 2);
-    assert!(err.contains("nope.toml"), "{err}");
+    assert!(err.contains("nope.toml") && err.contains("quarry init --manual") && err.contains("-c FILE"), "{err}");
 }
 
 #[test]

@@ -17,7 +17,7 @@ quarry, config = sys.argv[1], sys.argv[2]
 if len(sys.argv) > 3:
     server = {"url": sys.argv[3], "transport": "streamable-http"}
 else:
-    server = StdioServerParameters(command=quarry, args=["--config", config, "serve", "--stdio"])
+    server = StdioServerParameters(command=quarry, args=["-c", config, "serve", "--stdio"])
 
 with MCPServerAdapter(server) as tools:
     print("tools:", [t.name for t in tools])

@@ -41,11 +41,9 @@ pub fn run(flags: Flags, config: PathBuf) -> Outcome {
     }
     let (first, _, example) = &written[0];
     println!("next:");
-    println!("  quarry --config {config} list");
-    println!("  quarry --config {config} call {first}{example}   (the first call builds the index)");
-    println!(
-        "  quarry --config {config} serve --stdio   (what an MCP client such as CrewAI's MCPServerAdapter starts)"
-    );
+    println!("  quarry -c {config} list");
+    println!("  quarry -c {config} call {first}{example}   (the first call builds the index)");
+    println!("  quarry -c {config} serve --stdio   (what an MCP client such as CrewAI's MCPServerAdapter starts)");
     Ok(EXIT_OK)
 }
 
@@ -190,10 +188,10 @@ fn render(instances: &[Instance]) -> String {
 # Paths are absolute; every key is in the README ("Config (TOML)").
 #
 # Serve these tools to an agent (what CrewAI's MCPServerAdapter starts):
-#   quarry --config quarry.toml serve --stdio
+#   quarry -c quarry.toml serve --stdio
 # Try one from a shell:
-#   quarry --config quarry.toml list
-#   quarry --config quarry.toml call {first}{example}
+#   quarry -c quarry.toml list
+#   quarry -c quarry.toml call {first}{example}
 #
 # A tool sees only what its grants below name; everything else is denied.
 

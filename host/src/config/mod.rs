@@ -66,11 +66,14 @@ use crate::support::values::{ByteSize, HumanDuration, KeyError, expand_path, val
 
 pub use serve::ServeConfig;
 
+/// What a missing config file's error adds: how to make one, or name another.
+const MISSING: &str = "; write one for your documents with `quarry init --manual FILE` (or --docx FILE), or name another with -c FILE or $QUARRY_CONFIG";
+
 /// A configuration error, always naming the file and the offending key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {source}{}", if source.kind() == std::io::ErrorKind::NotFound { MISSING } else { "" })]
     Read {
         /// The config file.
         path: PathBuf,
