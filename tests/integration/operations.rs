@@ -146,6 +146,8 @@ async fn prometheus_scrapes_what_the_calls_did() {
     assert_eq!(prometheus.wait_for("quarry_tool_calls_total{tool=\"h.echo\"}", 30, |v| v == 4.0).await, 4.0);
     prometheus.wait_for("quarry_tool_calls_total{tool=\"h.panic\"}", 30, |v| v == 1.0).await;
     prometheus.wait_for("quarry_tool_errors_total{tool=\"h.panic\",kind=\"fault\"}", 30, |v| v == 1.0).await;
+    // The tool refused the arguments: the client's error, not the tool's.
+    prometheus.wait_for("quarry_tool_errors_total{tool=\"h.echo\",kind=\"bad_args\"}", 30, |v| v == 1.0).await;
     prometheus.wait_for("sum(quarry_tool_errors_total{tool=\"h.echo\"})", 30, |v| v == 1.0).await;
     prometheus.wait_for("quarry_unknown_tool_calls_total", 30, |v| v == 1.0).await;
     prometheus.wait_for("quarry_tool_call_duration_seconds_count{tool=\"h.echo\"}", 30, |v| v == 4.0).await;

@@ -246,11 +246,14 @@ pub enum CallError {
 }
 
 impl CallError {
-    /// The kind of failure, as `/metrics` counts it: one short name per variant.
+    /// The kind of failure, as `/metrics` counts it: one short name per variant, but a tool's
+    /// `invalid-args` counts as `bad_args`.
     pub fn kind(&self) -> &'static str {
         match self {
             CallError::UnknownTool { .. } => "unknown_tool",
-            CallError::BadArgs { .. } => "bad_args",
+            // The client's arguments, whoever found them wrong: the host (not an object) or
+            // the tool (a wrong type, a missing or unknown key, a value out of range).
+            CallError::BadArgs { .. } | CallError::Tool { error: ToolError::InvalidArgs(_), .. } => "bad_args",
             CallError::ArgsTooLarge { .. } => "args_too_large",
             CallError::Tool { .. } => "tool_error",
             CallError::Fault { .. } => "fault",
