@@ -57,6 +57,38 @@ impl Args {
     }
 }
 
+/// An arguments object for a tool of argument schema `schema`, to show in an error: its
+/// required arguments (else its first), each with a placeholder of its type, so that the
+/// example names the tool's own keys.
+pub fn example(schema: &Map<String, Value>) -> String {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let required: Vec<&str> =
+        schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let keys: Vec<&str> = if required.is_empty() {
+        properties.and_then(|p| p.keys().next()).map(String::as_str).into_iter().collect()
+    } else {
+        required
+    };
+    let mut out = Map::new();
+    for k in keys {
+        let p = properties.and_then(|p| p.get(k));
+        let placeholder = match p.and_then(|p| p.get("type")).and_then(Value::as_str) {
+            _ if p.and_then(|p| p.get("enum")).is_some() => {
+                p.and_then(|p| p["enum"].get(0)).cloned().unwrap_or_default()
+            }
+            Some("integer" | "number") => {
+                p.and_then(|p| p.get("default").or_else(|| p.get("minimum"))).cloned().unwrap_or(Value::from(1))
+            }
+            Some("boolean") => Value::Bool(true),
+            Some("array") => Value::Array(Vec::new()),
+            Some("object") => Value::Object(Map::new()),
+            _ => Value::from("..."),
+        };
+        out.insert(k.to_string(), placeholder);
+    }
+    Value::Object(out).to_string()
+}
+
 fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -82,5 +114,21 @@ mod tests {
         let mut m = Map::new();
         m.insert("q".into(), "x".into());
         assert_eq!(Args::from_object(&m).as_str(), r#"{"q":"x"}"#);
+    }
+
+    #[test]
+    fn an_example_names_the_tools_own_keys() {
+        let schema = |v: Value| v.as_object().unwrap().clone();
+        let search = schema(serde_json::json!({"type": "object", "properties": {
+            "question": {"type": "string"}, "limit": {"type": "integer", "minimum": 8}
+        }, "required": ["question"]}));
+        assert_eq!(example(&search), r#"{"question":"..."}"#);
+        let docx = schema(serde_json::json!({"properties": {
+            "docx": {"type": "string"}, "search_query": {"type": "string"}
+        }, "required": ["docx", "search_query"]}));
+        assert_eq!(example(&docx), r#"{"docx":"...","search_query":"..."}"#);
+        let optional = schema(serde_json::json!({"properties": {"level": {"type": "integer", "minimum": 1}}}));
+        assert_eq!(example(&optional), r#"{"level":1}"#);
+        assert_eq!(example(&Map::new()), "{}");
     }
 }

@@ -48,6 +48,8 @@ fn usage_errors_exit_2_with_a_hint() {
     assert!(err.contains("must be a JSON object") && err.contains("an array"), "{err}");
     let (code, _, err) = run(&env, &["call", "echo", "{not json"]);
     assert_eq!(code, 2, "{err}");
+    // The example is the tool's own (echo's one argument is `text`).
+    assert!(err.contains(r#"like '{"text":"..."}'"#), "{err}");
 }
 
 #[test]

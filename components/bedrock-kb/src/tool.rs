@@ -86,7 +86,7 @@ impl Tool {
     /// The RetrieveRequest body for a call.
     pub fn request(&self, args: &Value) -> Result<Value, ToolError> {
         let a = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be an object".into()))?;
-        if let Some(k) = unknown_key::<Args>(a, &[]) {
+        if let Some(k) = unknown_key::<Args>(a) {
             return Err(ToolError::InvalidArgs(format!(
                 "unknown argument `{k}`; this tool takes {}",
                 names::<Args>().join(", ")

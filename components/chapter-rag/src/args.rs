@@ -62,10 +62,20 @@ pub struct SearchArgs {
     /// Fragments to return
     #[schemars(range(min = 8, max = 12))]
     pub limit: Option<usize>,
-    /// Eval-only, and so not in the schema: `quarry eval --compare` asks for global searches
-    /// beside the routed one.
-    #[schemars(skip)]
-    pub retrieval: Option<String>,
+    /// How to search: routed (default: inside the chapters the question routes to), or the whole manual by global_hybrid or global_vector search
+    pub retrieval: Option<Retrieval>,
+}
+
+/// `search`'s `retrieval` (the variants undocumented, so that the schema is a plain `enum`):
+/// the route's chapters searched by hybrid search, or the whole manual by hybrid or vector
+/// search (what `quarry eval --compare` sets beside the routed search).
+#[derive(Deserialize, JsonSchema, Clone, Copy, PartialEq, Eq, Debug)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs, reason = "documented on the enum: a variant's doc would change the schema's form")]
+pub enum Retrieval {
+    Routed,
+    GlobalHybrid,
+    GlobalVector,
 }
 
 /// `validate_citations`.

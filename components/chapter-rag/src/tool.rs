@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 pub use tool_guest::args::Spec;
 pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError, corpus_error};
 
-use crate::args::{GetArgs, ListArgs, RouteArgs, SearchArgs, SearchInArgs, ValidateArgs};
+use crate::args::{GetArgs, ListArgs, Retrieval, RouteArgs, SearchArgs, SearchInArgs, ValidateArgs};
 use crate::index::{self, Built, Report, Reuse};
 use crate::manual::Manual;
 use crate::search::{self, Query, Route, Scored};
@@ -627,18 +627,19 @@ impl ChapterTool {
         if !FRAGMENTS.contains(&limit) {
             return Err(bad_args("search", format!("limit must be within 8 and 12, got {limit}")));
         }
-        let (route, found) = match a.retrieval.as_deref() {
-            None | Some("routed") => self.routed_search(env, &a.question, limit)?,
-            Some(mode @ ("global_vector" | "global_hybrid")) => {
+        let (route, found) = match a.retrieval.unwrap_or(Retrieval::Routed) {
+            Retrieval::Routed => self.routed_search(env, &a.question, limit)?,
+            mode @ (Retrieval::GlobalVector | Retrieval::GlobalHybrid) => {
                 let q = self.query(env, "search", &a.question)?;
-                let found = if mode == "global_vector" {
+                let found = if mode == Retrieval::GlobalVector {
                     let mut v = search::vector_only(&self.built, &q, limit, None)?;
                     v.retain(|s| s.score >= self.settings.threshold);
                     v
                 } else {
                     search::hybrid(&self.built, &q, limit, self.settings.threshold, self.search.vector_weight, None)?
                 };
-                let reason = format!("not routed: retrieval = {mode} searches the whole manual");
+                let name = if mode == Retrieval::GlobalVector { "global_vector" } else { "global_hybrid" };
+                let reason = format!("not routed: retrieval = {name} searches the whole manual");
                 (
                     Route {
                         chapters: Vec::new(),
@@ -651,12 +652,6 @@ impl ChapterTool {
                     },
                     found,
                 )
-            }
-            Some(other) => {
-                return Err(bad_args(
-                    "search",
-                    format!("retrieval must be \"routed\", \"global_hybrid\" or \"global_vector\", got {other:?}"),
-                ));
             }
         };
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
@@ -863,7 +858,8 @@ mod tests {
             }, "required": ["query"], "additionalProperties": false}),
             json!({"type": "object", "properties": {
                 "question": {"type": "string", "description": "The question, in words"},
-                "limit": {"type": "integer", "minimum": 8, "maximum": 12, "default": 9, "description": "Fragments to return"}
+                "limit": {"type": "integer", "minimum": 8, "maximum": 12, "default": 9, "description": "Fragments to return"},
+                "retrieval": {"type": "string", "enum": ["routed", "global_hybrid", "global_vector"], "description": "How to search: routed (default: inside the chapters the question routes to), or the whole manual by global_hybrid or global_vector search"}
             }, "required": ["question"], "additionalProperties": false}),
             json!({"type": "object", "properties": {
                 "cited": {"type": "array", "items": {"type": "string"}, "description": "Chapter ids the answer cites"},

@@ -289,7 +289,7 @@ fn parse_args(args: &str) -> Result<(String, Option<String>), ToolError> {
     let bad = |m: String| ToolError::InvalidArgs(m);
     let v: Value = serde_json::from_str(args).map_err(|e| bad(format!("arguments are not JSON: {e}")))?;
     let Value::Object(o) = v else { return Err(bad("arguments must be an object like {\"query\": \"...\"}".into())) };
-    if let Some(k) = unknown_key::<Args>(&o, &[]) {
+    if let Some(k) = unknown_key::<Args>(&o) {
         return Err(bad(format!("unknown argument `{k}`; the arguments are {}", names::<Args>().join(", "))));
     }
     let query = match o.get("query") {

@@ -70,6 +70,19 @@ struct Args {
     similarity_threshold: Option<f64>,
     #[schemars(range(min = 1, max = MAX_LIMIT))]
     limit: Option<u64>,
+    /// How to rank: global_hybrid (vectors and keywords) or global_vector (CrewAI's ranking); default: the instance's config
+    retrieval: Option<ArgRetrieval>,
+}
+
+/// [`Args`]'s `retrieval`: docx-search does not route, both search every document (what
+/// `quarry eval --compare` sets for each); the variants undocumented, so that the schema is a
+/// plain `enum`.
+#[derive(JsonSchema)]
+#[allow(dead_code, reason = "the type is the schema")]
+#[serde(rename_all = "snake_case")]
+enum ArgRetrieval {
+    GlobalHybrid,
+    GlobalVector,
 }
 /// CrewAI's download timeout.
 pub const DEFAULT_DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -508,8 +521,7 @@ impl<E: Env> DocxTool<E> {
         let args: Value = serde_json::from_str(args)
             .map_err(|e| ToolError::InvalidArgs(format!("arguments are not a JSON object: {e}")))?;
         let obj = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be a JSON object".into()))?;
-        // `retrieval` is eval-only (not in the schema): `quarry eval --compare` asks for each mode.
-        if let Some(k) = unknown_key::<Args>(obj, &["retrieval"]) {
+        if let Some(k) = unknown_key::<Args>(obj) {
             return Err(ToolError::InvalidArgs(format!(
                 "unknown argument `{k}`; accepted: {}",
                 names::<Args>().join(", ")
@@ -961,6 +973,10 @@ mod schema_tests {
                     "limit": {
                         "type": "integer", "minimum": 1, "maximum": MAX_LIMIT,
                         "description": "Most results to return (default 5)"
+                    },
+                    "retrieval": {
+                        "type": "string", "enum": ["global_hybrid", "global_vector"],
+                        "description": "How to rank: global_hybrid (vectors and keywords) or global_vector (CrewAI's ranking); default: the instance's config"
                     }
                 },
                 "required": required,

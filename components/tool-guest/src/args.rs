@@ -120,16 +120,16 @@ pub fn names<A: JsonSchema>() -> Vec<String> {
     names
 }
 
-/// The first key of `args` that is neither an argument of `A` nor one of `also` (arguments a
-/// tool accepts without offering them, such as eval-only ones): for a tool that checks its
-/// arguments by hand, in its own words, against the one list its type keeps.
-pub fn unknown_key<'a, A: JsonSchema>(args: &'a Map<String, Value>, also: &[&str]) -> Option<&'a str> {
+/// The first key of `args` that is not an argument of `A` (a tool accepts what its schema
+/// offers, nothing more): for a tool that checks its arguments by hand, in its own words,
+/// against the one list its type keeps.
+pub fn unknown_key<'a, A: JsonSchema>(args: &'a Map<String, Value>) -> Option<&'a str> {
     let names = names::<A>();
-    args.keys().map(String::as_str).find(|k| !names.iter().any(|n| n == k) && !also.contains(k))
+    args.keys().map(String::as_str).find(|k| !names.iter().any(|n| n == k))
 }
 
-/// Drops `format` annotations, `null` from type unions and `additionalProperties: true` (the
-/// default), all the way down.
+/// Drops `format` annotations, `null` from type unions and enums (an optional argument is
+/// left out, not null) and `additionalProperties: true` (the default), all the way down.
 fn simplify(v: &mut Value) {
     match v {
         Value::Object(o) => {
@@ -145,6 +145,9 @@ fn simplify(v: &mut Value) {
                     let only = types.remove(0);
                     o.insert("type".into(), only);
                 }
+            }
+            if let Some(Value::Array(values)) = o.get_mut("enum") {
+                values.retain(|v| !v.is_null());
             }
             for union in ["anyOf", "oneOf"] {
                 if let Some(Value::Array(branches)) = o.get_mut(union) {

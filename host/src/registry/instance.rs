@@ -171,10 +171,12 @@ pub enum CallError {
         hint: String,
     },
     /// The arguments are not a JSON object.
-    #[error("{tool}: arguments must be a JSON object, like '{{\"query\": \"...\"}}': {message}")]
+    #[error("{tool}: arguments must be a JSON object, like '{example}': {message}")]
     BadArgs {
         /// The tool.
         tool: String,
+        /// Arguments of the tool's schema ([`crate::args::example`]).
+        example: String,
         /// The parser's reason.
         message: String,
     },

@@ -541,8 +541,14 @@ impl Registry {
         let started = Instant::now();
         let (inst, tool) = self.resolve(name)?;
         let parsed = check_size(&inst, &tool, args.len()).and_then(|()| {
-            Args::parse(args)
-                .map_err(|e| CallError::BadArgs { tool: format!("{}.{tool}", inst.name), message: e.to_string() })
+            Args::parse(args).map_err(|e| {
+                let tools = inst.tools();
+                let example = tools
+                    .iter()
+                    .find(|t| t.spec.name == tool)
+                    .map_or_else(|| "{}".into(), |t| crate::args::example(&t.schema));
+                CallError::BadArgs { tool: format!("{}.{tool}", inst.name), example, message: e.to_string() }
+            })
         });
         let out = match parsed {
             Ok(args) => inst.call_cancellable(&tool, &args, Caller::default(), std::future::pending()).await,
