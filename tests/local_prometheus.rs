@@ -3,6 +3,7 @@
 //! stopped when dropped. And [`fetch`], the bare HTTP request the tests of `/metrics` and the
 //! probes send.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,11 @@ impl LocalPrometheus {
     /// Starts one scraping `http://{target}/metrics` every second (with the bearer `token`, if
     /// any), and waits until it is ready.
     pub async fn start(target: &str, token: Option<&str>) -> LocalPrometheus {
+        Self::start_with_rules(target, token, None).await
+    }
+
+    /// [`LocalPrometheus::start`], evaluating the alerting rules of file `rules` every second.
+    pub async fn start_with_rules(target: &str, token: Option<&str>, rules: Option<&Path>) -> LocalPrometheus {
         let dir = tempfile::tempdir().expect("prometheus dir");
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let mut args = vec!["serve".to_string(), dir.path().display().to_string(), port.to_string(), target.into()];
@@ -71,6 +77,7 @@ impl LocalPrometheus {
         let child = Command::new("bash")
             .arg(crate::crate_dir().join("metrics/prometheus.sh"))
             .args(&args)
+            .env("RULES", rules.map(Path::as_os_str).unwrap_or_default())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -30,11 +30,23 @@ pub fn write(registry: &Registry, e: &mut Exposition) {
     let mut ready = e.family(
         "quarry_instance_ready",
         Kind::Gauge,
-        "1 when the instance serves calls, 0 while it prepares or after its preparation failed.",
+        "1 when the instance serves calls; 0 while it opens or prepares, or after it failed to load or to prepare. One series per configured tool instance.",
+    );
+    // Every configured instance, served or not: one that failed to load is 0, not absent, so
+    // that one rule (`quarry_instance_ready == 0`) finds it.
+    for name in registry.config().tools.keys() {
+        let r = registry.instance(name).is_some_and(|i| i.readiness() == crate::registry::instance::Readiness::Ready);
+        ready.sample(&[("tool_instance", name)], if r { 1.0 } else { 0.0 });
+    }
+    let mut info = e.family(
+        "quarry_instance_component_info",
+        Kind::Gauge,
+        "1 for the component version each tool instance serves: its version section (\"\" when it has none) and the first 12 hex digits of its SHA-256.",
     );
     for inst in &instances {
-        let r = inst.readiness() == crate::registry::instance::Readiness::Ready;
-        ready.sample(&[("tool_instance", &inst.name)], if r { 1.0 } else { 0.0 });
+        let sha = hex::encode(&inst.version.hash[..6]);
+        let version = inst.version.version.as_deref().unwrap_or("");
+        info.sample(&[("tool_instance", &inst.name), ("version", version), ("sha256", &sha)], 1.0);
     }
     e.single(
         "quarry_instances_failed",

@@ -167,3 +167,80 @@ async fn prometheus_scrapes_what_the_calls_did() {
     prometheus.wait_for("quarry_http_connections_open", 30, |v| v >= 1.0).await;
     prometheus.wait_for("process_resident_memory_bytes{job=\"quarry\"}", 30, |v| v > 1e6).await;
 }
+
+/// What an operator alerts on, scraped by a real Prometheus that evaluates the README's rules
+/// (host/prometheus/alerts.yml): an instance that did not load is not ready (and its alert is
+/// pending), each instance says which component version serves, a corpus its generation, size
+/// and last commit, and a refused hot swap is counted and fires its alert while the old version
+/// serves on; a good one is counted and changes the version shown.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_sees_versions_swaps_corpora_and_instances_not_ready() {
+    if skip_unless(Need::Prometheus) {
+        return;
+    }
+    let env = TestEnv::new();
+    let plugin = env.plugin(HOSTILE, "hostile");
+    env.plugin(HOSTILE, "bad");
+    let config = env.config(
+        "[corpora.c]\ndir = \"corpus\"\n\n[tools.h]\ncomponent = \"plugins/hostile.wasm\"\n[tools.h.grants]\ncorpora = [{ name = \"c\", mode = \"rw\" }]\ndeadline = \"30s\"\n\n[tools.bad]\ncomponent = \"plugins/bad.wasm\"\nconfig = { nope = 1 }\n",
+    );
+    let served = Served::start_with_env(&quarry_bin(), &config, &[("QUARRY_MCP_TOKEN", TOKEN)]);
+    let target = base(&served).trim_start_matches("http://").to_string();
+    let mut c = McpHttp::open_with_token(&served.url, Some(TOKEN)).await.unwrap();
+    let r = c.call("h.corpus_write", json!({"corpora": ["c"], "kib": 4, "commit": true})).await.unwrap();
+    assert_eq!(r["result"]["isError"], false, "{r}");
+
+    let rules = quarry_tests::crate_dir().join("../host/prometheus/alerts.yml");
+    let prometheus = LocalPrometheus::start_with_rules(&target, Some(TOKEN), Some(&rules)).await;
+    prometheus.wait_for("quarry_instance_ready{tool_instance=\"h\"}", 60, |v| v == 1.0).await;
+    prometheus.wait_for("quarry_instance_ready{tool_instance=\"bad\"}", 30, |v| v == 0.0).await;
+    prometheus
+        .wait_for(
+            "count(ALERTS{alertname=\"QuarryInstanceNotReady\",tool_instance=\"bad\",alertstate=\"pending\"})",
+            30,
+            |v| v == 1.0,
+        )
+        .await;
+    let sha = |bytes: &[u8]| {
+        use sha2::Digest;
+        hex::encode(&sha2::Sha256::digest(bytes)[..6])
+    };
+    let first = sha(&std::fs::read(&plugin).unwrap());
+    prometheus
+        .wait_for(&format!("quarry_instance_component_info{{tool_instance=\"h\",sha256=\"{first}\"}}"), 30, |v| {
+            v == 1.0
+        })
+        .await;
+    prometheus.wait_for("quarry_corpus_generation{corpus=\"c\"}", 30, |v| v == 1.0).await;
+    prometheus.wait_for("quarry_corpus_chunks{corpus=\"c\"}", 30, |v| v >= 1.0).await;
+    prometheus.wait_for("quarry_corpus_bytes{corpus=\"c\"}", 30, |v| v >= 4096.0).await;
+    prometheus.wait_for("time() - quarry_corpus_last_commit_timestamp_seconds{corpus=\"c\"}", 30, |v| v < 600.0).await;
+
+    // A broken replacement: refused, counted, alerted on; the first version serves on.
+    prometheus.wait_for("quarry_swaps_total{outcome=\"failed\"}", 30, |v| v == 0.0).await;
+    env.replace(&plugin, b"\0asm not a component");
+    prometheus.wait_for("quarry_swaps_total{outcome=\"failed\"}", 60, |v| v == 1.0).await;
+    prometheus.wait_for("count(ALERTS{alertname=\"QuarrySwapFailed\",alertstate=\"firing\"})", 30, |v| v == 1.0).await;
+    let r = c.call("h.echo", json!({"text": "still here"})).await.unwrap();
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    prometheus
+        .wait_for(&format!("quarry_instance_component_info{{tool_instance=\"h\",sha256=\"{first}\"}}"), 30, |v| {
+            v == 1.0
+        })
+        .await;
+
+    // A good one (the same code, one more custom section): counted, and its version shown.
+    let mut bytes = std::fs::read(HOSTILE).unwrap();
+    let (name, payload) = (b"quarry-test", b"2");
+    bytes.extend([0u8, (1 + name.len() + payload.len()) as u8, name.len() as u8]);
+    bytes.extend(name);
+    bytes.extend(payload);
+    env.replace(&plugin, &bytes);
+    prometheus.wait_for("quarry_swaps_total{outcome=\"swapped\"}", 60, |v| v == 1.0).await;
+    let second = sha(&bytes);
+    prometheus
+        .wait_for(&format!("quarry_instance_component_info{{tool_instance=\"h\",sha256=\"{second}\"}}"), 30, |v| {
+            v == 1.0
+        })
+        .await;
+}

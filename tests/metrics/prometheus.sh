@@ -6,7 +6,9 @@
 # Usage: prometheus.sh install                              install the package when missing
 #        prometheus.sh serve DIR PORT TARGET [TOKEN_FILE]   serve http://127.0.0.1:PORT, scraping
 #                                                           http://TARGET/metrics (with the bearer
-#                                                           token in TOKEN_FILE, if given)
+#                                                           token in TOKEN_FILE, if given); with
+#                                                           $RULES, a rules file, evaluated each
+#                                                           second
 set -euo pipefail
 case "${1:-}" in
   install)
@@ -26,10 +28,17 @@ case "${1:-}" in
       type: Bearer
       credentials_file: $token"
     fi
+    rules=""
+    if [ -n "${RULES:-}" ]; then
+      rules="rule_files:
+  - $RULES"
+    fi
     cat >"$dir/prometheus.yml" <<YAML
 global:
   scrape_interval: 1s
   scrape_timeout: 1s
+  evaluation_interval: 1s
+$rules
 scrape_configs:
   - job_name: quarry
     metrics_path: /metrics

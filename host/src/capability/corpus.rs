@@ -11,7 +11,9 @@ pub use quarry_corpus::config::{CorpusGrant, CorpusSection, Mode, RawGrant, RawS
 pub use quarry_corpus::host::{State, limits};
 
 use super::{Capability, CapabilityStore, GrantContext, SandboxError, StoreContext};
+use crate::support::exposition::{Exposition, Kind};
 use crate::support::values::KeyError;
+use quarry_corpus::Stored;
 
 /// The corpus capability.
 pub struct Corpora;
@@ -99,6 +101,37 @@ impl Capability for Corpora {
     fn host_read_dirs(sections: &BTreeMap<String, Arc<CorpusSection>>) -> Vec<(String, PathBuf)> {
         // The host writes a corpus's directory: no guest may write it beside the host.
         sections.values().filter_map(|s| s.dir().map(|d| (format!("corpora.{}", s.name), d.to_path_buf()))).collect()
+    }
+
+    /// Each local corpus: the configured ones with a database, and the instances' own that
+    /// are open ([`quarry_corpus::host::figures`]), labelled by name and directory.
+    fn metrics(sections: &BTreeMap<String, Arc<CorpusSection>>, _: &(), out: &mut Exposition) {
+        type Value = fn(&Stored) -> Option<f64>;
+        let figures = quarry_corpus::host::figures(sections.values().map(|s| &**s));
+        let families: [(&str, &str, Value); 4] = [
+            ("quarry_corpus_generation", "The committed generation of each local corpus.", |s| {
+                Some(s.generation as f64)
+            }),
+            ("quarry_corpus_chunks", "Chunks in each local corpus.", |s| Some(s.chunks as f64)),
+            (
+                "quarry_corpus_bytes",
+                "Bytes of each local corpus's chunks (ids, texts, metadata, fields, vectors).",
+                |s| Some(s.bytes as f64),
+            ),
+            (
+                "quarry_corpus_last_commit_timestamp_seconds",
+                "When each local corpus was last committed to, in seconds since the Unix epoch (absent until this version commits to it).",
+                |s| (s.committed_at > 0).then_some(s.committed_at as f64),
+            ),
+        ];
+        for (name, help, value) in families {
+            let mut family = out.family(name, Kind::Gauge, help);
+            for f in &figures {
+                if let Some(v) = value(&f.stored) {
+                    family.sample(&[("corpus", &f.name), ("place", &f.place)], v);
+                }
+            }
+        }
     }
 
     fn unreachable(

@@ -658,6 +658,18 @@ impl Registry {
     /// Tools keep their link to an embedder (an [`EmbedderSlot`]) and see its new version at
     /// their next embed; tools granted a model directly get it at their next `load-by-name`.
     pub async fn reload(&self, path: &Path) -> Result<SwapReport, ReloadError> {
+        let out = self.swap(path).await;
+        match &out {
+            Ok(_) => self.metrics.swap(true),
+            // A file that changes nothing is no swap, and no failure.
+            Err(ReloadError::NotConfigured(_) | ReloadError::Unchanged(_)) => {}
+            Err(_) => self.metrics.swap(false),
+        }
+        out
+    }
+
+    /// [`Registry::reload`], uncounted.
+    async fn swap(&self, path: &Path) -> Result<SwapReport, ReloadError> {
         let start = Instant::now();
         let sections = if self.config.sections.reads(path) { self.reload_sections(path).await? } else { Vec::new() };
         let uses_changed = |c: &InstanceConfig| sections.iter().any(|s| c.grants.caps.uses(s));

@@ -1,5 +1,5 @@
-//! Every tool's calls, errors by kind and latency, counted as the registry serves them, for
-//! `/metrics`.
+//! Every tool's calls, errors by kind and latency, and the hot swaps, counted as the registry
+//! serves them, for `/metrics`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,6 +17,9 @@ pub struct ToolMetrics {
     /// Calls naming no loaded tool: counted apart, since the name is the caller's (a label per
     /// name would let a client grow the exposition without bound).
     unknown: AtomicU64,
+    /// Hot swaps that put a new version in service, and those refused (the old one serving on).
+    swaps: AtomicU64,
+    swaps_failed: AtomicU64,
 }
 
 /// One tool's figures.
@@ -53,6 +56,11 @@ impl ToolMetrics {
         self.unknown.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a hot swap: `swapped`, a new version serves; else it was refused.
+    pub fn swap(&self, swapped: bool) {
+        if swapped { &self.swaps } else { &self.swaps_failed }.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Writes the figures into `e`.
     pub fn write(&self, e: &mut Exposition) {
         let tools: Vec<(String, Arc<ToolStats>)> =
@@ -85,5 +93,12 @@ impl ToolMetrics {
             "Calls that named no loaded tool.",
             self.unknown.load(Ordering::Relaxed) as f64,
         );
+        let mut f = e.family(
+            "quarry_swaps_total",
+            Kind::Counter,
+            "Hot swaps of a changed component or model: swapped (the new version serves) or failed (refused; the old one serves on).",
+        );
+        f.sample(&[("outcome", "swapped")], self.swaps.load(Ordering::Relaxed) as f64);
+        f.sample(&[("outcome", "failed")], self.swaps_failed.load(Ordering::Relaxed) as f64);
     }
 }

@@ -127,6 +127,37 @@ fn shape_name(s: Shape) -> String {
     format!("{}-dimensional vectors compared by {metric}", s.dimension)
 }
 
+/// What `/metrics` says of one local corpus.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    /// The section's name (`self` for an instance's own).
+    pub name: String,
+    /// Where it is kept (its directory): with the name, one series per corpus however many
+    /// instances share it.
+    pub place: String,
+    /// What its database says.
+    pub stored: crate::Stored,
+}
+
+/// The figures of every local corpus of `sections` that has a database, and of every other
+/// local corpus this process has open (the instances' own), read now from each database's
+/// totals through a read-only connection: a scrape never makes, locks or changes a corpus. A
+/// corpus in Couchbase is left out: reading its manifest would send every scrape to the
+/// cluster.
+pub fn figures<'a>(sections: impl IntoIterator<Item = &'a CorpusSection>) -> Vec<Figures> {
+    let own: Vec<Arc<CorpusSection>> =
+        OPEN.lock().values().filter_map(Weak::upgrade).map(|s| s.section.clone()).filter(|s| s.name == OWN).collect();
+    let read = |s: &CorpusSection| {
+        let stored = LocalCorpus::stored(s.dir()?)?;
+        Some(Figures { name: s.name.clone(), place: s.place(), stored })
+    };
+    let mut out: Vec<Figures> = sections.into_iter().filter_map(read).collect();
+    out.extend(own.iter().filter_map(|s| read(s)));
+    out.sort_by(|a, b| (&a.name, &a.place).cmp(&(&b.name, &b.place)));
+    out.dedup_by(|a, b| a.place == b.place);
+    out
+}
+
 /// Corpus `section` open for `shape`: the one this process already has, or opened now.
 async fn open_shared(section: &Arc<CorpusSection>, shape: Shape) -> Result<Arc<Shared>, WitError> {
     let place = section.place();

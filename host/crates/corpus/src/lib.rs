@@ -47,6 +47,20 @@ pub use rag_core::corpus::{
 };
 pub use snapshot::Snapshot;
 
+/// What a corpus's database says of itself ([`LocalCorpus::stored`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// The committed generation.
+    pub generation: u64,
+    /// Chunks in it.
+    pub chunks: u64,
+    /// Their bytes (ids, texts, metadata, fields, vectors; the notes not counted).
+    pub bytes: u64,
+    /// When the last commit was made, in seconds since the Unix epoch; 0 before the first, or
+    /// when an earlier version made it.
+    pub committed_at: u64,
+}
+
 /// A corpus in a directory, opened by this process; see the crate docs.
 pub struct LocalCorpus {
     dir: PathBuf,
@@ -264,12 +278,19 @@ impl LocalCorpus {
     /// The generation committed in `dir`'s corpus, if it has a database: without opening it
     /// for writing or changing anything.
     pub fn stored_generation(dir: &Path) -> Option<u64> {
+        Self::stored(dir).map(|s| s.generation)
+    }
+
+    /// What `dir`'s corpus says of itself, if it has a database that can be read: without
+    /// opening it for writing or changing anything.
+    pub fn stored(dir: &Path) -> Option<Stored> {
         let path = store::path(dir);
         if !path.exists() {
             return None;
         }
         let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
-        store::totals(&c).ok().map(|t| t.generation)
+        let t = store::totals(&c).ok()?;
+        Some(Stored { generation: t.generation, chunks: t.chunks, bytes: t.bytes, committed_at: t.committed_at })
     }
 
     /// Applies `changes`, and `notes` replacing the notes when given, to what is committed now

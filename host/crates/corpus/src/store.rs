@@ -118,6 +118,9 @@ pub struct Totals {
     /// The database's own number, drawn when it was made: a nearest-neighbour graph built from it
     /// names its chunks, never those of a database made again in the same directory.
     pub epoch: u64,
+    /// When the last commit was made (seconds since the Unix epoch); 0 before the first, or for
+    /// a corpus whose last commit an earlier version made.
+    pub committed_at: u64,
 }
 
 fn meta_u64(c: &Connection, key: &str) -> rusqlite::Result<u64> {
@@ -141,6 +144,7 @@ pub fn totals(c: &Connection) -> rusqlite::Result<Totals> {
         terms: meta_u64(c, "terms")?,
         bytes: meta_u64(c, "bytes")?,
         epoch: meta_u64(c, "epoch")?,
+        committed_at: meta_u64(c, "committed_at")?,
     })
 }
 
@@ -430,6 +434,9 @@ pub fn apply(
     set_meta(tx, "chunks", t.chunks as i64)?;
     set_meta(tx, "terms", t.terms as i64)?;
     set_meta(tx, "bytes", t.bytes as i64)?;
+    // For operators (`/metrics`): how long ago this corpus last changed.
+    t.committed_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    set_meta(tx, "committed_at", t.committed_at as i64)?;
     let notes_bytes = match notes {
         Some(n) => n.len() as u64,
         None => self::notes(tx)?.len() as u64,
