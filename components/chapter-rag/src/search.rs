@@ -241,23 +241,29 @@ pub fn route(built: &Built, query: &Query, p: &Params) -> Result<Route, ToolErro
             at = tree.nodes[n].parent;
         }
     }
+    // The chapters routed among: the top-level ones, or where the tree first branches below a
+    // lone title.
+    let (branches, level) = tree.branches();
+    let branch_of = tree.branch_of();
     if p.size_power != 0.0 {
-        // Chunks per top-level chapter, against the mean chapter's.
+        // Chunks per chapter, against the mean chapter's.
         let mut size = vec![0usize; tree.nodes.len()];
         for c in &built.chunks {
-            size[tree.top(c.chapter)] += 1;
+            if let Some(b) = branch_of[c.chapter] {
+                size[b] += 1;
+            }
         }
-        let sized: Vec<usize> = tree.roots.iter().map(|&r| size[r]).filter(|&n| n > 0).collect();
+        let sized: Vec<usize> = branches.iter().map(|&r| size[r]).filter(|&n| n > 0).collect();
         let mean = sized.iter().sum::<usize>() as f32 / sized.len().max(1) as f32;
-        for &r in &tree.roots {
+        for &r in branches {
             if size[r] > 0 {
                 evidence[r] /= (size[r] as f32 / mean).powf(p.size_power);
             }
         }
     }
-    let total: f32 = tree.roots.iter().map(|&r| evidence[r]).sum();
-    let total_mass: f32 = tree.roots.iter().map(|&r| mass[r]).sum();
-    let mut tops: Vec<usize> = tree.roots.iter().copied().filter(|&r| evidence[r] > 0.0).collect();
+    let total: f32 = branches.iter().map(|&r| evidence[r]).sum();
+    let total_mass: f32 = branches.iter().map(|&r| mass[r]).sum();
+    let mut tops: Vec<usize> = branches.iter().copied().filter(|&r| evidence[r] > 0.0).collect();
     tops.sort_by(|&a, &b| evidence[b].total_cmp(&evidence[a]).then(a.cmp(&b)));
     let Some(&best) = tops.first() else {
         return Ok(Route {
@@ -300,7 +306,7 @@ pub fn route(built: &Built, query: &Query, p: &Params) -> Result<Route, ToolErro
     }
     let share = evidence[best] / total;
     let confidence = chapters.first().map_or(0.0, |c| c.confidence);
-    let held = voters.iter().filter(|v| tree.top(built.chunks[v.chunk].chapter) == best).count();
+    let held = voters.iter().filter(|v| branch_of[built.chunks[v.chunk].chapter] == Some(best)).count();
     let mut reason = format!(
         "{held} of the {} passages that best match the question are in {} \"{}\" ({:.0}% of the evidence)",
         voters.len(),
@@ -308,6 +314,16 @@ pub fn route(built: &Built, query: &Query, p: &Params) -> Result<Route, ToolErro
         tree.nodes[best].title,
         share * 100.0
     );
+    if level > 1
+        && let Some(parent) = tree.nodes[best].parent
+    {
+        reason.push_str(&format!(
+            "; routed among the {} level-{level} chapters of {} \"{}\", where the manual first branches",
+            branches.len(),
+            tree.nodes[parent].id,
+            tree.nodes[parent].title
+        ));
+    }
     if !narrowed.is_empty() {
         reason.push_str(&format!(
             "; narrowed to {} (holding over {:.0}% of the matching passages)",

@@ -105,6 +105,33 @@ impl Tree {
         false
     }
 
+    /// The chapters a question is routed among, and their level (1: top-level): the top-level
+    /// nodes, or, where there is one alone (a title above the sections, as most documents
+    /// have), the children of the first node down that has several. Routing among one chapter
+    /// would choose nothing.
+    pub fn branches(&self) -> (&[usize], usize) {
+        let (mut at, mut level) = (&self.roots[..], 1);
+        while let [only] = at
+            && !self.nodes[*only].children.is_empty()
+        {
+            at = &self.nodes[*only].children;
+            level += 1;
+        }
+        (at, level)
+    }
+
+    /// For every node, the chapter of [`Tree::branches`] it lies in (none for the text of the
+    /// nodes above them: a title's own lines before its first section).
+    pub fn branch_of(&self) -> Vec<Option<usize>> {
+        let (branches, _) = self.branches();
+        let mut of: Vec<Option<usize>> = vec![None; self.nodes.len()];
+        // Parents come before their children.
+        for n in 0..self.nodes.len() {
+            of[n] = if branches.contains(&n) { Some(n) } else { self.nodes[n].parent.and_then(|p| of[p]) };
+        }
+        of
+    }
+
     /// The top-level ancestor of node `i` (itself when it is top-level).
     pub fn top(&self, i: usize) -> usize {
         let mut n = i;

@@ -203,6 +203,27 @@ fn tree_chapter_route_search_and_citations() {
     assert_eq!(v.extra["cited"][1]["valid"], false);
 }
 
+/// A manual with one top-level heading (a title above its sections, as most documents have)
+/// routes among the chapters under the title, where the tree first branches, and says so; not
+/// to the title, which holds everything.
+#[test]
+fn a_manual_under_one_title_routes_among_its_sections() {
+    let env = Fake::default();
+    let demoted: String =
+        manual().lines().map(|l| if l.starts_with('#') { format!("#{l}\n") } else { format!("{l}\n") }).collect();
+    env.put("/docs/m.md", &format!("# The guide\n\n{}\n\n{demoted}", filler("what this guide covers", 3)));
+    let mut t = open(&env);
+    let route =
+        call(&mut t, &env, "route", json!({"question": "how do I limit bandwidth with bwlimit timetable"})).unwrap();
+    let r: Value = serde_json::from_str(&route.text).unwrap();
+    let first = r["chapters"][0]["chapter_id"].as_str().unwrap();
+    assert!(first == "1.2" || first.starts_with("1.2."), "{r}");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(reason.contains("routed among the 2 level-2 chapters of 1 \"The guide\""), "{reason}");
+    let s = call(&mut t, &env, "search", json!({"question": "bandwidth throttle bwlimit"})).unwrap();
+    assert!(s.text.starts_with("Routed to: 1.2"), "{}", s.text);
+}
+
 #[test]
 fn bad_ids_questions_and_arguments() {
     let env = Fake::default();
