@@ -191,3 +191,23 @@ dirs = [{{ host = "docs", guest = "/docs" }}]
         assert_eq!(row["chapter_recall"]["1"], 0.5, "{row}");
     }
 }
+
+/// An answer section written otherwise than the manual writes it (another case) is never
+/// found: the run says so, naming the question and the manual's spelling, and the good
+/// questions still score.
+#[test]
+fn a_gold_path_the_manual_does_not_have_is_named() {
+    let env = env();
+    let questions = QUESTIONS.to_string()
+        + r#"{"id": "typo", "question": "bwlimit timetable working hours", "answer_sections": ["syncing > bandwidth"]}"#
+        + "\n";
+    std::fs::write(env.path("q.jsonl"), questions).unwrap();
+    let (code, _, err) = run(&env, &["eval", "manual.search", "q.jsonl"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: typo: no fragment returned lies under \"syncing > bandwidth\"")
+            && err.contains("the manual writes it \"Syncing > Bandwidth\""),
+        "{err}"
+    );
+    assert_eq!(err.matches("warning:").count(), 1, "only the typo: {err}");
+}

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_config, load_for, printable, registry};
+use super::{
+    EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_config, load_for, printable, printable_error, registry,
+};
 
 /// `quarry eval`'s flags.
 #[derive(clap::Args, Debug)]
@@ -57,6 +59,9 @@ pub async fn run(path: &Path, flags: Flags) -> Outcome {
                 plan.tool
             ),
         ));
+    }
+    for w in crate::eval::unseen_sections(&questions, &scored) {
+        eprintln!("warning: {}", printable_error(&w));
     }
     let rows: Vec<crate::eval::score::Row> = scored.iter().map(|s| s.row.clone()).collect();
     let multi = questions.iter().filter(|q| q.multi).count();

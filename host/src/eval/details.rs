@@ -103,6 +103,7 @@ mod tests {
                 routed: vec![RoutedChapter { id: "3".into(), path: "Sync".into(), confidence: Some(0.42) }],
                 hits: vec![ShownHit { path: "Sync > Bandwidth".into(), lines: Some((10, 20)), score: Some(0.8) }],
             }],
+            seen: Default::default(),
         }
     }
 

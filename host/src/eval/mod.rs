@@ -8,11 +8,13 @@
 //! have one, else by heading path.
 
 mod details;
+mod gold;
 pub mod questions;
 mod run;
 pub mod score;
 
 pub use details::{details_json, details_text};
+pub use gold::unseen_sections;
 pub use run::{COMPARED, Detail, EvalError, Plan, RoutedChapter, SHOWN_HITS, Scored, ShownHit, run};
 
 use std::path::Path;

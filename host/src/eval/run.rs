@@ -209,6 +209,8 @@ pub struct Scored {
     pub row: Row,
     /// Per question.
     pub details: Vec<Detail>,
+    /// Every heading path, and each of its prefixes, of the fragments returned.
+    pub seen: std::collections::BTreeSet<Vec<String>>,
 }
 
 /// What `--details` reads of the route in a tool's `extra` (chapter-rag's `route.chapters`).
@@ -244,6 +246,7 @@ pub async fn run(
     let mut tally = Tally::default();
     let mut details = Vec::with_capacity(questions.len());
     let mut ms = Vec::with_capacity(questions.len());
+    let mut seen = std::collections::BTreeSet::new();
     for q in questions {
         let t = Instant::now();
         let args = plan.args(&q.text, retrieval);
@@ -260,6 +263,11 @@ pub async fn run(
         let fragments: Vec<Fragment> = out.hits.iter().filter_map(fragment).collect();
         if fragments.len() < out.hits.len() {
             return Err(EvalError::Unplaced { tool: plan.tool.clone() });
+        }
+        for f in &fragments {
+            for n in 1..=f.path.len() {
+                seen.insert(f.path[..n].to_vec());
+            }
         }
         tally.add(q, &fragments, &chapters(out.extra.as_deref(), &fragments));
         let top = &fragments[..fragments.len().min(DEPTH)];
@@ -282,7 +290,7 @@ pub async fn run(
     }
     let name = retrieval.unwrap_or("as configured").to_string();
     let row = Row { name, tally, latency: Some((percentile(&ms, 0.5), percentile(&ms, 0.99))) };
-    Ok(Some(Scored { row, details }))
+    Ok(Some(Scored { row, details, seen }))
 }
 
 #[cfg(test)]
