@@ -141,6 +141,51 @@ fn check_prepares_every_instance_and_sizes_the_pools() {
     assert!(out.contains("pool h: 1 instance, memory at most 256 MiB"), "{out}");
 }
 
+/// `quarry init` writes the model the README recommends (q8 on onnxruntime) where both are
+/// installed, else fp32 on tract, saying which and why.
+#[test]
+fn init_writes_the_recommended_model_where_it_is_installed() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Models)
+        || quarry_tests::skip_unless(quarry_tests::Need::Onnxruntime)
+    {
+        return;
+    }
+    let env = TestEnv::new();
+    std::fs::write(env.path("manual.md"), "# Install\n\nRun the installer.\n").unwrap();
+    let only_fp32 = env.path("fp32-only");
+    std::fs::create_dir_all(&only_fp32).unwrap();
+    std::os::unix::fs::symlink(quarry_tests::models_dir().join("all-minilm-l6-v2"), only_fp32.join("all-minilm-l6-v2"))
+        .unwrap();
+    for (models, want, said) in [
+        (
+            quarry_tests::models_dir(),
+            "dir = \"builtin:all-minilm-l6-v2-q8\"\nbackend = \"onnxruntime\"",
+            "q8 on onnxruntime",
+        ),
+        (
+            only_fp32,
+            "dir = \"builtin:all-minilm-l6-v2\"\n",
+            "fp32 on tract (no all-minilm-l6-v2-q8 model and no onnxruntime library here",
+        ),
+    ] {
+        let out = std::process::Command::new(quarry_tests::quarry_bin())
+            .current_dir(env.dir.path())
+            .args(["init", "--manual", "manual.md", "--force"])
+            .env("QUARRY_MODELS", &models)
+            // Nothing else to find it in: no ~/.cache/quarry/models.
+            .env("HOME", env.path("home"))
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("QUARRY_ONNXRUNTIME")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+        assert!(stdout.contains(said), "{stdout}");
+        let written = std::fs::read_to_string(env.path("quarry.toml")).unwrap();
+        assert!(written.contains(want), "{written}");
+    }
+}
+
 /// `quarry init` for a model that is not installed: nothing written, not even the index folder
 /// it would have granted, and the message says what to install.
 #[test]

@@ -32,6 +32,7 @@ pub fn run(flags: Flags, config: PathBuf) -> Outcome {
         docx: flags.docx,
         output: flags.output.unwrap_or(config),
         force: flags.force,
+        model: ModelChoice::here(),
     };
     let written = init(&args).map_err(|e| fail(EXIT_USAGE, e))?;
     let config = args.output.display();
@@ -39,6 +40,7 @@ pub fn run(flags: Flags, config: PathBuf) -> Outcome {
     for (name, document, _) in &written {
         println!("  tool instance {name:?} over {}", document.display());
     }
+    println!("  {}", args.model.said);
     let (first, _, example) = &written[0];
     println!("next:");
     println!("  quarry -c {config} list");
@@ -57,6 +59,8 @@ pub struct InitArgs {
     pub output: PathBuf,
     /// Overwrite `output` if it exists.
     pub force: bool,
+    /// The model to write.
+    pub model: ModelChoice,
 }
 
 /// Why no config was written.
@@ -132,7 +136,7 @@ pub fn init(args: &InitArgs) -> Result<Vec<(String, PathBuf, &'static str)>, Ini
         let name = unique(&instances, &name_for(&document));
         instances.push(Instance { name, component, document, key, guest_dir });
     }
-    let text = render(&instances);
+    let text = render(&instances, &args.model);
     // Checked as the host will read it before anything is written: a missing built-in
     // component or model is said now, and no file is left half right.
     let output = std::path::absolute(&args.output).unwrap_or_else(|_| args.output.clone());
@@ -181,8 +185,68 @@ fn quoted(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
-fn render(instances: &[Instance]) -> String {
+/// The model section `quarry init` writes: MiniLM with int8 matrix products on onnxruntime, as
+/// the README recommends, where both are installed; else the fp32 graph on tract, which every
+/// install has, saying why.
+pub struct ModelChoice {
+    /// The `[models.minilm]` section, with its comment.
+    pub section: String,
+    /// One line for the summary: which model, and why.
+    pub said: String,
+}
+
+impl ModelChoice {
+    /// What is installed here decides.
+    pub fn here() -> ModelChoice {
+        let q8 = crate::support::builtin::resolve(crate::support::builtin::Kind::Model, "all-minilm-l6-v2-q8");
+        #[cfg(feature = "nn")]
+        let runtime = quarry_nn::ort_library::locate(None);
+        #[cfg(not(feature = "nn"))]
+        let runtime: Result<std::path::PathBuf, String> = Err("this quarry is built without wasi-nn".into());
+        match (q8, runtime) {
+            (Ok(_), Ok(_)) => ModelChoice {
+                section: "# The embedding model: all-MiniLM-L6-v2 (384 dimensions) with int8 matrix products, run by
+# onnxruntime: about half the CPU of the fp32 graph on tract, within two questions of 40 of
+# it on the README's benchmark. The host loads it once and runs it natively. For the fp32
+# graph on tract, the backend built into quarry: dir = \"builtin:all-minilm-l6-v2\", no backend.
+[models.minilm]
+dir = \"builtin:all-minilm-l6-v2-q8\"
+backend = \"onnxruntime\"
+"
+                .into(),
+                said: "model: all-MiniLM-L6-v2 q8 on onnxruntime (installed here; the README's recommendation)".into(),
+            },
+            (q8, runtime) => {
+                let why = [
+                    q8.err().map(|_| "no all-minilm-l6-v2-q8 model".to_string()),
+                    runtime.err().map(|_| "no onnxruntime library".to_string()),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" and ");
+                ModelChoice {
+                    section: format!(
+                        "# The embedding model: all-MiniLM-L6-v2 (384 dimensions), fp32, on tract (built into quarry).
+# The README recommends the q8 graph on onnxruntime (about half the CPU); this machine has
+# {why} (`make models` from source installs both). The host loads the model once and runs
+# it natively; `builtin:` finds it beside quarry or in ~/.cache/quarry/models.
+[models.minilm]
+dir = \"builtin:all-minilm-l6-v2\"
+"
+                    ),
+                    said: format!(
+                        "model: all-MiniLM-L6-v2 fp32 on tract ({why} here for the q8 graph on onnxruntime the README recommends; `make models` installs both)"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+fn render(instances: &[Instance], model: &ModelChoice) -> String {
     let first = &instances[0].name;
+    let model = &model.section;
     let mut out = format!(
         r#"# Written by `quarry init`, quarry {version}.
 # Paths are absolute; every key is in the README ("Config (TOML)").
@@ -195,12 +259,7 @@ fn render(instances: &[Instance]) -> String {
 #
 # A tool sees only what its grants below name; everything else is denied.
 
-# The embedding model (all-MiniLM-L6-v2, 384 dimensions). The host loads it once and runs it
-# natively; `builtin:` finds it beside quarry (the quarry-wasm-minilm wheel) or in
-# ~/.cache/quarry/models (`make models` in a source checkout).
-[models.minilm]
-dir = "builtin:all-minilm-l6-v2"
-
+{model}
 # The embedder: a sandboxed component that tokenises and pools text; the model's graph runs in
 # the host. It sees the model's folder alone, read-only at /models/minilm.
 [embedders.minilm]
@@ -278,6 +337,7 @@ mod tests {
             docx,
             output: output.clone(),
             force: false,
+            model: ModelChoice::here(),
         };
         assert!(matches!(init(&args(vec![], vec![])), Err(InitError::Nothing)));
         let e = init(&args(vec![dir.path().join("missing.md")], vec![])).unwrap_err().to_string();
