@@ -468,8 +468,8 @@ fn small_manual() -> String {
 }
 
 /// Chapter RAG's resources, template, completion, hit resources and answerer prompt through the
-/// official Python SDK, and its `route` asking the client's model (the scripted router) through
-/// MCP sampling: the model read the chapter tree and the question, and its chapters are the route.
+/// official Python SDK, and its routes asking the client's model (the scripted router) through
+/// MCP sampling: the model read the chapter tree and the question, and its pick leads the route.
 #[test]
 fn chapter_rag_serves_its_chapters_and_routes_through_the_clients_model() {
     if quarry_tests::skip_unless(quarry_tests::Need::Venvs) {
@@ -494,7 +494,10 @@ deadline = "120s"
 "#
     ));
     let routed = json!({"chapters": ["2.1", "2"], "confidence": 0.8, "reason": "bandwidth limits are in 2.1"});
-    let script = json!({"router": [[{"content": routed.to_string()}]]});
+    // Asked three times: by the search, by the answer prompt's search, and by `route` (every
+    // route of the instance is the same one).
+    let turn = json!([{"content": routed.to_string()}]);
+    let script = json!({"router": [turn, turn, turn]});
     std::fs::write(env.path("script.json"), script.to_string()).unwrap();
     let stub = Stub::start(&env.path("script.json"), &env.path("requests.jsonl"));
     let mut cmd = Command::new(venv_python("mcp1"));
@@ -505,9 +508,9 @@ deadline = "120s"
     let out = quarry_tests::run_with_timeout(cmd, Duration::from_secs(300));
     let text = format!("stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
     assert!(out.success && out.stdout.contains("] ok"), "chapters_surface.py failed\n{text}");
-    // What reached the model: the router's instructions, the tree, the question; once.
+    // What reached the model: the router's instructions, the tree, the question; once a route.
     let requests = jsonl(&env.path("requests.jsonl"));
-    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests.len(), 3, "{requests:?}");
     let asked = requests[0]["request"]["messages"].to_string();
     for part in ["You are Router", "1 Installing", "2.1 Bandwidth", "Syncing", "nightly upload"] {
         assert!(asked.contains(part), "{part:?} did not reach the model: {asked}");

@@ -1,7 +1,8 @@
 """Chapter RAG's whole MCP surface through the official Python `mcp` 1.x SDK (the handshake era
 CrewAI speaks), over stdio: its chapters as resources (listed, read, a template whose ids
-complete), the `resource` of each search hit, the answerer's prompt, and `route` asking the
-client's model through sampling, the write-up's router agent.
+complete), the `resource` of each search hit, the answerer's prompt, and every route (the
+search's, the prompt's, `route`'s) asking the client's model through sampling, the write-up's
+router agent.
 
 The client's model is the scripted OpenAI-compatible LLM of tests/crew (its URL in --llm): the
 sampling callback sends it the request's system prompt and messages, as a client would send
@@ -102,14 +103,19 @@ async def main() -> None:
                                  for l in links), links
             step(f"prompts/get answer: instructions, the search report, {len(links)} chapter links")
 
+            # The search and the prompt's search asked the model too: one route for all.
+            assert len(sampled) == 2, sampled
+            assert hits and res.structuredContent["extra"]["route"]["routed_by"] == "client_model_and_embeddings", res
             route = await session.call_tool(f"{inst}.route", {"question": args.question})
             body = route.structuredContent["extra"]
             ids = [c["chapter_id"] for c in body["chapters"]]
-            assert ids == args.route.split(","), body
-            assert body["reason"].startswith("routed by the client's model"), body
-            assert len(sampled) == 1, sampled
-            asked = sampled[0].messages[0].content.text
-            assert args.question in asked and "Chapter tree:" in asked, asked
+            # The model's first pick leads; fused with the embeddings, not in their place.
+            assert ids[0] == args.route.split(",")[0], body
+            assert body["routed_by"] == "client_model_and_embeddings", body
+            assert body["model"]["chapters"] == args.route.split(","), body
+            assert len(sampled) == 3, sampled
+            asked = sampled[-1].messages[0].content.text
+            assert args.question in asked and "Chapter tree (" in asked, asked
             step(f"route through sampling: {ids}, {body['reason']!r}")
     step("ok")
 

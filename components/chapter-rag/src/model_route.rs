@@ -1,17 +1,28 @@
-//! Routing by the client's model: the write-up's router agent, asked through MCP sampling. The
-//! model reads the top of the chapter tree and the question and names 1-3 chapter ids; the
-//! ids it names that the manual has are the route. Where the client offers no sampling, or the
-//! instance's grant does not allow asking (`client = ["sampling"]`), the embedding route serves.
+//! Routing with the client's model: the write-up's router agent, asked through MCP sampling (or
+//! an input-required round). The model reads the chapter tree and the question and names 1-3
+//! chapter ids; its pick is fused with the embedding route ([`fuse`]), never put in its place:
+//! a small model routes worse than the embeddings alone (README of chapter-rag), and a pick the
+//! embeddings also rank high is the likeliest. Where the client offers no sampling, or the
+//! instance's grant does not allow asking (`client = ["sampling"]`), the embedding route serves,
+//! and the route says which answered ([`RoutedBy`]) and, when the model was asked, why its pick
+//! was not used.
+//!
+//! What the model is shown: every chapter the route chooses among (the top-level ones, or where
+//! a lone title first branches), then whole levels below them while [`MAX_LINES`] allows; a
+//! chapter whose sections are not shown says how many it has, and the embeddings narrow inside
+//! it. The answer format's example names no id a manual can have (`"ID"`), so a model that
+//! copies the example names nothing and falls back, rather than routing to a real `3.4`.
 
+use serde::Serialize;
 use serde_json::{Value, json};
 use tool_guest::tool::{Ask, AskError, ToolError};
 
 use crate::env::Env;
-use crate::search::{Route, Routed};
+use crate::search::{Route, RoutedBy};
 use crate::tree::Tree;
 
-/// The most tree lines the model reads.
-const MAX_LINES: usize = 400;
+/// The most tree lines the model reads (stated in the prompt).
+pub const MAX_LINES: usize = 400;
 /// The most chapters a route names.
 const MAX_CHAPTERS: usize = 3;
 /// The question's key in a multi-round call.
@@ -20,45 +31,99 @@ const KEY: &str = "route";
 /// What the client's model made of a question.
 pub enum ModelRoute {
     /// It named chapters of the manual.
-    Routed(Route),
-    /// Nobody to ask (`None`), or it named none the manual has (why): route by embeddings.
+    Picked(ModelPick),
+    /// Nobody to ask (`None`), or it named none the manual has (why): the embeddings route.
     Fallback(Option<String>),
+}
+
+/// The chapters the model named that the manual has, best first, with what it said of them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelPick {
+    /// Their positions in the tree.
+    #[serde(skip)]
+    pub nodes: Vec<usize>,
+    /// Their ids.
+    pub chapters: Vec<String>,
+    /// The confidence the model stated, as it stated it: uncalibrated.
+    #[serde(serialize_with = "serialize_opt_f32")]
+    pub confidence: Option<f32>,
+    /// Its reason, cut at 300 bytes.
+    pub reason: String,
+}
+
+fn serialize_opt_f32<S: serde::Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(x) => rag_core::score::serialize_f32(x, s),
+        None => s.serialize_none(),
+    }
 }
 
 /// The router's instructions, as the write-up's router agent has them.
 const SYSTEM: &str = "You are Router, an expert in the structure of technical documentation. From a manual's \
 chapter tree alone (ids and titles, no text) you pick the 1-3 chapters most likely to answer a user's question.";
 
-/// The tree's top two levels, one `id title` line each, indented by depth.
-fn outline(tree: &Tree) -> String {
-    let mut lines = Vec::new();
-    let mut stack: Vec<(usize, usize)> = tree.roots.iter().rev().map(|&r| (r, 0)).collect();
-    while let Some((i, depth)) = stack.pop() {
-        if lines.len() >= MAX_LINES {
-            lines.push("...".to_string());
+/// The tree as the model reads it: every chapter routed among ([`Tree::branches`], with the
+/// titles above them), then whole levels below while `max_lines` allows; one `id title` line
+/// each, indented by depth, in document order. A chapter whose sections are left out ends
+/// with `(+N sections)`.
+pub fn outline(tree: &Tree, max_lines: usize) -> String {
+    let (branches, level) = tree.branches();
+    let mut shown = vec![false; tree.nodes.len()];
+    // The lone titles above the branches.
+    let mut at = tree.roots.first().copied();
+    for _ in 1..level {
+        let Some(n) = at else { break };
+        shown[n] = true;
+        at = tree.nodes[n].children.first().copied();
+    }
+    for &b in branches {
+        shown[b] = true;
+    }
+    let mut count = shown.iter().filter(|s| **s).count();
+    let mut frontier: Vec<usize> = branches.to_vec();
+    loop {
+        let next: Vec<usize> = frontier.iter().flat_map(|&n| tree.nodes[n].children.iter().copied()).collect();
+        if next.is_empty() || count + next.len() > max_lines {
             break;
         }
-        let n = &tree.nodes[i];
-        lines.push(format!("{}{} {}", "  ".repeat(depth), n.id, n.title));
-        if depth == 0 {
-            stack.extend(n.children.iter().rev().map(|&c| (c, 1)));
+        for &n in &next {
+            shown[n] = true;
         }
+        count += next.len();
+        frontier = next;
+    }
+    let depth = |mut n: usize| {
+        let mut d = 0;
+        while let Some(p) = tree.nodes[n].parent {
+            d += 1;
+            n = p;
+        }
+        d
+    };
+    let mut lines = Vec::with_capacity(count);
+    for (i, n) in tree.nodes.iter().enumerate().filter(|(i, _)| shown[*i]) {
+        let hidden = n.children.iter().filter(|&&c| !shown[c]).count();
+        let more = if hidden > 0 { format!(" (+{hidden} sections)") } else { String::new() };
+        lines.push(format!("{}{} {}{more}", "  ".repeat(depth(i)), n.id, n.title));
     }
     lines.join("\n")
 }
 
 /// Asks the client's model to route `question`.
-pub fn route(tree: &Tree, env: &dyn Env, question: &str) -> Result<ModelRoute, ToolError> {
+pub fn ask(tree: &Tree, env: &dyn Env, question: &str) -> Result<ModelRoute, ToolError> {
     let prompt = format!(
-        "Chapter tree:\n{}\n\nUser question: {question}\n\nAnswer with one JSON object and nothing else: \
-         {{\"chapters\": [\"3.4\"], \"confidence\": 0.9, \"reason\": \"one sentence\"}}, where chapters are 1 to \
-         {MAX_CHAPTERS} ids from the tree, best first.",
-        outline(tree)
+        "Chapter tree (every chapter of the top levels shown, {MAX_LINES} lines at most; \"(+N sections)\" marks a \
+         chapter whose sections are not shown, and naming the chapter covers them):\n{}\n\nUser question: \
+         {question}\n\nAnswer with one JSON object and nothing else, the ids first and the reason in at most ten \
+         words: {{\"chapters\": [\"ID\", \"ID\"], \"confidence\": 0.5, \"reason\": \"...\"}}, where each ID is \
+         replaced by an id from the tree above, 1 to {MAX_CHAPTERS} of them, best first, and confidence is how sure \
+         you are, from 0 to 1.",
+        outline(tree, MAX_LINES)
     );
     let params = json!({
         "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
         "systemPrompt": SYSTEM,
-        "maxTokens": 300,
+        "maxTokens": 120,
         "temperature": 0,
     });
     let answer = match env.ask(KEY, Ask::Sampling, &params) {
@@ -73,7 +138,7 @@ pub fn route(tree: &Tree, env: &dyn Env, question: &str) -> Result<ModelRoute, T
     Ok(parse(tree, text))
 }
 
-/// The route the model's answer names, if it names chapters the manual has.
+/// The chapters the model's answer names, if it names any the manual has.
 fn parse(tree: &Tree, text: &str) -> ModelRoute {
     let json = match (text.find('{'), text.rfind('}')) {
         (Some(a), Some(b)) if a < b => serde_json::from_str::<Value>(&text[a..=b]).ok(),
@@ -82,38 +147,108 @@ fn parse(tree: &Tree, text: &str) -> ModelRoute {
     let Some(json) = json else {
         return ModelRoute::Fallback(Some("the client's model did not answer with JSON".into()));
     };
-    let confidence = json["confidence"].as_f64().map_or(0.5, |c| c.clamp(0.0, 1.0)) as f32;
-    let mut chapters: Vec<Routed> = Vec::new();
+    let mut pick = ModelPick {
+        nodes: Vec::new(),
+        chapters: Vec::new(),
+        confidence: json["confidence"].as_f64().map(|c| c.clamp(0.0, 1.0) as f32),
+        reason: cut(json["reason"].as_str().unwrap_or("no reason given"), 300).to_string(),
+    };
     let named: Vec<&str> =
         json["chapters"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     for id in named {
-        if chapters.len() == MAX_CHAPTERS || chapters.iter().any(|c| c.chapter_id == id.trim()) {
-            continue;
+        if pick.nodes.len() == MAX_CHAPTERS {
+            break;
         }
-        if let Some(i) = tree.find(id.trim()) {
-            let n = &tree.nodes[i];
-            chapters.push(Routed {
-                node: i,
-                chapter_id: n.id.clone(),
-                title: n.title.clone(),
-                path: tree.path(i),
+        // An id the manual lacks (the example's "ID", one the model made up) is dropped.
+        if let Some(i) = tree.find(id.trim())
+            && !pick.nodes.contains(&i)
+        {
+            pick.nodes.push(i);
+            pick.chapters.push(tree.nodes[i].id.clone());
+        }
+    }
+    if pick.nodes.is_empty() {
+        let named = json["chapters"].to_string();
+        return ModelRoute::Fallback(Some(format!(
+            "the client's model named no chapter of the manual ({})",
+            cut(&named, 100)
+        )));
+    }
+    ModelRoute::Picked(pick)
+}
+
+/// The embedding route `route` with the model's `pick` fused in: each chapter routed among
+/// scores `1/(1 + its rank in the pick) + 1/(1 + its rank by the embeddings)` (a rank it lacks
+/// adds nothing; a tie goes to the embeddings' order), and the best [`MAX_CHAPTERS`] are the
+/// route. Inside a chapter, the section the model named is kept, else the one the embeddings
+/// narrowed to. Confidences stay the embeddings' calibrated ones; the model's stated one is
+/// reported beside them, as the model's.
+pub fn fuse(tree: &Tree, mut route: Route, pick: ModelPick) -> Route {
+    let branch_of = tree.branch_of();
+    let emb_rank = |b: usize| route.ranking.iter().position(|&r| r == b);
+    // Chosen among what either routed (the embeddings' own routed chapters, not their whole
+    // ranking: fusing does not widen a route the embeddings were sure of); the rest of the
+    // ranking follows, for chapter recall beyond the route.
+    let mut candidates: Vec<usize> = Vec::new();
+    let routed = route.chapters.iter().filter_map(|c| branch_of[c.node]);
+    for b in pick.nodes.iter().filter_map(|&n| branch_of[n]).chain(routed) {
+        if !candidates.contains(&b) {
+            candidates.push(b);
+        }
+    }
+    let model_rank = |b: usize| pick.nodes.iter().position(|&n| branch_of[n] == Some(b));
+    let score = |b: usize| {
+        let s = |r: Option<usize>| r.map_or(0.0, |r| 1.0 / (2.0 + r as f32));
+        s(model_rank(b)) + s(emb_rank(b))
+    };
+    candidates.sort_by(|&a, &b| {
+        score(b)
+            .total_cmp(&score(a))
+            .then_with(|| emb_rank(a).unwrap_or(usize::MAX).cmp(&emb_rank(b).unwrap_or(usize::MAX)))
+    });
+    candidates.truncate(MAX_CHAPTERS);
+    let chapters = candidates
+        .iter()
+        .take(MAX_CHAPTERS)
+        .map(|&b| {
+            let node = pick
+                .nodes
+                .iter()
+                .copied()
+                .find(|&n| branch_of[n] == Some(b))
+                .or_else(|| route.chapters.iter().map(|c| c.node).find(|&n| branch_of[n] == Some(b)))
+                .unwrap_or(b);
+            let confidence = emb_rank(b).and_then(|r| route.confidences.get(r).copied()).unwrap_or(0.0);
+            crate::search::Routed {
+                node,
+                chapter_id: tree.nodes[node].id.clone(),
+                title: tree.nodes[node].title.clone(),
+                path: tree.path(node),
                 confidence,
-            });
-        }
-    }
-    if chapters.is_empty() {
-        return ModelRoute::Fallback(Some("the client's model named no chapter of the manual".into()));
-    }
-    let why = json["reason"].as_str().unwrap_or("no reason given");
-    ModelRoute::Routed(Route {
-        chapters,
-        confidence,
-        share: 0.0,
-        reason: format!("routed by the client's model: {}", cut(why, 300)),
-        ranking: Vec::new(),
-        margin: 0.0,
-        kept: Vec::new(),
-    })
+            }
+        })
+        .collect::<Vec<_>>();
+    let agreed =
+        chapters.first().zip(route.chapters.first()).is_some_and(|(f, e)| branch_of[f.node] == branch_of[e.node]);
+    route.reason = format!(
+        "the client's model named {} (its own confidence {}, uncalibrated: {}); fused with the embeddings, which {}: {}",
+        pick.chapters.join(", "),
+        pick.confidence.map_or("not given".to_string(), |c| format!("{c:.2}")),
+        pick.reason,
+        if agreed { "agree on the first" } else { "rank otherwise" },
+        route.reason
+    );
+    route.confidence = chapters.first().map_or(0.0, |c| c.confidence);
+    route.chapters = chapters;
+    // The ranking beyond the route (`quarry eval`'s chapter recall): the route's, then the rest.
+    let rest = route.ranking.iter().copied().filter(|b| !candidates.contains(b));
+    let ranking: Vec<usize> = candidates.iter().copied().chain(rest).collect();
+    route.confidences =
+        ranking.iter().map(|&b| emb_rank(b).and_then(|r| route.confidences.get(r).copied()).unwrap_or(0.0)).collect();
+    route.ranking = ranking;
+    route.routed_by = RoutedBy::ClientModelAndEmbeddings;
+    route.model = Some(pick);
+    route
 }
 
 /// `s`, at most `max` bytes of it (cut at a character boundary).

@@ -219,6 +219,49 @@ pub struct Route {
     /// The sections of the whole manual's best passages ([`Params::keep_top`]), searched too.
     #[serde(skip)]
     pub kept: Vec<usize>,
+    /// The calibrated confidence of each chapter of `ranking`, in its order.
+    #[serde(skip)]
+    pub confidences: Vec<f32>,
+    /// Which route answered.
+    pub routed_by: RoutedBy,
+    /// What the client's model picked, when it was asked and named chapters of the manual.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::model_route::ModelPick>,
+    /// Why the client's model, asked, did not route (its answer unusable, or its call failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<String>,
+}
+
+/// Which route answered a question.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoutedBy {
+    /// The embeddings alone (the client's model not asked, or its answer unusable).
+    #[default]
+    Embeddings,
+    /// The client's model's pick fused with the embeddings ([`crate::model_route::fuse`]).
+    ClientModelAndEmbeddings,
+    /// Not routed: a global search.
+    NotRouted,
+}
+
+impl Route {
+    /// A route to nothing, saying why.
+    pub fn none(reason: String, routed_by: RoutedBy) -> Route {
+        Route {
+            chapters: Vec::new(),
+            confidence: 0.0,
+            share: 0.0,
+            reason,
+            ranking: Vec::new(),
+            margin: 0.0,
+            kept: Vec::new(),
+            confidences: Vec::new(),
+            routed_by,
+            model: None,
+            fallback: None,
+        }
+    }
 }
 
 /// Routes `question` (embedded as `query`).
@@ -266,15 +309,7 @@ pub fn route(built: &Built, query: &Query, p: &Params) -> Result<Route, ToolErro
     let mut tops: Vec<usize> = branches.iter().copied().filter(|&r| evidence[r] > 0.0).collect();
     tops.sort_by(|&a, &b| evidence[b].total_cmp(&evidence[a]).then(a.cmp(&b)));
     let Some(&best) = tops.first() else {
-        return Ok(Route {
-            chapters: Vec::new(),
-            confidence: 0.0,
-            share: 0.0,
-            reason: "no passage of the manual matches the question".into(),
-            ranking: Vec::new(),
-            margin: 0.0,
-            kept: Vec::new(),
-        });
+        return Ok(Route::none("no passage of the manual matches the question".into(), RoutedBy::Embeddings));
     };
     let mut chapters = Vec::new();
     let mut narrowed = Vec::new();
@@ -338,5 +373,24 @@ pub fn route(built: &Built, query: &Query, p: &Params) -> Result<Route, ToolErro
         None => 1.0,
     };
     let kept = voters.iter().take(p.keep_top).map(|v| built.chunks[v.chunk].chapter).collect();
-    Ok(Route { chapters, confidence, share, reason, ranking: tops, margin, kept })
+    let confidences = tops
+        .iter()
+        .map(|&t| {
+            let other = tops.iter().filter(|&&o| o != t).map(|&o| evidence[o]).fold(0.0, f32::max);
+            p.calibration.confidence(evidence[t], other, total)
+        })
+        .collect();
+    Ok(Route {
+        chapters,
+        confidence,
+        share,
+        reason,
+        ranking: tops,
+        margin,
+        kept,
+        confidences,
+        routed_by: RoutedBy::Embeddings,
+        model: None,
+        fallback: None,
+    })
 }

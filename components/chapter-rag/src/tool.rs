@@ -22,7 +22,7 @@ pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError, corpus_error}
 use crate::args::{GetArgs, ListArgs, Retrieval, RouteArgs, SearchArgs, SearchInArgs, ValidateArgs};
 use crate::index::{self, Built, Report, Reuse};
 use crate::manual::Manual;
-use crate::search::{self, Query, Route, Scored};
+use crate::search::{self, Query, Route, RoutedBy, Scored};
 use crate::units::Params;
 
 /// The index file inside `index_dir`.
@@ -495,28 +495,29 @@ impl ChapterTool {
         Ok(Query { text: q.to_string(), vector })
     }
 
-    /// Routes a question (the `route` tool without its JSON wrapping).
+    /// Routes a question by embeddings alone (what `make eval` measures).
     pub fn route(&mut self, env: &dyn Env, question: &str) -> Result<Route, ToolError> {
         let q = self.query(env, "route", question)?;
         search::route(&self.built, &q, &self.search)
     }
 
+    /// Routes `question` (embedded as `q`) as every tool and prompt of the instance does: by
+    /// embeddings, with the client's model's pick fused in where it may be asked
+    /// ([`crate::model_route`]).
+    fn route_question(&self, env: &dyn Env, q: &Query, question: &str) -> Result<Route, ToolError> {
+        let route = search::route(&self.built, q, &self.search)?;
+        Ok(match crate::model_route::ask(&self.built.tree, env, question)? {
+            crate::model_route::ModelRoute::Picked(pick) => crate::model_route::fuse(&self.built.tree, route, pick),
+            crate::model_route::ModelRoute::Fallback(why) => Route { fallback: why, ..route },
+        })
+    }
+
     fn route_tool(&mut self, env: &dyn Env, args: &Value) -> Result<Output, ToolError> {
         let a: RouteArgs = parse_args("route", args)?;
-        // The client's model routes where it can be asked; the embeddings otherwise.
-        let route = match crate::model_route::route(&self.built.tree, env, &a.question)? {
-            crate::model_route::ModelRoute::Routed(r) => r,
-            crate::model_route::ModelRoute::Fallback(why) => {
-                let mut r = self.route(env, &a.question)?;
-                if let Some(why) = why {
-                    r.reason = format!("{} ({why}; routed by embeddings)", r.reason);
-                }
-                r
-            }
-        };
+        let q = self.query(env, "route", &a.question)?;
+        let route = self.route_question(env, &q, &a.question)?;
         audit(env, "route", &a.question, &route, &[]);
-        let body =
-            json!({"chapters": route.chapters, "confidence": json_f32(route.confidence), "reason": route.reason});
+        let body = serde_json::to_value(&route).unwrap_or_default();
         Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body, content: Vec::new() })
     }
 
@@ -588,8 +589,9 @@ impl ChapterTool {
         nodes.iter().map(|&n| self.built.tree.nodes[n].id.clone()).collect()
     }
 
-    /// Routes `question` and searches inside the routed chapters (the `search` tool's work); the
-    /// fragments are spread over sections ([`rag_core::hybrid::spread`]).
+    /// Routes `question` as the `route` tool does and searches inside the routed chapters (the
+    /// `search` tool's work); the fragments are spread over sections
+    /// ([`rag_core::hybrid::spread`]).
     pub fn routed_search(
         &mut self,
         env: &dyn Env,
@@ -597,12 +599,20 @@ impl ChapterTool {
         limit: usize,
     ) -> Result<(Route, Vec<Scored>), ToolError> {
         let q = self.query(env, "search", question)?;
-        self.routed_search_for(&q, limit)
+        let route = self.route_question(env, &q, question)?;
+        self.search_routed(route, &q, limit)
     }
 
-    /// [`ChapterTool::routed_search`] for a question already embedded.
+    /// [`ChapterTool::routed_search`] for a question already embedded, routed by embeddings
+    /// alone (what `make eval` measures).
     pub fn routed_search_for(&mut self, q: &Query, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
-        let mut route = search::route(&self.built, q, &self.search)?;
+        let route = search::route(&self.built, q, &self.search)?;
+        self.search_routed(route, q, limit)
+    }
+
+    /// Searches inside `route`'s chapters (and the sections of the manual's best passages), or
+    /// the whole manual when the route is unsure.
+    fn search_routed(&self, mut route: Route, q: &Query, limit: usize) -> Result<(Route, Vec<Scored>), ToolError> {
         let mut nodes: Vec<usize> = route.chapters.iter().map(|r| r.node).collect();
         if nodes.is_empty() {
             return Ok((route, Vec::new()));
@@ -640,18 +650,7 @@ impl ChapterTool {
                 };
                 let name = if mode == Retrieval::GlobalVector { "global_vector" } else { "global_hybrid" };
                 let reason = format!("not routed: retrieval = {name} searches the whole manual");
-                (
-                    Route {
-                        chapters: Vec::new(),
-                        confidence: 0.0,
-                        share: 0.0,
-                        reason,
-                        ranking: Vec::new(),
-                        margin: 0.0,
-                        kept: Vec::new(),
-                    },
-                    found,
-                )
+                (Route::none(reason, RoutedBy::NotRouted), found)
             }
         };
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
@@ -667,6 +666,14 @@ impl ChapterTool {
             if routed.is_empty() { "nothing".into() } else { routed.join("; ") },
             route.reason
         );
+        // Said when the client's model was asked: whether its pick was used, or why not.
+        match (&route.routed_by, &route.fallback) {
+            (RoutedBy::ClientModelAndEmbeddings, _) => {
+                text.push_str("Routed by: the client's model and the embeddings\n")
+            }
+            (_, Some(why)) => text.push_str(&format!("Routed by: the embeddings ({why})\n")),
+            _ => {}
+        }
         if hits.is_empty() {
             text.push_str("\nNo relevant content found.");
         }
@@ -699,6 +706,9 @@ impl ChapterTool {
                 "chapters": route.chapters,
                 "confidence": json_f32(route.confidence),
                 "reason": route.reason,
+                "routed_by": route.routed_by,
+                "model": route.model,
+                "fallback": route.fallback,
                 // Every top-level chapter with evidence, best first, for `quarry eval`'s chapter recall.
                 "chapter_ranking": route.ranking.iter().map(|&n| &self.built.tree.nodes[n].title).collect::<Vec<_>>(),
             }}),

@@ -390,25 +390,79 @@ fn route_asks_the_clients_model_and_falls_back_to_embeddings() {
     // The model names 2.1 (and an id the manual lacks, dropped): that is the route.
     *env.model_says.borrow_mut() =
         Some(Ok("Sure: ```{\"chapters\": [\"2.1\", \"9.9\"], \"confidence\": 0.7, \"reason\": \"limits\"}```".into()));
+    let ids = |route: &Value| -> Vec<String> {
+        route["chapters"].as_array().unwrap().iter().map(|c| c["chapter_id"].as_str().unwrap().to_string()).collect()
+    };
+    let by_embeddings = ids(&plain.extra);
     let routed = call(&mut t, &env, "route", q.clone()).unwrap();
-    let ids: Vec<&str> =
-        routed.extra["chapters"].as_array().unwrap().iter().map(|c| c["chapter_id"].as_str().unwrap()).collect();
-    assert_eq!(ids, ["2.1"]);
-    assert_eq!(routed.extra["reason"], "routed by the client's model: limits");
-    // Nothing usable: the embeddings route, and the reason says why.
+    // The model's pick first (the embeddings rank its chapter too), then the embeddings' own.
+    let fused = ids(&routed.extra);
+    assert_eq!(fused[0], "2.1", "{}", routed.extra);
+    assert!(fused[1..].iter().all(|id| by_embeddings.contains(id)), "{fused:?} beside {by_embeddings:?}");
+    assert_eq!(routed.extra["routed_by"], "client_model_and_embeddings", "{}", routed.extra);
+    // What the model said is reported as its own, beside the route's calibrated confidence.
+    assert_eq!(routed.extra["model"], json!({"chapters": ["2.1"], "confidence": 0.7, "reason": "limits"}));
+    assert!(
+        routed.extra["reason"].as_str().unwrap().starts_with(
+            "the client's model named 2.1 (its own confidence 0.70, uncalibrated: limits); fused with the embeddings"
+        ),
+        "{}",
+        routed.extra
+    );
+    // Nothing usable: the embeddings route, and a field says why.
     *env.model_says.borrow_mut() = Some(Ok("I think chapter nine".into()));
     let fallback = call(&mut t, &env, "route", q.clone()).unwrap();
-    assert!(
-        fallback.extra["reason"]
-            .as_str()
-            .unwrap()
-            .ends_with("(the client's model did not answer with JSON; routed by embeddings)"),
-        "{}",
-        fallback.extra
-    );
+    assert_eq!(fallback.extra["routed_by"], "embeddings");
+    assert_eq!(fallback.extra["fallback"], "the client's model did not answer with JSON", "{}", fallback.extra);
     // A 2026 client answers in the next round: the call ends now.
     *env.model_says.borrow_mut() = Some(Err(AskError::Pending));
     assert!(call(&mut t, &env, "route", q).is_err());
+}
+
+/// Scripted models as the held-out measurement met them: one that copies the format's example
+/// (its id is no id a manual can have, so nothing is routed there), one that invents an id, and
+/// one that names a chapter past where the tree used to be cut (every top-level chapter is
+/// shown now). `search` routes the same way as `route`, and says which route answered.
+#[test]
+fn the_clients_model_is_shown_every_chapter_and_its_mistakes_fall_back() {
+    let env = Fake::default();
+    let chapters: String = (1..=420)
+        .map(|k| {
+            let topic = if k == 417 { "tape archive retention".to_string() } else { format!("subject{k} material{k}") };
+            format!("# Chapter {k}\n\n{}\n\n", filler(&topic, 12))
+        })
+        .collect();
+    env.put("/docs/m.md", &chapters);
+    let mut t = open(&env);
+    let q = json!({"question": "how long is a tape archive kept"});
+    *env.model_says.borrow_mut() = Some(Ok(r#"{"chapters": ["ID", "ID"], "confidence": 0.5, "reason": "..."}"#.into()));
+    let copied = call(&mut t, &env, "route", q.clone()).unwrap();
+    assert_eq!(copied.extra["routed_by"], "embeddings", "{}", copied.extra);
+    assert!(copied.extra["fallback"].as_str().unwrap().contains("named no chapter of the manual"), "{}", copied.extra);
+    let asked = env.sampled.borrow().last().unwrap().1["messages"][0]["content"]["text"].as_str().unwrap().to_string();
+    assert!(
+        asked.contains("\n417 Chapter 417\n") && asked.contains("\n420 Chapter 420"),
+        "every top-level chapter is shown"
+    );
+    assert!(!asked.contains("\"3.4\""), "no example id a manual can have: {asked}");
+
+    *env.model_says.borrow_mut() = Some(Ok(r#"{"chapters": ["7.7"], "confidence": 0.9, "reason": "made up"}"#.into()));
+    let invented = call(&mut t, &env, "route", q.clone()).unwrap();
+    assert_eq!(invented.extra["routed_by"], "embeddings");
+    assert!(invented.extra["fallback"].as_str().unwrap().contains("[\"7.7\"]"), "{}", invented.extra);
+
+    *env.model_says.borrow_mut() = Some(Ok(r#"{"chapters": ["417"], "confidence": 0.8, "reason": "tapes"}"#.into()));
+    let late = call(&mut t, &env, "route", q.clone()).unwrap();
+    assert_eq!(late.extra["routed_by"], "client_model_and_embeddings");
+    assert_eq!(late.extra["chapters"][0]["chapter_id"], "417", "{}", late.extra);
+
+    let s = call(&mut t, &env, "search", json!({"question": "how long is a tape archive kept"})).unwrap();
+    assert_eq!(s.extra["route"]["routed_by"], "client_model_and_embeddings", "{}", s.extra);
+    assert!(s.text.contains("Routed by: the client's model and the embeddings"), "{}", s.text);
+    *env.model_says.borrow_mut() = None;
+    let s = call(&mut t, &env, "search", json!({"question": "how long is a tape archive kept"})).unwrap();
+    assert_eq!(s.extra["route"]["routed_by"], "embeddings", "{}", s.extra);
+    assert!(!s.text.contains("Routed by:"), "{}", s.text);
 }
 
 #[test]
