@@ -22,6 +22,8 @@ pub struct Flags {
 /// with the progress bar; an MCP call waits at most its deadline).
 pub async fn run(path: &Path, flags: Flags) -> Outcome {
     let registry = registry(load_config(path).await?)?;
+    // The call's error says why its instance is unprepared.
+    registry.failures_reported_by_caller();
     load_for(&registry, &flags.tool).await?;
     registry.prepared().await;
     let out = registry.call(&flags.tool, &flags.args).await.map_err(|e| {

@@ -8,9 +8,13 @@ use super::{EXIT_OK, EXIT_TOOL, Outcome, load_all, load_config, printable_error,
 /// Checks the config at `path` to the end: an index that cannot be built is a failure too.
 pub async fn run(path: &Path) -> Outcome {
     let registry = registry(load_config(path).await?)?;
+    // Said below, each once.
+    registry.failures_reported_by_caller();
     let failures = load_all(&registry).await;
     let unprepared = registry.prepared().await;
     for (name, why) in &unprepared {
+        // `why` names the instance too: said once.
+        let why = why.strip_prefix(&format!("tool instance {name:?} could not prepare: ")).unwrap_or(why);
         eprintln!("warning: tool instance {name:?} not prepared: {}", printable_error(why));
     }
     let tools = registry.tools();

@@ -38,6 +38,8 @@ pub async fn run(path: &Path, flags: Flags) -> Outcome {
     let questions =
         crate::eval::load_questions(&flags.questions, flags.sections.as_deref()).map_err(|e| fail(EXIT_USAGE, e))?;
     let registry = registry(config)?;
+    // A call that finds its instance unprepared says why.
+    registry.failures_reported_by_caller();
     load_for(&registry, &flags.tool).await?;
     // The CLI waits for the index builds to the end, with the progress bar.
     registry.prepared().await;

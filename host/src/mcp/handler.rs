@@ -276,7 +276,7 @@ fn failure(e: &CallError) -> Failure<'_> {
         CallError::OutputTooLarge { .. } => "output-too-large",
         CallError::Fault { .. } | CallError::Restart { .. } => "fault",
         CallError::Cancelled { .. } => "cancelled",
-        CallError::NotReady { .. } => "not-ready",
+        CallError::NotReady { .. } | CallError::Unprepared { .. } => "not-ready",
     };
     Failure::Tool(kind, e.to_string().into())
 }

@@ -237,6 +237,14 @@ pub enum CallError {
         /// The tool.
         tool: String,
     },
+    /// Its instance could not prepare (build its index, say) for this call.
+    #[error("{tool}: its instance could not prepare (each call tries again): {}", error.describe())]
+    Unprepared {
+        /// The tool.
+        tool: String,
+        /// The component's reason.
+        error: ToolError,
+    },
     /// Recycling the instance failed.
     #[error("{tool}: cannot restart its instance: {source}")]
     Restart {
@@ -262,6 +270,7 @@ impl CallError {
             CallError::OutputTooLarge { .. } => "output_too_large",
             CallError::NotReady { .. } => "not_ready",
             CallError::Cancelled { .. } => "cancelled",
+            CallError::Unprepared { .. } => "unprepared",
             CallError::Restart { .. } => "restart",
         }
     }
@@ -630,10 +639,10 @@ impl ToolInstance {
                 let live = self.start(member).await?;
                 prepare(&self.config, live).await
             };
-            let live = lease
-                .take_or_start(restart)
-                .await
-                .map_err(|e| CallError::Restart { tool: qualified.clone(), source: Box::new(e) })?;
+            let live = lease.take_or_start(restart).await.map_err(|e| match e {
+                OpenError::Unprepared { error, .. } => CallError::Unprepared { tool: qualified.clone(), error },
+                e => CallError::Restart { tool: qualified.clone(), source: Box::new(e) },
+            })?;
             self.run(&qualified, &request, live, &mut lease, caller)
                 .await
                 .map(|r| r.qualify(&self.name, &self.config.resource_schemes))

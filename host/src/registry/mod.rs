@@ -123,6 +123,10 @@ pub struct Registry {
     opening: Mutex<std::collections::BTreeSet<String>>,
     /// Every tool's calls, errors and latency, for `/metrics`.
     metrics: ToolMetrics,
+    /// Whether the one who loads the instances says their failures to prepare itself (the CLI's
+    /// one-shot subcommands, which wait for [`Registry::prepared`]): then the log does not say
+    /// them again.
+    caller_reports: std::sync::atomic::AtomicBool,
 }
 
 /// Whether the host serves every configured tool, for `/readyz`.
@@ -162,6 +166,7 @@ impl Registry {
             loaded: tokio::sync::watch::channel(false).0,
             opening: Mutex::default(),
             metrics: ToolMetrics::default(),
+            caller_reports: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -303,6 +308,7 @@ impl Registry {
             let _ = self.changes.send(report);
         }
         let apps = self.engine.apps().clone();
+        let caller_reports = self.caller_reports.load(std::sync::atomic::Ordering::Relaxed);
         tokio::spawn(async move {
             let start = Instant::now();
             match inst.prepare().await {
@@ -312,6 +318,9 @@ impl Registry {
                     if inst.catalog.lists_resources {
                         apps.client.announce(&inst.name, ListKind::Resources);
                     }
+                }
+                Err(e) if caller_reports => {
+                    tracing::debug!(target: "quarry::load", instance = %inst.name, "not prepared: {e}");
                 }
                 Err(e) => {
                     let why = crate::support::text::cut(&e.to_string(), MAX_FAILURE_BYTES);
@@ -326,6 +335,12 @@ impl Registry {
     pub async fn loaded(&self) {
         let mut rx = self.loaded.subscribe();
         let _ = rx.wait_for(|l| *l).await;
+    }
+
+    /// Says that whoever loads the instances reports their failures to prepare itself (after
+    /// [`Registry::prepared`]), so the log does not say them a second time.
+    pub fn failures_reported_by_caller(&self) {
+        self.caller_reports.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Waits until every tool instance has prepared or failed; returns those that failed, with why.
