@@ -83,7 +83,7 @@ pub fn resolve(kind: Kind, name: &str) -> Result<PathBuf, String> {
     // nothing beside it.
     let how = match kind {
         Kind::Component => {
-            "an installed quarry carries chapter-rag, docx-search, embedder-onnx, bedrock-kb and couchbase-search in <prefix>/share/quarry/components (the quarry-wasm wheel `make wheel` builds, or `make install PREFIX=DIR` from source); one run where it was built finds what `make components` built; a quarry copied elsewhere finds none: install it with `make install`, set $QUARRY_COMPONENTS to the folder of the .wasm files, or give the component's path"
+            "an installed quarry carries chapter-rag, docx-search, embedder-onnx, bedrock-kb and couchbase-search in <prefix>/share/quarry/components (the quarry-wasm wheel `make wheel` builds, or `make install PREFIX=DIR` from source); one run where it was built finds what `make components` built (`make demo` builds chapter-rag and embedder-onnx only); a quarry copied elsewhere finds none: install it with `make install`, set $QUARRY_COMPONENTS to the folder of the .wasm files, or give the component's path"
         }
         Kind::Model => {
             "from source, `make models` converts the models into ~/.cache/quarry/models (`make install` copies them beside an installed quarry); the quarry-wasm-minilm wheel `make wheel` builds carries all-minilm-l6-v2 (the wheels are not on PyPI); or set $QUARRY_MODELS to a folder of models, or give the model's path"
