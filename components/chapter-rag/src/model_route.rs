@@ -13,12 +13,11 @@
 //! it. The answer format's example names no id a manual can have (`"ID"`), so a model that
 //! copies the example names nothing and falls back, rather than routing to a real `3.4`.
 
-use serde::Serialize;
 use serde_json::{Value, json};
 use tool_guest::tool::{Ask, AskError, ToolError};
 
 use crate::env::Env;
-use crate::search::{Route, RoutedBy};
+use crate::search::{ModelPick, Route, RoutedBy};
 use crate::tree::Tree;
 
 /// The most tree lines the model reads (stated in the prompt).
@@ -34,28 +33,6 @@ pub enum ModelRoute {
     Picked(ModelPick),
     /// Nobody to ask (`None`), or it named none the manual has (why): the embeddings route.
     Fallback(Option<String>),
-}
-
-/// The chapters the model named that the manual has, best first, with what it said of them.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ModelPick {
-    /// Their positions in the tree.
-    #[serde(skip)]
-    pub nodes: Vec<usize>,
-    /// Their ids.
-    pub chapters: Vec<String>,
-    /// The confidence the model stated, as it stated it: uncalibrated.
-    #[serde(serialize_with = "serialize_opt_f32")]
-    pub confidence: Option<f32>,
-    /// Its reason, cut at 300 bytes.
-    pub reason: String,
-}
-
-fn serialize_opt_f32<S: serde::Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(x) => rag_core::score::serialize_f32(x, s),
-        None => s.serialize_none(),
-    }
 }
 
 /// The router's instructions, as the write-up's router agent has them.

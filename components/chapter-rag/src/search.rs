@@ -226,10 +226,33 @@ pub struct Route {
     pub routed_by: RoutedBy,
     /// What the client's model picked, when it was asked and named chapters of the manual.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<crate::model_route::ModelPick>,
+    pub model: Option<ModelPick>,
     /// Why the client's model, asked, did not route (its answer unusable, or its call failed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<String>,
+}
+
+/// The chapters the client's model named that the manual has, best first, with what it said of
+/// them (see the `model_route` module, which asks it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelPick {
+    /// Their positions in the tree.
+    #[serde(skip)]
+    pub nodes: Vec<usize>,
+    /// Their ids.
+    pub chapters: Vec<String>,
+    /// The confidence the model stated, as it stated it: uncalibrated.
+    #[serde(serialize_with = "serialize_opt_f32")]
+    pub confidence: Option<f32>,
+    /// Its reason, cut at 300 bytes.
+    pub reason: String,
+}
+
+fn serialize_opt_f32<S: serde::Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(x) => rag_core::score::serialize_f32(x, s),
+        None => s.serialize_none(),
+    }
 }
 
 /// Which route answered a question.
@@ -239,7 +262,7 @@ pub enum RoutedBy {
     /// The embeddings alone (the client's model not asked, or its answer unusable).
     #[default]
     Embeddings,
-    /// The client's model's pick fused with the embeddings ([`crate::model_route::fuse`]).
+    /// The client's model's pick fused with the embeddings (`model_route::fuse`).
     ClientModelAndEmbeddings,
     /// Not routed: a global search.
     NotRouted,

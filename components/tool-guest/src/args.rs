@@ -123,7 +123,7 @@ pub fn names<A: JsonSchema>() -> Vec<String> {
 /// The first key of `args` that is not an argument of `A` (a tool accepts what its schema
 /// offers, nothing more): for a tool that checks its arguments by hand, in its own words,
 /// against the one list its type keeps.
-pub fn unknown_key<'a, A: JsonSchema>(args: &'a Map<String, Value>) -> Option<&'a str> {
+pub fn unknown_key<A: JsonSchema>(args: &Map<String, Value>) -> Option<&str> {
     let names = names::<A>();
     args.keys().map(String::as_str).find(|k| !names.iter().any(|n| n == k))
 }
