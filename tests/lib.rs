@@ -386,13 +386,22 @@ fn venvs_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/venvs"))
 }
 
+/// Where `tests/mcp/conformance/install.sh` installs its npm packages.
+fn conformance_dir() -> PathBuf {
+    std::env::var_os("QUARRY_CONFORMANCE_DIR").filter(|d| !d.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/conformance")
+    })
+}
+
 /// The conformance suite's entry point, where `tests/mcp/conformance/install.sh` puts it.
 pub fn conformance_index() -> PathBuf {
-    let dir =
-        std::env::var_os("QUARRY_CONFORMANCE_DIR").filter(|d| !d.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/quarry/conformance")
-        });
-    dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
+    conformance_dir().join("node_modules/@modelcontextprotocol/conformance/dist/index.js")
+}
+
+/// The MCP Inspector's command (`mcp-inspector --cli ...`), installed beside the conformance
+/// suite.
+pub fn inspector_bin() -> PathBuf {
+    conformance_dir().join("node_modules/.bin/mcp-inspector")
 }
 
 /// Where `make models` put the converted models.

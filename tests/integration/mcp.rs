@@ -329,3 +329,34 @@ fn progress_and_logging_over_http() {
     }
     progress_and_logging("http");
 }
+
+/// A launcher nobody here wrote: the MCP Inspector's CLI starts quarry over stdio. It takes
+/// `--config` as a flag of its own (and refuses it without `--server`), so the README and
+/// `quarry init` give `-c`; `QUARRY_CONFIG` works as well.
+#[test]
+fn the_mcp_inspector_launches_quarry_with_dash_c_or_quarry_config() {
+    if quarry_tests::skip_unless(quarry_tests::Need::Conformance) {
+        return;
+    }
+    let env = TestEnv::new();
+    env.plugin(quarry_tests::ECHO_V1, "echo");
+    let config = env.config("[tools.echo]\ncomponent = \"plugins/echo.wasm\"\n");
+    let inspect = |args: &[&str], var: Option<&Path>| {
+        let mut cmd = Command::new(quarry_tests::inspector_bin());
+        cmd.arg("--cli").arg(quarry_bin()).args(args).args(["serve", "--stdio", "--method", "tools/list"]);
+        cmd.current_dir(env.dir.path()).env_remove("QUARRY_CONFIG");
+        if let Some(v) = var {
+            cmd.env("QUARRY_CONFIG", v);
+        }
+        quarry_tests::run_with_timeout(cmd, std::time::Duration::from_secs(120))
+    };
+    let c = config.display().to_string();
+    let short = inspect(&["-c", &c], None);
+    assert!(short.success && short.stdout.contains("\"echo.echo\""), "{}\n{}", short.stdout, short.stderr);
+    let var = inspect(&[], Some(&config));
+    assert!(var.success && var.stdout.contains("\"echo.echo\""), "{}\n{}", var.stdout, var.stderr);
+    // Why not `--config`: the launcher keeps it.
+    let long = inspect(&["--config", &c], None);
+    let said = format!("{}{}", long.stdout, long.stderr);
+    assert!(!long.success && said.contains("--config"), "{said}");
+}

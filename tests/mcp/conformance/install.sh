@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the official MCP conformance suite (@modelcontextprotocol/conformance, the version
-# package.json pins, every package's hash pinned by package-lock.json) from npm into
-# ~/.cache/quarry/conformance, once per lock file. `make test` runs it; the suite then runs in
-# tests/integration/conformance.rs against `quarry serve --http`.
+# package.json pins, every package's hash pinned by package-lock.json) and the MCP Inspector
+# (@modelcontextprotocol/inspector, whose CLI launches quarry in tests/integration/mcp.rs) from
+# npm into ~/.cache/quarry/conformance, once per lock file. `make test` runs it; the suite then
+# runs in tests/integration/conformance.rs against `quarry serve --http`.
 #
 # The suite's build imports `globSync` from `fs`, which Node 22 has and Debian's Node 20 does
 # not: on an older Node that one import is taken from the `glob` package (pinned beside it), and
