@@ -9,8 +9,9 @@
 //!
 //! What the model is shown: every chapter the route chooses among (the top-level ones, or where
 //! a lone title first branches), then whole levels below them while [`MAX_LINES`] allows; a
-//! chapter whose sections are not shown says how many it has, and the embeddings narrow inside
-//! it. The answer format's example names no id a manual can have (`"ID"`), so a model that
+//! chapter whose sections are not shown says how many it has; when the model's first pick hides
+//! [`DESCEND_AT`] or more, the model is asked again inside it (a second round), and otherwise
+//! the embeddings narrow inside it. The answer format's example names no id a manual can have (`"ID"`), so a model that
 //! copies the example names nothing and falls back, rather than routing to a real `3.4`.
 
 use serde_json::{Value, json};
@@ -26,6 +27,8 @@ pub const MAX_LINES: usize = 400;
 const MAX_CHAPTERS: usize = 3;
 /// The question's key in a multi-round call.
 const KEY: &str = "route";
+/// The key of the question asked again inside the first pick.
+const DESCEND_KEY: &str = "route.within";
 
 /// What the client's model made of a question.
 pub enum ModelRoute {
@@ -42,8 +45,8 @@ chapter tree alone (ids and titles, no text) you pick the 1-3 chapters most like
 /// The tree as the model reads it: every chapter routed among ([`Tree::branches`], with the
 /// titles above them), then whole levels below while `max_lines` allows; one `id title` line
 /// each, indented by depth, in document order. A chapter whose sections are left out ends
-/// with `(+N sections)`.
-pub fn outline(tree: &Tree, max_lines: usize) -> String {
+/// with `(+N sections)`. Returns the text and which nodes it shows.
+pub fn outline(tree: &Tree, max_lines: usize) -> (String, Vec<bool>) {
     let (branches, level) = tree.branches();
     let mut shown = vec![false; tree.nodes.len()];
     // The lone titles above the branches.
@@ -56,12 +59,27 @@ pub fn outline(tree: &Tree, max_lines: usize) -> String {
     for &b in branches {
         shown[b] = true;
     }
+    show_levels(tree, branches.to_vec(), &mut shown, max_lines);
+    (render(tree, &shown), shown)
+}
+
+/// Node `top` and whole levels of what lies inside it while `max_lines` allows, as
+/// [`outline`] writes them.
+fn outline_within(tree: &Tree, top: usize, max_lines: usize) -> String {
+    let mut shown = vec![false; tree.nodes.len()];
+    shown[top] = true;
+    show_levels(tree, vec![top], &mut shown, max_lines);
+    render(tree, &shown)
+}
+
+/// Marks the children of `frontier`, level by level, while the count of marked nodes stays
+/// within `max_lines`.
+fn show_levels(tree: &Tree, mut frontier: Vec<usize>, shown: &mut [bool], max_lines: usize) {
     let mut count = shown.iter().filter(|s| **s).count();
-    let mut frontier: Vec<usize> = branches.to_vec();
     loop {
         let next: Vec<usize> = frontier.iter().flat_map(|&n| tree.nodes[n].children.iter().copied()).collect();
         if next.is_empty() || count + next.len() > max_lines {
-            break;
+            return;
         }
         for &n in &next {
             shown[n] = true;
@@ -69,6 +87,9 @@ pub fn outline(tree: &Tree, max_lines: usize) -> String {
         count += next.len();
         frontier = next;
     }
+}
+
+fn render(tree: &Tree, shown: &[bool]) -> String {
     let depth = |mut n: usize| {
         let mut d = 0;
         while let Some(p) = tree.nodes[n].parent {
@@ -77,7 +98,7 @@ pub fn outline(tree: &Tree, max_lines: usize) -> String {
         }
         d
     };
-    let mut lines = Vec::with_capacity(count);
+    let mut lines = Vec::new();
     for (i, n) in tree.nodes.iter().enumerate().filter(|(i, _)| shown[*i]) {
         let hidden = n.children.iter().filter(|&&c| !shown[c]).count();
         let more = if hidden > 0 { format!(" (+{hidden} sections)") } else { String::new() };
@@ -86,37 +107,74 @@ pub fn outline(tree: &Tree, max_lines: usize) -> String {
     lines.join("\n")
 }
 
-/// Asks the client's model to route `question`.
-pub fn ask(tree: &Tree, env: &dyn Env, question: &str) -> Result<ModelRoute, ToolError> {
-    let prompt = format!(
-        "Chapter tree (every chapter of the top levels shown, {MAX_LINES} lines at most; \"(+N sections)\" marks a \
-         chapter whose sections are not shown, and naming the chapter covers them):\n{}\n\nUser question: \
-         {question}\n\nAnswer with one JSON object and nothing else, the ids first and the reason in at most ten \
-         words: {{\"chapters\": [\"ID\", \"ID\"], \"confidence\": 0.5, \"reason\": \"...\"}}, where each ID is \
-         replaced by an id from the tree above, 1 to {MAX_CHAPTERS} of them, best first, and confidence is how sure \
-         you are, from 0 to 1.",
-        outline(tree, MAX_LINES)
-    );
+/// The answer format, the ids first and the reason short; its example names no id a manual can
+/// have.
+const FORMAT: &str = "Answer with one JSON object and nothing else, the ids first and the reason in at most ten \
+words: {\"chapters\": [\"ID\", \"ID\"], \"confidence\": 0.5, \"reason\": \"...\"}, where each ID is replaced by an \
+id from the tree above, best first, and confidence is how sure you are, from 0 to 1.";
+
+/// A model's first pick with more sections than this not shown is asked again, inside it.
+const DESCEND_AT: usize = 8;
+
+/// Asks the client's model `prompt` under `key`: its answer's text, or what to do instead.
+fn sample(env: &dyn Env, key: &str, prompt: String) -> Result<Result<String, ModelRoute>, ToolError> {
     let params = json!({
         "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
         "systemPrompt": SYSTEM,
         "maxTokens": 120,
         "temperature": 0,
     });
-    let answer = match env.ask(KEY, Ask::Sampling, &params) {
-        Ok(a) => a,
-        Err(AskError::Unsupported(_)) => return Ok(ModelRoute::Fallback(None)),
+    Ok(match env.ask(key, Ask::Sampling, &params) {
+        Ok(a) => Ok(a["content"]["text"].as_str().unwrap_or_default().to_string()),
+        Err(AskError::Unsupported(_)) => Err(ModelRoute::Fallback(None)),
         Err(AskError::Pending) => return Err(ToolError::Internal("waiting for the client's model to route".into())),
-        Err(AskError::Failed(m)) => {
-            return Ok(ModelRoute::Fallback(Some(format!("the client's model did not route: {m}"))));
-        }
-    };
-    let text = answer["content"]["text"].as_str().unwrap_or_default();
-    Ok(parse(tree, text))
+        Err(AskError::Failed(m)) => Err(ModelRoute::Fallback(Some(format!("the client's model did not route: {m}")))),
+    })
 }
 
-/// The chapters the model's answer names, if it names any the manual has.
-fn parse(tree: &Tree, text: &str) -> ModelRoute {
+/// Asks the client's model to route `question`; when its first pick is a chapter whose many
+/// sections it was not shown, asks again inside that chapter (a second round).
+pub fn ask(tree: &Tree, env: &dyn Env, question: &str) -> Result<ModelRoute, ToolError> {
+    let (tree_text, shown) = outline(tree, MAX_LINES);
+    let prompt = format!(
+        "Chapter tree (every chapter of the top levels shown, {MAX_LINES} lines at most; \"(+N sections)\" marks a \
+         chapter whose sections are not shown, and naming the chapter covers them):\n{tree_text}\n\nUser question: \
+         {question}\n\n{FORMAT} Name 1 to {MAX_CHAPTERS} ids."
+    );
+    let text = match sample(env, KEY, prompt)? {
+        Ok(text) => text,
+        Err(instead) => return Ok(instead),
+    };
+    let mut pick = match parse(tree, &text, None) {
+        ModelRoute::Picked(p) => p,
+        fallback => return Ok(fallback),
+    };
+    let first = pick.nodes[0];
+    let hidden = tree.nodes[first].children.iter().filter(|&&c| !shown[c]).count();
+    if hidden >= DESCEND_AT {
+        let n = &tree.nodes[first];
+        let prompt = format!(
+            "Chapter {} {} holds these sections:\n{}\n\nUser question: {question}\n\n{FORMAT} Name 1 id of this \
+             chapter, or {} itself if no section fits better.",
+            n.id,
+            n.title,
+            outline_within(tree, first, MAX_LINES),
+            n.id
+        );
+        // An unusable second answer keeps the first pick: the chapter, narrowed by embeddings.
+        if let Ok(text) = sample(env, DESCEND_KEY, prompt)?
+            && let ModelRoute::Picked(inside) = parse(tree, &text, Some(first))
+        {
+            pick.nodes[0] = inside.nodes[0];
+            pick.chapters[0] = inside.chapters[0].clone();
+        }
+    }
+    Ok(ModelRoute::Picked(pick))
+}
+
+/// The chapters the model's answer names, if it names any the manual has (inside `within`,
+/// when given).
+fn parse(tree: &Tree, text: &str, within: Option<usize>) -> ModelRoute {
     let json = match (text.find('{'), text.rfind('}')) {
         (Some(a), Some(b)) if a < b => serde_json::from_str::<Value>(&text[a..=b]).ok(),
         _ => None,
@@ -139,6 +197,7 @@ fn parse(tree: &Tree, text: &str) -> ModelRoute {
         // An id the manual lacks (the example's "ID", one the model made up) is dropped.
         if let Some(i) = tree.find(id.trim())
             && !pick.nodes.contains(&i)
+            && within.is_none_or(|w| tree.is_within(i, w))
         {
             pick.nodes.push(i);
             pick.chapters.push(tree.nodes[i].id.clone());
