@@ -123,7 +123,15 @@ impl BaseEnv for Native {
         shape: rag_core::corpus::Shape,
     ) -> Result<std::rc::Rc<dyn rag_core::corpus::Corpus>, ToolError> {
         match &self.cluster {
-            Some(c) => c.open(name, shape).map_err(|e| ToolError::Upstream(format!("corpus {name}: {e}"))),
+            Some(c) => c.open(name, shape).map_err(|e| {
+                // The backend's own errors name the corpus already.
+                let e = e.to_string();
+                ToolError::Upstream(if e.starts_with(&format!("corpus {name}")) {
+                    e
+                } else {
+                    format!("corpus {name}: {e}")
+                })
+            }),
             None => Err(ToolError::InvalidConfig(format!("corpus {name:?}: run with --couchbase to keep corpora"))),
         }
     }
