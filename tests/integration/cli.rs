@@ -137,6 +137,9 @@ fn check_prepares_every_instance_and_sizes_the_pools() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("1 of 2 tool instances opened"), "{out}");
     assert!(err.contains("warning: tool instance \"h\" not prepared: upstream: no index\n"), "{err}");
+    // Its tools are listed, not as ok, and not counted: their calls fail.
+    assert!(out.contains("1 of 2 tool instances opened, 1 tools\n") && out.contains("  ok  echo.echo\n"), "{out}");
+    assert!(out.contains("  not prepared  h.echo\n") && !out.contains("  ok  h."), "{out}");
     assert_eq!(err.matches("no index").count(), 1, "said once: {err}");
     assert!(out.contains("pool echo: 3 instances, memory at most 192 MiB (3 x grants.memory 64 MiB)"), "{out}");
     assert!(out.contains("pool h: 1 instance, memory at most 256 MiB"), "{out}");

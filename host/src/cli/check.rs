@@ -27,9 +27,12 @@ pub async fn run(path: &Path) -> Outcome {
         .keys()
         .filter(|name| registry.instance(name).is_some() && !unprepared.iter().any(|(u, _)| u == *name))
         .count();
-    println!("{}: {loaded} of {configured} tool instances opened, {} tools", path.display(), tools.len());
+    // A tool of an instance that could not prepare is listed, but not as `ok`: its calls fail.
+    let unready = |instance: &str| unprepared.iter().any(|(u, _)| u == instance);
+    let ready = tools.iter().filter(|t| !unready(&t.instance)).count();
+    println!("{}: {loaded} of {configured} tool instances opened, {ready} tools", path.display());
     for t in tools.iter() {
-        println!("  ok  {}", t.qualified);
+        println!("  {}  {}", if unready(&t.instance) { "not prepared" } else { "ok" }, t.qualified);
     }
     for (name, cfg) in &registry.config().tools {
         let mib = |b: u64| b as f64 / f64::from(1 << 20);
