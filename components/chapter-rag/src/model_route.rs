@@ -11,8 +11,9 @@
 //! a lone title first branches), then whole levels below them while [`MAX_LINES`] allows; a
 //! chapter whose sections are not shown says how many it has; when the model's first pick hides
 //! [`DESCEND_AT`] or more, the model is asked again inside it (a second round), and otherwise
-//! the embeddings narrow inside it. The answer format's example names no id a manual can have (`"ID"`), so a model that
-//! copies the example names nothing and falls back, rather than routing to a real `3.4`.
+//! the embeddings narrow inside it. The answer format's example names no id a manual can have
+//! (`"ID"`), so a model that copies the example names nothing and falls back, rather than
+//! routing to a real `3.4`.
 
 use serde_json::{Value, json};
 use tool_guest::tool::{Ask, AskError, ToolError};
@@ -42,11 +43,17 @@ pub enum ModelRoute {
 const SYSTEM: &str = "You are Router, an expert in the structure of technical documentation. From a manual's \
 chapter tree alone (ids and titles, no text) you pick the 1-3 chapters most likely to answer a user's question.";
 
+/// The tree as the model reads it, and which nodes that text shows.
+pub struct Outline {
+    text: String,
+    shown: Vec<bool>,
+}
+
 /// The tree as the model reads it: every chapter routed among ([`Tree::branches`], with the
 /// titles above them), then whole levels below while `max_lines` allows; one `id title` line
 /// each, indented by depth, in document order. A chapter whose sections are left out ends
-/// with `(+N sections)`. Returns the text and which nodes it shows.
-pub fn outline(tree: &Tree, max_lines: usize) -> (String, Vec<bool>) {
+/// with `(+N sections)`.
+pub fn outline(tree: &Tree, max_lines: usize) -> Outline {
     let (branches, level) = tree.branches();
     let mut shown = vec![false; tree.nodes.len()];
     // The lone titles above the branches.
@@ -60,7 +67,7 @@ pub fn outline(tree: &Tree, max_lines: usize) -> (String, Vec<bool>) {
         shown[b] = true;
     }
     show_levels(tree, branches.to_vec(), &mut shown, max_lines);
-    (render(tree, &shown), shown)
+    Outline { text: render(tree, &shown), shown }
 }
 
 /// Node `top` and whole levels of what lies inside it while `max_lines` allows, as
@@ -132,10 +139,11 @@ fn sample(env: &dyn Env, key: &str, prompt: String) -> Result<Result<String, Mod
     })
 }
 
-/// Asks the client's model to route `question`; when its first pick is a chapter whose many
-/// sections it was not shown, asks again inside that chapter (a second round).
-pub fn ask(tree: &Tree, env: &dyn Env, question: &str) -> Result<ModelRoute, ToolError> {
-    let (tree_text, shown) = outline(tree, MAX_LINES);
+/// Asks the client's model to route `question`, showing it `outline` (of `tree`); when its
+/// first pick is a chapter whose many sections it was not shown, asks again inside that
+/// chapter (a second round).
+pub fn ask(tree: &Tree, outline: &Outline, env: &dyn Env, question: &str) -> Result<ModelRoute, ToolError> {
+    let (tree_text, shown) = (&outline.text, &outline.shown);
     let prompt = format!(
         "Chapter tree (every chapter of the top levels shown, {MAX_LINES} lines at most; \"(+N sections)\" marks a \
          chapter whose sections are not shown, and naming the chapter covers them):\n{tree_text}\n\nUser question: \
@@ -245,7 +253,6 @@ pub fn fuse(tree: &Tree, mut route: Route, pick: ModelPick) -> Route {
     candidates.truncate(MAX_CHAPTERS);
     let chapters = candidates
         .iter()
-        .take(MAX_CHAPTERS)
         .map(|&b| {
             let node = pick
                 .nodes

@@ -396,12 +396,11 @@ pub fn route(built: &Built, query: &Query, p: &Params) -> Result<Route, ToolErro
         None => 1.0,
     };
     let kept = voters.iter().take(p.keep_top).map(|v| built.chunks[v.chunk].chapter).collect();
+    // Each chapter against the best other: the second for the best, the best for the rest.
+    let second = tops.get(1).map_or(0.0, |&s| evidence[s]);
     let confidences = tops
         .iter()
-        .map(|&t| {
-            let other = tops.iter().filter(|&&o| o != t).map(|&o| evidence[o]).fold(0.0, f32::max);
-            p.calibration.confidence(evidence[t], other, total)
-        })
+        .map(|&t| p.calibration.confidence(evidence[t], if t == best { second } else { evidence[best] }, total))
         .collect();
     Ok(Route {
         chapters,

@@ -94,6 +94,9 @@ pub struct ChapterTool {
     stamp: Option<(u64, u128)>,
     /// Set when the last rebuild failed and the previous index is serving.
     stale: Option<String>,
+    /// The tree as the client's model is shown it ([`crate::model_route::outline`]): made once
+    /// per build, not at every route.
+    outline: std::cell::OnceCell<crate::model_route::Outline>,
 }
 
 fn bad_config(m: impl std::fmt::Display) -> ToolError {
@@ -214,7 +217,14 @@ impl Configured {
         if let Some(w) = &built.tree.warning {
             env.log(&format!("warning: {}: {w}", settings.manual));
         }
-        Ok(ChapterTool { search: search::Params::default(), settings, built, stamp, stale: None })
+        Ok(ChapterTool {
+            search: search::Params::default(),
+            settings,
+            built,
+            stamp,
+            stale: None,
+            outline: std::cell::OnceCell::new(),
+        })
     }
 }
 
@@ -352,6 +362,7 @@ impl ChapterTool {
                     self.settings.manual, b.report.chunks, b.report.embedded, b.report.reused
                 ));
                 self.built = b;
+                self.outline = std::cell::OnceCell::new();
                 self.stale = None;
             }
             Err(e) => {
@@ -506,7 +517,9 @@ impl ChapterTool {
     /// ([`crate::model_route`]).
     fn route_question(&self, env: &dyn Env, q: &Query, question: &str) -> Result<Route, ToolError> {
         let route = search::route(&self.built, q, &self.search)?;
-        Ok(match crate::model_route::ask(&self.built.tree, env, question)? {
+        let tree = &self.built.tree;
+        let outline = self.outline.get_or_init(|| crate::model_route::outline(tree, crate::model_route::MAX_LINES));
+        Ok(match crate::model_route::ask(tree, outline, env, question)? {
             crate::model_route::ModelRoute::Picked(pick) => crate::model_route::fuse(&self.built.tree, route, pick),
             crate::model_route::ModelRoute::Fallback(why) => Route { fallback: why, ..route },
         })

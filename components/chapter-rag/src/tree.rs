@@ -123,11 +123,15 @@ impl Tree {
     /// For every node, the chapter of [`Tree::branches`] it lies in (none for the text of the
     /// nodes above them: a title's own lines before its first section).
     pub fn branch_of(&self) -> Vec<Option<usize>> {
-        let (branches, _) = self.branches();
         let mut of: Vec<Option<usize>> = vec![None; self.nodes.len()];
-        // Parents come before their children.
+        for &b in self.branches().0 {
+            of[b] = Some(b);
+        }
+        // Parents come before their children: one pass, on every route.
         for n in 0..self.nodes.len() {
-            of[n] = if branches.contains(&n) { Some(n) } else { self.nodes[n].parent.and_then(|p| of[p]) };
+            if of[n].is_none() {
+                of[n] = self.nodes[n].parent.and_then(|p| of[p]);
+            }
         }
         of
     }
