@@ -288,7 +288,7 @@ impl LocalCorpus {
         if !path.exists() {
             return None;
         }
-        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+        let c = store::connect_read_only(&path).ok()?;
         let t = store::totals(&c).ok()?;
         Some(Stored { generation: t.generation, chunks: t.chunks, bytes: t.bytes, committed_at: t.committed_at })
     }

@@ -83,6 +83,14 @@ pub fn connect(path: &Path) -> rusqlite::Result<Connection> {
     Ok(c)
 }
 
+/// A read-only connection to `path` (`/metrics`, a test's look at the generation): it makes,
+/// locks and changes nothing, and, like [`connect`]'s, does not checkpoint when it closes.
+pub fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
+    let c = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    c.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    Ok(c)
+}
+
 /// Whether `e` says the file is not a database this build can read (a damaged file).
 pub fn is_damage(e: &rusqlite::Error) -> bool {
     matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt))
