@@ -20,7 +20,8 @@ pub fn unseen_sections(questions: &[Question], scored: &[Scored]) -> Vec<String>
                 continue;
             }
             let path = s.path.join(" > ");
-            let written_otherwise = seen.iter().find(|p| p.len() == s.path.len() && loose(p) == loose(&s.path));
+            let wanted = loose(&s.path);
+            let written_otherwise = seen.iter().find(|p| p.len() == s.path.len() && loose(p) == wanted);
             let hint = match written_otherwise {
                 Some(p) => format!("the manual writes it \"{}\"", p.join(" > ")),
                 None => {
