@@ -13,16 +13,29 @@ use serde_json::{Map, Value};
 /// parsing it there would only waste the instance's time.
 pub const MAX_ARGS_BYTES: usize = 1 << 20;
 
+/// Whether a request's client-sent bytes (a call's arguments, a read's URI, a prompt's
+/// arguments) are within [`MAX_ARGS_BYTES`]: the one rule, applied where bytes would become a
+/// tree (the MCP edge, [`Args::parse`]) and where they reach an instance.
+pub fn fits(len: usize) -> bool {
+    len <= MAX_ARGS_BYTES
+}
+
 /// A JSON object of arguments, as the JSON text the guest receives; cloned by reference, as a
 /// call hands it to the future that runs the guest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Args(std::sync::Arc<str>);
 
-/// Why text is not an arguments object; the message is the one the user sees after the tool's
-/// name (see [`crate::CallError::BadArgs`]).
+/// Why text is not an arguments object.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ArgsError(String);
+pub enum ArgsError {
+    /// It is not one JSON object; the message is the one the user sees after the tool's name
+    /// (see [`crate::CallError::BadArgs`]).
+    #[error("{0}")]
+    NotAnObject(String),
+    /// It is over [`MAX_ARGS_BYTES`] (see [`fits`]), so it was not parsed.
+    #[error("{0} bytes, over the limit of {MAX_ARGS_BYTES}")]
+    TooLarge(usize),
+}
 
 impl Args {
     /// The arguments of an already parsed object.
@@ -31,13 +44,16 @@ impl Args {
         Args(serde_json::to_string(object).unwrap_or_else(|_| "{}".into()).into())
     }
 
-    /// Checks that `text` is one JSON object and keeps it as it is.
+    /// Checks that `text` is one JSON object within the bound and keeps it as it is.
     pub fn parse(text: &str) -> Result<Args, ArgsError> {
+        if !fits(text.len()) {
+            return Err(ArgsError::TooLarge(text.len()));
+        }
         // Parsed to check, into a tree that is dropped: the guest parses the text itself.
-        let parsed: Value = serde_json::from_str(text).map_err(|e| ArgsError(e.to_string()))?;
+        let parsed: Value = serde_json::from_str(text).map_err(|e| ArgsError::NotAnObject(e.to_string()))?;
         match parsed {
             Value::Object(_) => Ok(Args(text.into())),
-            other => Err(ArgsError(format!("got {}", kind(&other)))),
+            other => Err(ArgsError::NotAnObject(format!("got {}", kind(&other)))),
         }
     }
 
@@ -111,6 +127,8 @@ mod tests {
         assert_eq!(Args::parse("[1]").unwrap_err().to_string(), "got an array");
         assert_eq!(Args::parse("\"s\"").unwrap_err().to_string(), "got a string");
         assert!(Args::parse("{").is_err());
+        let big = format!(r#"{{"q":"{}"}}"#, "x".repeat(MAX_ARGS_BYTES));
+        assert_eq!(Args::parse(&big), Err(ArgsError::TooLarge(big.len())));
         let mut m = Map::new();
         m.insert("q".into(), "x".into());
         assert_eq!(Args::from_object(&m).as_str(), r#"{"q":"x"}"#);

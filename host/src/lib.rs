@@ -51,6 +51,6 @@ pub use args::Args;
 pub use config::Config;
 /// The support crate, under the one name the host's modules use for it.
 pub use quarry_support as support;
-pub use registry::instance::{CallError, OpenError};
+pub use registry::errors::{CallError, OpenError};
 pub use registry::{Registry, ReloadError, SwapReport, ToolEntry};
 pub use runtime::Fault;

@@ -15,13 +15,13 @@ pub fn write(registry: &Registry, e: &mut Exposition) {
     let instances = registry.instances();
     let mut members = e.family("quarry_instance_members", Kind::Gauge, "Pool members of each tool instance.");
     for inst in &instances {
-        members.sample(&[("tool_instance", &inst.name)], inst.pool() as f64);
+        members.sample(&[("tool_instance", &inst.name)], inst.members() as f64);
     }
     let mut busy =
         e.family("quarry_instance_members_busy", Kind::Gauge, "Members running a call or preparing, by instance.");
     for inst in &instances {
         let (free, _) = inst.load();
-        busy.sample(&[("tool_instance", &inst.name)], inst.pool().saturating_sub(free) as f64);
+        busy.sample(&[("tool_instance", &inst.name)], inst.members().saturating_sub(free) as f64);
     }
     let mut queued = e.family("quarry_instance_queue_depth", Kind::Gauge, "Calls waiting for a member, by instance.");
     for inst in &instances {

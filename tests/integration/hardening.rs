@@ -233,7 +233,7 @@ async fn output_bounds_count_hits_errors_rejections_and_specs() {
     // 300,000 empty hits: no string bytes, but well over 16 MiB as records and JSON.
     match within(120, host.call("h.many_hits", r#"{"n": 300000}"#)).await {
         Err(CallError::OutputTooLarge { size, limit, .. }) => {
-            assert_eq!(size, 300_000 * quarry::registry::instance::HIT_OVERHEAD);
+            assert_eq!(size, 300_000 * quarry::registry::ask::RECORD_OVERHEAD);
             assert_eq!(limit, 16 << 20);
         }
         other => panic!("expected OutputTooLarge, got {other:?}"),
@@ -242,9 +242,9 @@ async fn output_bounds_count_hits_errors_rejections_and_specs() {
     // A 20 MiB error message is cut.
     let err = tool_error(call(&host, "h.big_error", json!({"mb": 20})).await);
     let msg = err.parts().1;
-    assert!(msg.len() <= quarry::registry::instance::MAX_ERROR_BYTES + 64, "{} bytes", msg.len());
+    assert!(msg.len() <= quarry::registry::errors::MAX_ERROR_BYTES + 64, "{} bytes", msg.len());
     assert!(
-        msg.ends_with(&format!("({} more bytes)", (20 << 20) - quarry::registry::instance::MAX_ERROR_BYTES)),
+        msg.ends_with(&format!("({} more bytes)", (20 << 20) - quarry::registry::errors::MAX_ERROR_BYTES)),
         "{}",
         &msg[msg.len() - 60..]
     );

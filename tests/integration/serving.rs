@@ -118,7 +118,7 @@ async fn a_pool_serves_calls_in_parallel() {
         );
         let host = within(60, env.host(&body)).await;
         let inst = host.instance("slow").unwrap();
-        assert_eq!(inst.pool(), pool);
+        assert_eq!(inst.members(), pool);
         // Every member has prepared and joined once the last is free.
         within(30, async {
             while inst.load().0 < pool {
@@ -213,7 +213,7 @@ async fn a_hot_swap_replaces_the_whole_pool() {
     let report = within(60, host.reload(&echo)).await.expect("swapped");
     assert_eq!(report.instances, ["echo"]);
     let new = host.instance("echo").unwrap();
-    assert!(!Arc::ptr_eq(&old, &new) && new.pool() == 3);
+    assert!(!Arc::ptr_eq(&old, &new) && new.members() == 3);
     // Three calls at once: whichever members take them, each answers from v2.
     let calls: Vec<_> = (0..3)
         .map(|i| {

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::{EXIT_OK, EXIT_TOOL, EXIT_USAGE, Outcome, fail, load_config, load_for, printable, registry};
-use crate::registry::instance::CallError;
+use crate::registry::errors::CallError;
 
 /// `quarry call`'s flags.
 #[derive(clap::Args, Debug)]

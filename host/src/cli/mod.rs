@@ -22,7 +22,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 use crate::registry::Registry;
-use crate::registry::instance::OpenError;
+use crate::registry::errors::OpenError;
 
 /// What `quarry --version` prints: the host's version, the WIT package its components are built
 /// against, and the commit it was built from.
@@ -67,7 +67,7 @@ pub enum Command {
     Check,
     /// Score a search tool on labelled questions: `quarry eval manual.search questions.jsonl`.
     /// Each line is a JSON object: {"question": "...", "answer_sections": ["Chapter > Section"]}
-    /// (see the README). Prints section and chapter recall@k, all-found@10, MRR and latency.
+    /// (see docs/src/evaluation.md). Prints section and chapter recall@k, all-found@10, MRR and latency.
     Eval(eval::Flags),
     /// Serve every tool over MCP, swapping in new component versions as their files change.
     Serve(serve::Flags),

@@ -10,7 +10,8 @@ use super::score::{DEPTH, Fragment, Row, Tally, chapter_order, chapters_of, perc
 use crate::args::Args;
 use crate::bindings::{Hit, ToolError};
 use crate::registry::Registry;
-use crate::registry::instance::{CallError, Caller};
+use crate::registry::errors::CallError;
+use crate::registry::instance::Caller;
 
 /// The retrieval modes `--compare` asks for, with the eval-only argument `retrieval`: global
 /// vector search, global hybrid search, and the tool's own routing.

@@ -19,7 +19,7 @@ use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, CompleteRequestParams,
     CompleteResult, ContentBlock, GetPromptRequestParams, GetPromptResponse, Implementation, InputResponses,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Reference, ServerCapabilities, ServerConfig,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities, ServerConfig,
     SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
@@ -34,7 +34,8 @@ use crate::mcp::call_log::{self, CallLog};
 use crate::mcp::listen::{CallListener, LogLevel};
 use crate::mcp::notify::Peers;
 use crate::mcp::subscriptions::Subscriptions;
-use crate::registry::instance::CallError;
+use crate::registry::ask;
+use crate::registry::errors::CallError;
 use crate::registry::instance::Caller;
 use crate::registry::{ReadError, Registry, Target, ToolEntry};
 
@@ -182,6 +183,28 @@ impl QuarryMcp {
         RoundAsker::new(seal, (call, args, caller), caps, responses, state).map(|a| CallAsker::Round(Arc::new(a)))
     }
 
+    /// Runs `run`, a request that runs guest code, once the instances are listed, for this
+    /// session's caller with the asker of its era (see [`QuarryMcp::asker`]); returns its
+    /// outcome and the asker, which says whether the client is to answer an input round
+    /// instead, and what the request asked that the client did not declare.
+    async fn run_asking<T>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        asked: Asked<'_>,
+        run: impl AsyncFnOnce(Caller<'_>) -> T,
+    ) -> Result<(T, CallAsker), ErrorData> {
+        self.registry.loaded().await;
+        let asker = self.asker(context, asked.name, asked.args, asked.responses, asked.state)?;
+        let shared = asker.shared();
+        let outcome = run(Caller { asker: Some(&shared), ..self.caller() }).await;
+        Ok((outcome, asker))
+    }
+
+    /// This session as a caller that asks its client nothing and hears nothing.
+    fn caller(&self) -> Caller<'_> {
+        Caller { client: &self.client, listener: None, asker: None }
+    }
+
     /// The MCP tools, sorted by name.
     pub fn tools(&self) -> Vec<Tool> {
         self.registry.tools().iter().map(to_mcp_tool).collect()
@@ -197,6 +220,15 @@ pub fn mcp_name(entry: &ToolEntry) -> String {
 
 fn to_mcp_tool(entry: &ToolEntry) -> Tool {
     Tool::new(mcp_name(entry), entry.spec.description.clone(), entry.schema.clone())
+}
+
+/// A request that may ask its client, as it came: its name (a tool's, a prompt's, a URI) and
+/// arguments' JSON, which a sealed request state is bound to, and the client's answers so far.
+struct Asked<'a> {
+    name: &'a str,
+    args: &'a str,
+    responses: Option<InputResponses>,
+    state: Option<&'a str>,
 }
 
 /// Who answers the questions of one request.
@@ -294,22 +326,59 @@ fn request_failed(e: &CallError) -> ErrorData {
     }
 }
 
+/// A call's arguments as the JSON text they wait and run as (what the guest receives); a tree
+/// of them costs many times their size, and is dropped here. Refused ones (over 1 MiB) were
+/// taken out where the message was read, their size and head put in the request's extensions
+/// (see `scan`): over stdio the request's own, over HTTP the HTTP request's, which rmcp passes on.
+fn arguments_of(
+    arguments: Option<rmcp::model::JsonObject>,
+    context: &RequestContext<RoleServer>,
+) -> Result<Args, (usize, String)> {
+    let parts = context.extensions.get::<hyper::http::request::Parts>();
+    let refused = context
+        .extensions
+        .get::<crate::mcp::scan::RefusedArguments>()
+        .or_else(|| parts.and_then(|p| p.extensions.get::<crate::mcp::scan::RefusedArguments>()));
+    match refused {
+        Some(r) => Err((r.bytes, r.head.clone())),
+        None => Ok(Args::from_object(&arguments.unwrap_or_default())),
+    }
+}
+
 /// Maps a call's outcome to MCP. Only an unknown tool is a protocol error.
 fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult, ErrorData> {
     match outcome {
-        Ok(out) => {
-            let mut blocks = vec![ContentBlock::text(out.text.clone())];
-            for b in &out.content {
-                blocks.push(crate::mcp::content::block(b)?);
-            }
-            let mut r = CallToolResult::success(blocks);
-            r.structured_content = Some(crate::output::structured(&out));
-            Ok(r)
-        }
+        Ok(out) => Ok(ask::call::result(out)),
         Err(e) => match failure(&e) {
             Failure::UnknownTool(e) => Err(e),
             Failure::Tool(kind, message) => Ok(tool_error(kind, message.into_owned())),
         },
+    }
+}
+
+impl QuarryMcp {
+    /// Writes a call to the call log (`--call-log`), if there is one.
+    fn log_call(
+        &self,
+        context: &RequestContext<RoleServer>,
+        tool: &str,
+        arguments: &str,
+        answer: &Answer,
+        duration: std::time::Duration,
+    ) {
+        let Some(log) = &self.log else { return };
+        let client = context.peer.peer_info().map(|i| format!("{} {}", i.client_info.name, i.client_info.version));
+        let failed = match answer {
+            Answer::Call(Err(e)) => Some(failure(e)),
+            _ => None,
+        };
+        let (outcome, error) = match (answer, &failed) {
+            (Answer::Busy(message), _) => (call_log::Outcome::Error("busy"), Some(message.as_str())),
+            (_, Some(Failure::Tool(kind, message))) => (call_log::Outcome::Error(kind), Some(message.as_ref())),
+            (_, Some(Failure::UnknownTool(e))) => (call_log::Outcome::Rejected, Some(e.message.as_ref())),
+            (_, None) => (call_log::Outcome::Ok, None),
+        };
+        log.record(&call_log::Entry { session: self.session, client, tool, arguments, outcome, error, duration });
     }
 }
 
@@ -355,12 +424,7 @@ impl ServerHandler for QuarryMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         self.registry.loaded().await;
-        let prompts = self
-            .registry
-            .prompts()
-            .iter()
-            .map(|p| crate::mcp::content::prompt_spec(&p.listed, &p.spec))
-            .collect::<Result<_, _>>()?;
+        let prompts = self.registry.prompts().iter().map(|p| ask::prompt::listed(&p.listed, &p.spec)).collect();
         let mut r = ListPromptsResult::with_all_items(prompts);
         (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
         Ok(r)
@@ -371,13 +435,14 @@ impl ServerHandler for QuarryMcp {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.registry.loaded().await;
         let GetPromptRequestParams { name, arguments, input_responses, request_state, .. } = request;
         let args = serde_json::Value::Object(arguments.unwrap_or_default()).to_string();
-        let asker = self.asker(&context, &name, &args, input_responses, request_state.as_deref())?;
-        let shared = asker.shared();
-        let caller = Caller { client: &self.client, listener: None, asker: Some(&shared) };
-        let outcome = self.registry.get_prompt(&name, args.clone(), caller, context.ct.cancelled()).await;
+        let asked = Asked { name: &name, args: &args, responses: input_responses, state: request_state.as_deref() };
+        let (outcome, asker) = self
+            .run_asking(&context, asked, async |caller| {
+                self.registry.get_prompt(&name, args.clone(), caller, context.ct.cancelled()).await
+            })
+            .await?;
         if let Some(round) = asker.input_required(&self.seal) {
             return Ok(GetPromptResponse::InputRequired(round));
         }
@@ -386,12 +451,7 @@ impl ServerHandler for QuarryMcp {
                 format!("no prompt named {:?}; prompts/list lists them", crate::support::text::cut(&name, 256)),
                 None,
             )),
-            Some(Ok(prompt)) => {
-                let mut r = crate::mcp::content::prompt(&prompt)?;
-                // What rmcp's constructors set (and take off again for an older client).
-                r.result_type = Some(rmcp::model::ResultType::COMPLETE);
-                Ok(GetPromptResponse::Complete(r))
-            }
+            Some(Ok(prompt)) => Ok(GetPromptResponse::Complete(ask::prompt::result(prompt))),
             Some(Err(e)) => Err(asker.failed(&e)),
         }
     }
@@ -402,10 +462,8 @@ impl ServerHandler for QuarryMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         self.registry.loaded().await;
-        let caller = Caller { client: &self.client, listener: None, asker: None };
-        let listed = self.registry.resources(caller).await.map_err(|e| request_failed(&e))?;
-        let listed = listed.iter().map(crate::mcp::content::resource).collect::<Result<_, _>>()?;
-        let mut r = ListResourcesResult::with_all_items(listed);
+        let listed = self.registry.resources(self.caller()).await.map_err(|e| request_failed(&e))?;
+        let mut r = ListResourcesResult::with_all_items(listed.into_iter().map(ask::resources::resource).collect());
         (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
         Ok(r)
     }
@@ -416,12 +474,7 @@ impl ServerHandler for QuarryMcp {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         self.registry.loaded().await;
-        let templates = self
-            .registry
-            .templates()
-            .iter()
-            .map(|(_, t)| crate::mcp::content::template(t))
-            .collect::<Result<_, _>>()?;
+        let templates = self.registry.templates().into_iter().map(|(_, t)| ask::resources::template(t)).collect();
         let mut r = ListResourceTemplatesResult::with_all_items(templates);
         (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
         Ok(r)
@@ -432,19 +485,17 @@ impl ServerHandler for QuarryMcp {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.registry.loaded().await;
         let ReadResourceRequestParams { uri, input_responses, request_state, .. } = request;
-        let asker = self.asker(&context, &uri, "", input_responses, request_state.as_deref())?;
-        let shared = asker.shared();
-        let caller = Caller { client: &self.client, listener: None, asker: Some(&shared) };
-        let outcome = self.registry.read(&uri, caller, context.ct.cancelled()).await;
+        let asked = Asked { name: &uri, args: "", responses: input_responses, state: request_state.as_deref() };
+        let (outcome, asker) = self
+            .run_asking(&context, asked, async |caller| self.registry.read(&uri, caller, context.ct.cancelled()).await)
+            .await?;
         if let Some(round) = asker.input_required(&self.seal) {
             return Ok(ReadResourceResponse::InputRequired(round));
         }
         match outcome {
             Ok(contents) => {
-                let contents = contents.iter().map(crate::mcp::content::contents).collect::<Result<_, _>>()?;
-                let mut r = ReadResourceResult::new(contents);
+                let mut r = ask::read::result(contents);
                 (r.ttl_ms, r.cache_scope) = (Some(LIST_TTL_MS), Some(CacheScope::Private));
                 Ok(ReadResourceResponse::Complete(r))
             }
@@ -489,11 +540,10 @@ impl ServerHandler for QuarryMcp {
             Reference::Resource(r) => Target::Template(&r.uri),
             _ => return Err(ErrorData::invalid_params("completion refers to a prompt or a resource template", None)),
         };
-        let caller = Caller { client: &self.client, listener: None, asker: None };
-        match self.registry.complete(target, argument.name, argument.value, chosen, caller).await {
+        match self.registry.complete(target, argument.name, argument.value, chosen, self.caller()).await {
             // Nothing to complete: no values, as the spec allows.
             None => Ok(CompleteResult::new(rmcp::model::CompletionInfo::default())),
-            Some(Ok(c)) => Ok(CompleteResult::new(crate::mcp::content::completion(&c)?)),
+            Some(Ok(c)) => Ok(CompleteResult::new(ask::complete::result(c))),
             Some(Err(e)) => Err(request_failed(&e)),
         }
     }
@@ -522,48 +572,44 @@ impl ServerHandler for QuarryMcp {
         // rest of the request (`_meta`) is a tree the client sized, and unused.
         let CallToolRequestParams { name, arguments, input_responses, request_state, .. } = request;
         let token = crate::mcp::listen::progress_token(&context.meta);
-        // The arguments wait and run as their JSON text (what the guest receives), charged to
-        // the server's budget: a tree of them costs many times their size, and is dropped here.
-        let arguments = arguments.unwrap_or_default();
-        // Refused ones (over 1 MiB) were taken out where the message was read, their size and
-        // head put in the request's extensions (see `scan`): over stdio the request's own, over
-        // HTTP the HTTP request's, which rmcp passes on.
-        let parts = context.extensions.get::<hyper::http::request::Parts>();
-        let refused = context
-            .extensions
-            .get::<crate::mcp::scan::RefusedArguments>()
-            .or_else(|| parts.and_then(|p| p.extensions.get::<crate::mcp::scan::RefusedArguments>()));
-        let args = match refused {
-            Some(r) => Err((r.bytes, r.head.clone())),
-            None => Ok(Args::from_object(&arguments)),
-        };
-        drop(arguments);
+        context.meta = Default::default();
+        let args = arguments_of(arguments, &context);
         // What the call log shows of them: the head of refused ones, all of the others.
         let logged = match &args {
             Ok(a) => a.as_str(),
             Err((_, head)) => head.as_str(),
         };
-        let asker = self.asker(&context, &name, logged, input_responses, request_state.as_deref())?;
-        let shared = asker.shared();
-        // The rest of `_meta` is a tree the client sized: not kept across the wait.
-        context.meta = Default::default();
         // Cancelled when the client closes the connection this call came on (HTTP).
+        let parts = context.extensions.get::<hyper::http::request::Parts>();
         let gone = parts.and_then(|p| p.extensions.get::<ClientGone>()).map(|g| g.0.clone()).unwrap_or_default();
         let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _slot = CallSlot(self.calls.clone());
         let held = self.budget.take(logged.len());
-        let answer = match &args {
-            _ if waiting >= self.max_calls => Answer::Busy(format!(
-                "this session already has {waiting} tool calls waiting or running, its maximum ([serve] max_queued_calls); wait for their answers"
-            )),
+        let (answer, asker) = match &args {
+            _ if waiting >= self.max_calls => (
+                Answer::Busy(format!(
+                    "this session already has {waiting} tool calls waiting or running, its maximum ([serve] max_queued_calls); wait for their answers"
+                )),
+                None,
+            ),
             Err((size, _)) => {
                 let tool = crate::support::text::cut(&name, 256);
-                Answer::Call(Err(CallError::ArgsTooLarge { tool, size: *size, limit: crate::args::MAX_ARGS_BYTES }))
+                (
+                    Answer::Call(Err(CallError::ArgsTooLarge {
+                        tool,
+                        size: *size,
+                        limit: crate::args::MAX_ARGS_BYTES,
+                    })),
+                    None,
+                )
             }
-            Ok(_) if held.is_none() => Answer::Busy(format!(
-                "the server holds its maximum of {} bytes of requests from all clients ([serve] max_request_bytes); try again when earlier calls have answered",
-                self.budget.total()
-            )),
+            Ok(_) if held.is_none() => (
+                Answer::Busy(format!(
+                    "the server holds its maximum of {} bytes of requests from all clients ([serve] max_request_bytes); try again when earlier calls have answered",
+                    self.budget.total()
+                )),
+                None,
+            ),
             Ok(args) => {
                 // A `notifications/cancelled` for this request cancels `context.ct`, and a closed
                 // connection cancels `gone`: a call still waiting for its instance is dropped from
@@ -575,54 +621,36 @@ impl ServerHandler for QuarryMcp {
                         () = gone.cancelled() => {}
                     }
                 };
-                self.registry.loaded().await;
-                let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
-                let caller = Caller {
-                    client: &self.client,
-                    listener: listener.as_ref().map(|l| l as &dyn crate::registry::instance::Listener),
-                    asker: Some(&shared),
-                };
-                let outcome = self.registry.call_cancellable(&name, args, caller, cancelled).await;
-                if let Some(l) = listener {
-                    l.finish().await;
-                }
-                if let Err(e) = &outcome
-                    && let Some(held) = FAILURES_LOG.take()
-                {
-                    let e = crate::support::text::cut(&e.to_string(), 1024);
-                    let tool = crate::support::text::cut(&name, 256);
-                    tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::support::log_budget::held_note(held));
-                }
-                Answer::Call(outcome)
+                let asked =
+                    Asked { name: &name, args: logged, responses: input_responses, state: request_state.as_deref() };
+                let (outcome, asker) = self
+                    .run_asking(&context, asked, async |caller| {
+                        let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
+                        let listening = listener.as_ref().map(|l| l as &dyn crate::registry::instance::Listener);
+                        let caller = Caller { listener: listening, ..caller };
+                        let outcome = self.registry.call_cancellable(&name, args, caller, cancelled).await;
+                        if let Some(l) = listener {
+                            l.finish().await;
+                        }
+                        outcome
+                    })
+                    .await?;
+                (Answer::Call(outcome), Some(asker))
             }
         };
         drop(held);
-        if let Some(log) = &self.log {
-            let client = context.peer.peer_info().map(|i| format!("{} {}", i.client_info.name, i.client_info.version));
-            let failed = match &answer {
-                Answer::Call(Err(e)) => Some(failure(e)),
-                _ => None,
-            };
-            let (outcome, error) = match (&answer, &failed) {
-                (Answer::Busy(message), _) => (call_log::Outcome::Error("busy"), Some(message.as_str())),
-                (_, Some(Failure::Tool(kind, message))) => (call_log::Outcome::Error(kind), Some(message.as_ref())),
-                (_, Some(Failure::UnknownTool(e))) => (call_log::Outcome::Rejected, Some(e.message.as_ref())),
-                (_, None) => (call_log::Outcome::Ok, None),
-            };
-            log.record(&call_log::Entry {
-                session: self.session,
-                client,
-                tool: &name,
-                arguments: logged,
-                outcome,
-                error,
-                duration: start.elapsed(),
-            });
+        if let Answer::Call(Err(e)) = &answer
+            && let Some(held) = FAILURES_LOG.take()
+        {
+            let e = crate::support::text::cut(&e.to_string(), 1024);
+            let tool = crate::support::text::cut(&name, 256);
+            tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::support::log_budget::held_note(held));
         }
-        if let Some(round) = asker.input_required(&self.seal) {
+        self.log_call(&context, &name, logged, &answer, start.elapsed());
+        if let Some(round) = asker.as_ref().and_then(|a| a.input_required(&self.seal)) {
             return Ok(CallToolResponse::InputRequired(round));
         }
-        let missing = asker.missing();
+        let missing = asker.as_ref().map(CallAsker::missing).unwrap_or_default();
         if matches!(answer, Answer::Call(Err(_))) && !missing.is_empty() {
             return Err(crate::mcp::asking::missing_error(&missing));
         }

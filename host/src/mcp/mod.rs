@@ -17,7 +17,6 @@
 pub mod asking;
 pub mod budget;
 pub mod call_log;
-pub mod content;
 pub mod handler;
 pub mod http;
 pub mod listen;

@@ -5,8 +5,13 @@
 use std::sync::Arc;
 
 use super::Registry;
-use super::instance::{CallError, Caller, Reply, Request, ToolInstance};
-use super::request::{localize, qualify};
+use super::ask::complete::Complete;
+use super::ask::prompt::GetPrompt;
+use super::ask::read::Read;
+use super::ask::resources::Resources;
+use super::ask::{localize, qualify};
+use super::errors::CallError;
+use super::instance::{Caller, ToolInstance};
 use crate::bindings::ToolError;
 use crate::bindings::quarry::retrieval::types::{
     Completion, CompletionTarget, Contents, Prompt, PromptSpec, ResourceInfo, ResourceTemplate,
@@ -96,18 +101,13 @@ impl Registry {
         };
         let until = tokio::time::Instant::now() + super::LIST_WAIT;
         for inst in self.instances_sorted().into_iter().filter(listing) {
-            let what = format!("{} (resources)", inst.name);
             let ready = tokio::time::timeout_at(until, inst.prepared()).await;
             if !matches!(ready, Ok(super::instance::Readiness::Ready)) {
                 tracing::info!(target: "quarry::mcp", instance = %inst.name, "resources not listed: still {}", inst.status());
                 continue;
             }
-            let request = inst.request(&what, Request::Resources, caller, std::future::pending());
-            match tokio::time::timeout_at(until, request).await {
-                Ok(Ok(Reply::Resources(list))) => {
-                    all.extend(list.into_iter().filter(|r| seen.insert(r.uri.clone())));
-                }
-                Ok(Ok(other)) => unreachable!("resources answered {other:?}"),
+            match tokio::time::timeout_at(until, inst.ask(Resources, caller, std::future::pending())).await {
+                Ok(Ok(list)) => all.extend(list.into_iter().filter(|r| seen.insert(r.uri.clone()))),
                 Ok(Err(e)) => return Err(e),
                 Err(_) => {
                     tracing::info!(target: "quarry::mcp", instance = %inst.name, "resources not listed: no member was free within {:?}", super::LIST_WAIT);
@@ -139,13 +139,11 @@ impl Registry {
         let Some(inst) = owner else {
             return Err(ReadError::NotFound(uri.to_string()));
         };
-        let what = format!("{} (reading {})", inst.name, crate::support::text::cut(uri, 200));
-        let local = localize(uri, &inst.name);
-        match inst.request(&what, Request::Read(local), caller, cancelled).await {
-            Ok(Reply::Contents(contents)) if !contents.is_empty() => return Ok(contents),
+        let read = Read { uri: localize(uri, &inst.name) };
+        match inst.ask(read, caller, cancelled).await {
+            Ok(contents) if !contents.is_empty() => return Ok(contents),
             // Empty contents are no resource (the spec forbids answering a read with none).
-            Ok(Reply::Contents(_)) | Err(CallError::Tool { error: ToolError::NotFound(_), .. }) => {}
-            Ok(other) => unreachable!("read answered {other:?}"),
+            Ok(_) | Err(CallError::Tool { error: ToolError::NotFound(_), .. }) => {}
             Err(e) => return Err(e.into()),
         }
         Err(ReadError::NotFound(uri.to_string()))
@@ -162,11 +160,8 @@ impl Registry {
     ) -> Option<Result<Prompt, CallError>> {
         let entry = self.prompts().into_iter().find(|p| p.listed == listed)?;
         let inst = self.instance(&entry.instance)?;
-        let request = Request::Prompt { name: entry.spec.name.clone(), args };
-        Some(inst.request(&format!("prompt {listed}"), request, caller, cancelled).await.map(|r| match r {
-            Reply::Prompt(p) => p,
-            other => unreachable!("get-prompt answered {other:?}"),
-        }))
+        let ask = GetPrompt { name: entry.spec.name, listed: entry.listed, args };
+        Some(inst.ask(ask, caller, cancelled).await)
     }
 
     /// Values for `argument` of a prompt (by listed name) or a resource template (by its URI
@@ -193,13 +188,8 @@ impl Registry {
                 (inst, CompletionTarget::ResourceTemplate(local))
             }
         };
-        let request = Request::Complete { target, argument, value, context };
-        Some(inst.request(&format!("{} (completion)", inst.name), request, caller, std::future::pending()).await.map(
-            |r| match r {
-                Reply::Completion(c) => c,
-                other => unreachable!("complete answered {other:?}"),
-            },
-        ))
+        let ask = Complete { target, argument, value, context };
+        Some(inst.ask(ask, caller, std::future::pending()).await)
     }
 }
 

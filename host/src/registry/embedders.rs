@@ -14,9 +14,10 @@ use crate::bindings::embedder_world::exports::quarry::retrieval::embedder as ex;
 use crate::bindings::embedder_world::{EmbedderHost, EmbedderHostPre};
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 use crate::capability::CallCx;
-use crate::capability::embedder::{BoxFuture, Caller, EmbedderBackend, MAX_CHUNK};
+use crate::capability::embedder::{BoxFuture, EmbedCaller, EmbedderBackend, MAX_CHUNK};
 use crate::config::InstanceConfig;
-use crate::registry::instance::{Compiled, OpenError, compile};
+use crate::registry::errors::OpenError;
+use crate::registry::version::{Compiled, compile};
 use crate::runtime::engine::QuarryEngine;
 use crate::runtime::guarded::{GuestCall, new_store, run_guarded, run_guarded_for};
 use crate::runtime::pool::StorePool;
@@ -375,21 +376,25 @@ impl EmbedderBackend for EmbedderSlot {
 
     fn embed_for(
         &self,
-        caller: Caller<'_>,
+        caller: EmbedCaller<'_>,
         texts: Vec<String>,
         kind: InputKind,
     ) -> BoxFuture<'_, Result<Vec<Embedding>, EmbedError>> {
         Box::pin(self.current().embed_batch(caller.client.to_string(), caller.deadline, texts, kind))
     }
 
-    fn count_tokens_for(&self, caller: Caller<'_>, texts: Vec<String>) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
+    fn count_tokens_for(
+        &self,
+        caller: EmbedCaller<'_>,
+        texts: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<u32>, EmbedError>> {
         let (current, client, deadline) = (self.current(), caller.client.to_string(), caller.deadline);
         Box::pin(current.count_tokens(client, deadline, texts))
     }
 
     fn token_spans_for(
         &self,
-        caller: Caller<'_>,
+        caller: EmbedCaller<'_>,
         texts: Vec<String>,
     ) -> BoxFuture<'_, Result<Vec<Vec<TokenSpan>>, EmbedError>> {
         let (current, client, deadline) = (self.current(), caller.client.to_string(), caller.deadline);

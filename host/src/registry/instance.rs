@@ -1,6 +1,5 @@
-//! One loaded component version ([`ComponentVersion`]) and one running tool instance
-//! ([`ToolInstance`]): instantiate, `open`, `call` under a deadline, and
-//! recycle after a fault.
+//! One running tool instance ([`ToolInstance`]): instantiate, `open`, run any request
+//! ([`Ask`]) under a deadline, and recycle after a fault.
 //!
 //! Lifecycle: [`ComponentVersion::load`] compiles (or loads from cache) and
 //! pre-instantiates a component once per version. [`ToolInstance::open`]
@@ -8,338 +7,41 @@
 //! calls `open(config)` and `specs()`: cheap, so the tools are listed at once.
 //! [`ToolInstance::prepare`] then runs the guest's `prepare` (an index build) on each member of
 //! the pool, which joins the fair queue once prepared; calls wait for a member, forwarding the
-//! preparation's progress, within the instance's deadline. Each [`ToolInstance::call`] runs through
+//! preparation's progress, within the instance's deadline. Each [`ToolInstance::ask`] runs through
 //! [`run_guarded`] (see [`crate::runtime::guarded`]) on a member of the instance's
 //! [`StorePool`], which keeps the pool's rules: on any trap, out-of-memory, resource exhaustion or
 //! missed deadline the store is dropped and the next call starts a new one; a store whose call
 //! future is dropped part-way (a timeout, a cancelled caller) is dropped with it, never reused.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use wasmtime::Store;
-use wasmtime::component::{Component, Linker, ResourceAny};
+use wasmtime::component::ResourceAny;
 
 use crate::args::Args;
 use crate::bindings::quarry::retrieval::types::Catalog;
-use crate::bindings::{ToolError, ToolHost, ToolHostPre, ToolOutput, ToolSpec};
+use crate::bindings::{ToolHost, ToolOutput};
 use crate::capability::CallCx;
 use crate::capability::client::{Asker, Client, ListKind};
-use crate::capability::embedder::{EMBEDDER_IMPORT, EmbedderBackend};
+use crate::capability::embedder::EmbedderBackend;
 use crate::capability::progress::{self, Report};
 use crate::config::InstanceConfig;
-use crate::runtime::cache::ComponentCache;
-use crate::runtime::engine::{EngineError, QuarryEngine};
+use crate::runtime::engine::QuarryEngine;
 pub use crate::runtime::guarded::Fault;
 use crate::runtime::guarded::{new_store, run_guarded, run_guarded_for};
 use crate::runtime::pool::{Lease, StorePool};
 use crate::runtime::store::StoreState;
 
-pub use super::request::{Reply, Request};
+use super::ask::Ask;
+use super::ask::call::Call;
+use super::errors::{CallError, MAX_ERROR_BYTES, MAX_REJECTION_BYTES, OpenError, bounded, with_denials};
+use super::specs::{ToolEntry, check_catalog, entries};
+use super::version::ComponentVersion;
 
-/// The longest tool error message passed on (it is also cut to `max_output`).
-pub const MAX_ERROR_BYTES: usize = 64 << 10;
-/// The longest message of a component that rejected its config, kept for later hints.
-pub const MAX_REJECTION_BYTES: usize = 4 << 10;
-/// The most tools one instance may offer.
-pub const MAX_TOOLS: usize = 128;
-/// The largest description plus argument schema of one tool.
-pub const MAX_SPEC_BYTES: usize = 64 << 10;
 /// What each hit costs in output beside its strings: the record, and the JSON object it
 /// becomes for MCP and `--json` (`{"content":"","score":null,"source":null,"metadata":{}}`).
-pub const HIT_OVERHEAD: usize = super::request::RECORD_OVERHEAD;
-
-/// One version of a component, compiled and pre-instantiated.
-pub struct ComponentVersion {
-    /// SHA-256 of its bytes.
-    pub hash: [u8; 32],
-    /// The version it carries (its `version` custom section), if any.
-    pub version: Option<String>,
-    /// Whether it imports the embedder.
-    pub imports_embedder: bool,
-    pre: ToolHostPre<StoreState>,
-    /// Keeps the compiled component in the engine's memory while this version serves.
-    _component: Arc<Component>,
-}
-
-/// Why a component could not be loaded or an instance opened.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    /// Reading or compiling the component failed.
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    /// It does not fit the host: a missing export, an import no capability provides.
-    #[error("{path} cannot be linked: {message}")]
-    Link {
-        /// The component file.
-        path: PathBuf,
-        /// wasmtime's reason.
-        message: String,
-    },
-    /// The component needs an embedder and the config names none.
-    #[error(
-        "tool instance {instance:?} imports `{EMBEDDER_IMPORT}` but its config names no embedder; add `embedder = \"NAME\"` naming an [embedders.NAME] entry"
-    )]
-    NoEmbedder {
-        /// The instance.
-        instance: String,
-    },
-    /// The embedder this tool names did not load.
-    #[error("tool instance {instance:?} needs embedder {embedder:?}, which did not load: {reason}")]
-    EmbedderUnavailable {
-        /// The instance.
-        instance: String,
-        /// The embedder it names.
-        embedder: String,
-        /// Why the embedder failed.
-        reason: String,
-    },
-    /// An embedder component's `load` returned an error.
-    #[error("embedder {instance:?} could not load its model: {reason}")]
-    ModelRejected {
-        /// The embedder instance.
-        instance: String,
-        /// The component's reason.
-        reason: String,
-    },
-    /// The grants could not be applied.
-    #[error("tool instance {instance:?}: {source}")]
-    Sandbox {
-        /// The instance.
-        instance: String,
-        /// Why.
-        source: crate::capability::SandboxError,
-    },
-    /// `open` returned an error.
-    #[error("tool instance {instance:?} rejected its config: {}", error.describe())]
-    Rejected {
-        /// The instance.
-        instance: String,
-        /// The component's reason.
-        error: ToolError,
-    },
-    /// `prepare` returned an error.
-    #[error("tool instance {instance:?} could not prepare: {}", error.describe())]
-    Unprepared {
-        /// The instance.
-        instance: String,
-        /// The component's reason.
-        error: ToolError,
-    },
-    /// The component faulted while starting.
-    #[error("tool instance {instance:?} failed while starting: {fault}")]
-    Fault {
-        /// The instance.
-        instance: String,
-        /// What happened.
-        fault: Fault,
-    },
-    /// With `bare_names`, it lists a tool under a name another instance answers to.
-    #[error(
-        "tool instance {instance:?} lists tool {name:?} by its bare name (bare_names), which instance {other:?} {how}; a name two instances claim is refused: rename one instance, or drop bare_names"
-    )]
-    NameClaimed {
-        /// The instance refused.
-        instance: String,
-        /// The name.
-        name: String,
-        /// The instance that answers to it too.
-        other: String,
-        /// How the other answers to it.
-        how: &'static str,
-    },
-    /// `specs` returned something unusable.
-    #[error("tool instance {instance:?} describes its tools wrongly: {message}")]
-    BadSpec {
-        /// The instance.
-        instance: String,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-/// Why a call failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    /// No such tool.
-    #[error("no tool named {name:?}; {hint}")]
-    UnknownTool {
-        /// What was asked for.
-        name: String,
-        /// The nearest names, or how to list them.
-        hint: String,
-    },
-    /// The arguments are not a JSON object.
-    #[error("{tool}: arguments must be a JSON object, like '{example}': {message}")]
-    BadArgs {
-        /// The tool.
-        tool: String,
-        /// Arguments of the tool's schema ([`crate::args::example`]).
-        example: String,
-        /// The parser's reason.
-        message: String,
-    },
-    /// The arguments are over [`crate::args::MAX_ARGS_BYTES`].
-    #[error("{tool}: the arguments are {size} bytes, over the limit of {limit} bytes; pass less text")]
-    ArgsTooLarge {
-        /// The tool.
-        tool: String,
-        /// Their size.
-        size: usize,
-        /// The limit.
-        limit: usize,
-    },
-    /// The tool returned an error.
-    #[error("{tool}: {}", error.describe())]
-    Tool {
-        /// The tool.
-        tool: String,
-        /// The tool's error, with the host's note appended when the sandbox refused something.
-        error: ToolError,
-    },
-    /// The tool faulted; its instance was recycled.
-    #[error("{tool}: {fault}; the instance was recycled and the next call gets a fresh one")]
-    Fault {
-        /// The tool.
-        tool: String,
-        /// What happened.
-        fault: Fault,
-    },
-    /// The output is over the grant.
-    #[error(
-        "{tool}: its output of {size} bytes exceeds grants.max_output ({limit} bytes); ask for less (a smaller limit) or raise the grant"
-    )]
-    OutputTooLarge {
-        /// The tool.
-        tool: String,
-        /// Bytes produced.
-        size: usize,
-        /// The grant.
-        limit: u64,
-    },
-    /// The instance was still preparing when the call had waited its deadline.
-    #[error(
-        "{tool}: not ready yet: after waiting {}s the instance is still {status}; try again later",
-        waited.as_secs()
-    )]
-    NotReady {
-        /// The tool.
-        tool: String,
-        /// How long the call waited.
-        waited: std::time::Duration,
-        /// How far along the preparation is.
-        status: String,
-    },
-    /// The caller gave up while the call waited for its instance; it never ran.
-    #[error("{tool}: cancelled before it started")]
-    Cancelled {
-        /// The tool.
-        tool: String,
-    },
-    /// Its instance could not prepare (build its index, say) for this call.
-    #[error("{tool}: its instance could not prepare (each call tries again): {}", error.describe())]
-    Unprepared {
-        /// The tool.
-        tool: String,
-        /// The component's reason.
-        error: ToolError,
-    },
-    /// Recycling the instance failed.
-    #[error("{tool}: cannot restart its instance: {source}")]
-    Restart {
-        /// The tool.
-        tool: String,
-        /// Why.
-        source: Box<OpenError>,
-    },
-}
-
-impl CallError {
-    /// The kind of failure, as `/metrics` counts it: one short name per variant, but a tool's
-    /// `invalid-args` counts as `bad_args`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            CallError::UnknownTool { .. } => "unknown_tool",
-            // The client's arguments, whoever found them wrong: the host (not an object) or
-            // the tool (a wrong type, a missing or unknown key, a value out of range).
-            CallError::BadArgs { .. } | CallError::Tool { error: ToolError::InvalidArgs(_), .. } => "bad_args",
-            CallError::ArgsTooLarge { .. } => "args_too_large",
-            CallError::Tool { .. } => "tool_error",
-            CallError::Fault { .. } => "fault",
-            CallError::OutputTooLarge { .. } => "output_too_large",
-            CallError::NotReady { .. } => "not_ready",
-            CallError::Cancelled { .. } => "cancelled",
-            CallError::Unprepared { .. } => "unprepared",
-            CallError::Restart { .. } => "restart",
-        }
-    }
-}
-
-/// A component read and compiled: what the host knows of it before running it.
-#[derive(Clone)]
-pub(crate) struct Compiled {
-    /// The compiled component.
-    pub component: Arc<Component>,
-    /// SHA-256 of its bytes.
-    pub hash: [u8; 32],
-    /// The version it says it is (its `version` custom section), bounded and checked.
-    pub version: Option<String>,
-}
-
-/// Reads and compiles (or loads from cache) the component at `path`. A file over the engine's
-/// [`QuarryEngine::max_component_bytes`] is refused before it is compiled: compiling takes time
-/// and memory in proportion to its size.
-pub(crate) async fn compile(engine: &QuarryEngine, path: &Path) -> Result<Compiled, OpenError> {
-    use tokio::io::AsyncReadExt as _;
-    let read_error = |source| EngineError::Read { path: path.to_path_buf(), source };
-    let max = engine.max_component_bytes();
-    let file = tokio::fs::File::open(path).await.map_err(read_error)?;
-    let mut bytes = Vec::new();
-    // Read one byte past the cap, so a file that grows while it is read is caught too.
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes).await.map_err(read_error)?;
-    if bytes.len() as u64 > max {
-        return Err(EngineError::TooLarge { path: path.to_path_buf(), limit: max }.into());
-    }
-    let hash = ComponentCache::content_hash(&bytes);
-    let (engine2, path2) = (engine.clone(), path.to_path_buf());
-    let (component, version) = tokio::task::spawn_blocking(move || {
-        let version = crate::support::metadata::version(&bytes);
-        engine2.load_component(&path2, &bytes).map(|(component, _)| (component, version))
-    })
-    .await
-    .map_err(|e| OpenError::Link { path: path.to_path_buf(), message: format!("compiler task failed: {e}") })??;
-    Ok(Compiled { component, hash, version })
-}
-
-impl ComponentVersion {
-    /// Reads, compiles (or loads from cache) and pre-instantiates the component at `path`.
-    pub async fn load(
-        engine: &QuarryEngine,
-        linker: &Linker<StoreState>,
-        path: &Path,
-    ) -> Result<Arc<ComponentVersion>, OpenError> {
-        Self::from_compiled(engine, linker, path, compile(engine, path).await?)
-    }
-
-    /// Pre-instantiates `compiled`, read from `path`.
-    pub(crate) fn from_compiled(
-        engine: &QuarryEngine,
-        linker: &Linker<StoreState>,
-        path: &Path,
-        compiled: Compiled,
-    ) -> Result<Arc<ComponentVersion>, OpenError> {
-        let Compiled { component, hash, version } = compiled;
-        let imports_embedder =
-            component.component_type().imports(engine.engine()).any(|(name, _)| name == EMBEDDER_IMPORT);
-        let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
-        let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
-        let pre = ToolHostPre::new(pre).map_err(|e| {
-            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.5.0`; see wit/)"))
-        })?;
-        Ok(Arc::new(ComponentVersion { hash, version, imports_embedder, pre, _component: component }))
-    }
-}
+pub const HIT_OVERHEAD: usize = super::ask::RECORD_OVERHEAD;
 
 struct Live {
     store: Store<StoreState>,
@@ -384,26 +86,6 @@ pub struct Caller<'a> {
 
 /// Reports forwarded to a listener at most this often.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// A JSON object, as a tool's schema is.
-pub type JsonObject = serde_json::Map<String, serde_json::Value>;
-
-/// One tool as listed to users: `instance.tool`. Built once when its instance opens.
-#[derive(Debug, Clone)]
-pub struct ToolEntry {
-    /// `instance.tool`, unique and stable.
-    pub qualified: String,
-    /// The instance name.
-    pub instance: String,
-    /// The tool's spec as the component gave it.
-    pub spec: ToolSpec,
-    /// Its arguments' JSON Schema, parsed once (shared with every listing of it).
-    pub schema: Arc<JsonObject>,
-    /// SHA-256 (hex) of the component version serving it.
-    pub component_hash: String,
-    /// The version that component carries, if any.
-    pub component_version: Option<String>,
-}
 
 /// A running tool instance: `pool` members of one component version and config, serving calls
 /// in parallel, queued fairly between clients.
@@ -521,8 +203,8 @@ impl ToolInstance {
         }
     }
 
-    /// How many members serve calls in parallel.
-    pub fn pool(&self) -> usize {
+    /// How many members serve calls in parallel (the config's `pool`).
+    pub fn members(&self) -> usize {
         self.pool.len()
     }
 
@@ -549,28 +231,8 @@ impl ToolInstance {
 
     /// Runs tool `tool` with `args` (a JSON object) on the first free member.
     pub async fn call(&self, tool: &str, args: &Args) -> Result<ToolOutput, CallError> {
-        self.call_cancellable(tool, args, Caller::default(), std::future::pending()).await
-    }
-
-    /// [`ToolInstance::call`] for `caller`, given up if `cancelled` completes while the call
-    /// still waits for a member (behind other calls, or for the instance to prepare). Once the
-    /// call runs it runs to its end: stopping it part-way would cost the member its store.
-    ///
-    /// While the instance prepares, a call waits, forwarding the preparation's progress, for
-    /// at most the instance's deadline; then it fails with [`CallError::NotReady`], which says
-    /// how far along the preparation is.
-    pub async fn call_cancellable(
-        &self,
-        tool: &str,
-        args: &Args,
-        caller: Caller<'_>,
-        cancelled: impl std::future::Future<Output = ()>,
-    ) -> Result<ToolOutput, CallError> {
-        let request = Request::Call { tool: tool.to_string(), args: args.clone() };
-        match self.request(&format!("{}.{tool}", self.name), request, caller, cancelled).await? {
-            Reply::Output(out) => Ok(out),
-            other => unreachable!("a call answered {other:?}"),
-        }
+        let call = Call { tool: tool.to_string(), args: args.clone() };
+        self.ask(call, Caller::default(), std::future::pending()).await
     }
 
     /// Whether the tools changed since the last time this was asked (a call said so, and they
@@ -584,19 +246,26 @@ impl ToolInstance {
         self.tools.read().clone()
     }
 
-    /// Runs `request` the way [`ToolInstance::call_cancellable`] runs a call (`what` names it in
-    /// errors: `instance.tool`, or the resource or prompt).
-    pub async fn request(
+    /// Asks `ask` (a tool call, a resource read, ...) of the first free member for `caller`,
+    /// given up if `cancelled` completes while it still waits for a member (behind other
+    /// calls, or for the instance to prepare). Once it runs it runs to its end: stopping it
+    /// part-way would cost the member its store.
+    ///
+    /// While the instance prepares, it waits, forwarding the preparation's progress, for at most
+    /// the instance's deadline; then it fails with [`CallError::NotReady`], which says how far
+    /// along the preparation is. What the client sent with it is bounded here, once, for every
+    /// kind ([`crate::args::fits`]).
+    pub async fn ask<A: Ask>(
         &self,
-        what: &str,
-        request: Request,
+        ask: A,
         caller: Caller<'_>,
         cancelled: impl std::future::Future<Output = ()>,
-    ) -> Result<Reply, CallError> {
-        let qualified = what.to_string();
-        // A read's URI, a prompt's arguments, a completion's value come from the client.
-        let size = request.bytes();
-        if size > crate::args::MAX_ARGS_BYTES {
+    ) -> Result<A::Answer, CallError> {
+        let qualified = ask.what(&self.name);
+        // A call's arguments, a read's URI, a prompt's arguments, a completion's value come
+        // from the client.
+        let size = ask.bytes();
+        if !crate::args::fits(size) {
             return Err(CallError::ArgsTooLarge { tool: qualified, size, limit: crate::args::MAX_ARGS_BYTES });
         }
         let waited = Instant::now();
@@ -643,9 +312,9 @@ impl ToolInstance {
                 OpenError::Unprepared { error, .. } => CallError::Unprepared { tool: qualified.clone(), error },
                 e => CallError::Restart { tool: qualified.clone(), source: Box::new(e) },
             })?;
-            self.run(&qualified, &request, live, &mut lease, caller)
-                .await
-                .map(|r| r.qualify(&self.name, &self.config.resource_schemes))
+            let mut answer = self.run(&qualified, ask, live, &mut lease, caller).await?;
+            A::qualify(&mut answer, &self.name, &self.config.resource_schemes);
+            Ok(answer)
         };
         let mut reports = self.sinks[member].subscribe();
         reports.mark_unchanged();
@@ -679,18 +348,17 @@ impl ToolInstance {
         }
     }
 
-    async fn run(
+    async fn run<A: Ask>(
         &self,
         qualified: &str,
-        request: &Request,
+        ask: A,
         mut live: Live,
         lease: &mut Lease<'_, Live>,
         caller: Caller<'_>,
-    ) -> Result<Reply, CallError> {
+    ) -> Result<A::Answer, CallError> {
         let listener = caller.listener;
+        // Owned: the guest call's future must own what it uses.
         let (bindings, handle) = (live.bindings.clone(), live.handle);
-        // Owned: the call's future may outlive this borrow of the caller's request.
-        let owned = request.clone();
         let deadline = self.config.grants.deadline;
         let waits = Arc::new(tokio::sync::Notify::new());
         live.store.data_mut().caps.get_mut::<Client>().begin(
@@ -702,7 +370,7 @@ impl ToolInstance {
         // that does not answer then holds its own call's store, not the others' turns.
         let outcome = {
             let call = run_guarded_for(&mut live.store, deadline, CallCx::TOOL_CODE, |store| {
-                Box::pin(async move { owned.invoke(&bindings, store, handle).await })
+                Box::pin(async move { ask.invoke(&bindings, store, handle).await })
             });
             tokio::pin!(call);
             loop {
@@ -746,7 +414,7 @@ impl ToolInstance {
             }
             Ok(Ok(out)) => {
                 lease.put_back(live);
-                let size = out.size();
+                let size = A::size(&out);
                 if size as u64 > max_output {
                     return Err(CallError::OutputTooLarge { tool: qualified, size, limit: max_output });
                 }
@@ -775,87 +443,6 @@ impl ToolInstance {
         }
         live.store.data_mut().caps.get_mut::<Client>().announce(changed);
     }
-}
-
-/// The listed tools of `specs`, checked: named `instance.tool`, or by the tool's own name for an
-/// instance whose config says `bare_names = true`.
-fn entries(
-    config: &InstanceConfig,
-    version: &ComponentVersion,
-    specs: Vec<ToolSpec>,
-) -> Result<Vec<ToolEntry>, String> {
-    let schemas = check_specs(&specs)?;
-    let hash = hex::encode(version.hash);
-    Ok(specs
-        .into_iter()
-        .zip(schemas)
-        .map(|(spec, schema)| ToolEntry {
-            qualified: config.listed_name(&spec.name),
-            instance: config.name.clone(),
-            spec,
-            schema: Arc::new(schema),
-            component_hash: hash.clone(),
-            component_version: version.version.clone(),
-        })
-        .collect())
-}
-
-/// The most resource templates, and prompts, one instance may offer.
-pub const MAX_CATALOG: usize = 128;
-
-/// Checks an instance's catalog: names as tool names are, bounded counts, resource templates its
-/// own (under `quarry://self/` or its `schemes`).
-fn check_catalog(catalog: &Catalog, schemes: &[String]) -> Result<(), String> {
-    if catalog.templates.len() > MAX_CATALOG || catalog.prompts.len() > MAX_CATALOG {
-        return Err(format!("it offers more than {MAX_CATALOG} resource templates or prompts"));
-    }
-    // Each described in at most what a tool's spec may take.
-    let opt = |s: &Option<String>| s.as_ref().map_or(0, String::len);
-    let template_bytes = |t: &crate::bindings::quarry::retrieval::types::ResourceTemplate| {
-        t.uri_template.len() + t.name.len() + opt(&t.description) + opt(&t.mime_type)
-    };
-    let prompt_bytes = |p: &crate::bindings::quarry::retrieval::types::PromptSpec| {
-        p.name.len()
-            + p.description.len()
-            + p.arguments.iter().map(|a| a.name.len() + opt(&a.description)).sum::<usize>()
-    };
-    if catalog
-        .templates
-        .iter()
-        .map(template_bytes)
-        .chain(catalog.prompts.iter().map(prompt_bytes))
-        .any(|n| n > MAX_SPEC_BYTES)
-    {
-        return Err(format!("a resource template or prompt takes more than {MAX_SPEC_BYTES} bytes to describe"));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    for p in &catalog.prompts {
-        let ok = !p.name.is_empty()
-            && p.name.len() <= 64
-            && p.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !ok {
-            return Err(format!(
-                "prompt name {} must use lowercase letters, digits and `_` (at most 64)",
-                crate::support::text::quoted_prefix(&p.name, 64)
-            ));
-        }
-        if !seen.insert(p.name.as_str()) {
-            return Err(format!("prompt name {:?} appears twice", p.name));
-        }
-    }
-    for t in &catalog.templates {
-        // The namespace is the host's to give: a component names only its own resources.
-        if !crate::registry::request::owns(&t.uri_template, schemes) {
-            return Err(format!(
-                "resource template {} is not the component's own: a component names its resources under {} (the host lists them as quarry://INSTANCE/...), or in a scheme the operator gave its instance (`resource_schemes`), never another instance's",
-                crate::support::text::quoted_prefix(&t.uri_template, 200),
-                crate::registry::request::SELF_PREFIX
-            ));
-        }
-        crate::registry::uri_template::Template::parse(&t.uri_template)
-            .map_err(|e| format!("resource template {:?}: {e}", crate::support::text::cut(&t.uri_template, 200)))?;
-    }
-    Ok(())
 }
 
 /// Forwards the reports `rx` sees to `listener`, at most one per [`PROGRESS_EVERY`]. Never ends
@@ -924,75 +511,4 @@ async fn prepare(config: &InstanceConfig, mut live: Live) -> Result<Live, OpenEr
         Ok(Err(error)) => Err(OpenError::Unprepared { instance: name, error: bounded(error, MAX_REJECTION_BYTES) }),
         Ok(Ok(())) => Ok(live),
     }
-}
-
-/// Appends the sandbox's refusals to a tool error so the user sees which grant would help; an
-/// upstream failure the sandbox caused becomes `denied`.
-fn with_denials(error: ToolError, refusals: &[String]) -> ToolError {
-    if refusals.is_empty() {
-        return error;
-    }
-    let note = format!(" [host: {}]", refusals.join("; "));
-    match map_message(error, |m| m + &note) {
-        ToolError::Upstream(m) => ToolError::Denied(m),
-        other => other,
-    }
-}
-
-/// A tool error with its message cut to `max` bytes: the guest chooses its length.
-fn bounded(error: ToolError, max: usize) -> ToolError {
-    map_message(error, |m| if m.len() > max { crate::support::text::cut(&m, max) } else { m })
-}
-
-/// `error` of the same kind with its message mapped by `f`.
-fn map_message(error: ToolError, f: impl FnOnce(String) -> String) -> ToolError {
-    match error {
-        ToolError::InvalidArgs(m) => ToolError::InvalidArgs(f(m)),
-        ToolError::InvalidConfig(m) => ToolError::InvalidConfig(f(m)),
-        ToolError::NotFound(m) => ToolError::NotFound(f(m)),
-        ToolError::Upstream(m) => ToolError::Upstream(f(m)),
-        ToolError::Denied(m) => ToolError::Denied(f(m)),
-        ToolError::Internal(m) => ToolError::Internal(f(m)),
-    }
-}
-
-/// Checks what a component offers; returns each tool's schema, parsed once here.
-fn check_specs(specs: &[ToolSpec]) -> Result<Vec<JsonObject>, String> {
-    if specs.is_empty() {
-        return Err("it offers no tools".into());
-    }
-    if specs.len() > MAX_TOOLS {
-        return Err(format!("it offers {} tools, more than {MAX_TOOLS}", specs.len()));
-    }
-    if let Some(s) = specs.iter().find(|s| s.name.len() + s.description.len() + s.args_schema.len() > MAX_SPEC_BYTES) {
-        return Err(format!(
-            "tool {} takes {} bytes to describe, more than {MAX_SPEC_BYTES}",
-            crate::support::text::quoted_prefix(&s.name, 64),
-            s.name.len() + s.description.len() + s.args_schema.len()
-        ));
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    let mut schemas = Vec::with_capacity(specs.len());
-    for s in specs {
-        let ok =
-            !s.name.is_empty() && s.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if !ok || s.name.len() > 64 {
-            return Err(format!(
-                "tool name {} must use lowercase letters, digits and `_` (at most 64)",
-                crate::support::text::quoted_prefix(&s.name, 64)
-            ));
-        }
-        if !seen.insert(s.name.as_str()) {
-            return Err(format!("tool name {:?} appears twice", s.name));
-        }
-        let schema: serde_json::Value = serde_json::from_str(&s.args_schema)
-            .map_err(|e| format!("tool {:?}: args-schema is not JSON: {e}", s.name))?;
-        match schema {
-            serde_json::Value::Object(o) if o.get("type").and_then(|t| t.as_str()) == Some("object") => schemas.push(o),
-            _ => {
-                return Err(format!("tool {:?}: args-schema must be a JSON Schema with \"type\": \"object\"", s.name));
-            }
-        }
-    }
-    Ok(schemas)
 }

@@ -10,16 +10,24 @@
 //! If the new version fails to compile, link or open, nothing changes and the
 //! error says why.
 //!
-//! The core of the host: [`instance`] is one component version and one running tool instance
-//! (a pool of members); [`embedders`] is the embedder components as a pool, the embedder
-//! capability's backend; [`tool_metrics`] counts each tool's calls for `/metrics`.
+//! The core of the host:
+//! - [`instance`] is one running tool instance (a pool of members), which runs any request kind
+//!   of [`ask`] (a call, a resource read, a prompt, ...); `catalog` routes the requests beside
+//!   calls to the instance that owns them;
+//! - [`version`] is one component version, compiled once; [`specs`] checks what it offers;
+//!   [`errors`] says why opening or a request failed;
+//! - [`embedders`] is the embedder components as a pool, the embedder capability's backend;
+//! - [`tool_metrics`] counts each tool's calls for `/metrics`.
 
+pub mod ask;
 mod catalog;
 pub mod embedders;
+pub mod errors;
 pub mod instance;
-pub mod request;
+pub mod specs;
 pub mod tool_metrics;
 pub mod uri_template;
+pub mod version;
 
 pub use catalog::{PromptEntry, ReadError, Target};
 
@@ -31,15 +39,18 @@ use std::time::Instant;
 
 use wasmtime::component::Linker;
 
-use crate::args::Args;
+use crate::args::{Args, ArgsError};
 use crate::bindings::ToolOutput;
 use crate::capability::client::ListKind;
 use crate::capability::embedder::EmbedderBackend;
 use crate::config::{Config, InstanceConfig};
+use crate::registry::ask::call::Call;
 use crate::registry::embedders::{ComponentEmbedder, EmbedderSlot};
-pub use crate::registry::instance::ToolEntry;
-use crate::registry::instance::{CallError, Caller, ComponentVersion, OpenError, Readiness, ToolInstance, compile};
+use crate::registry::errors::{CallError, OpenError};
+use crate::registry::instance::{Caller, Readiness, ToolInstance};
+pub use crate::registry::specs::ToolEntry;
 use crate::registry::tool_metrics::ToolMetrics;
+use crate::registry::version::{ComponentVersion, compile};
 use crate::runtime::engine::{EngineError, QuarryEngine};
 use crate::runtime::store::StoreState;
 
@@ -291,7 +302,7 @@ impl Registry {
                 return Some((name.clone(), e));
             }
         };
-        tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools().len(), pool = inst.pool(), elapsed = ?start.elapsed(), "opened; preparing");
+        tracing::info!(target: "quarry::load", instance = %name, tools = inst.tools().len(), pool = inst.members(), elapsed = ?start.elapsed(), "opened; preparing");
         let installed = self.install_new(&inst);
         self.opening.lock().remove(name);
         if !installed {
@@ -553,22 +564,24 @@ impl Registry {
     /// Calls `name` (`instance.tool`, or `instance` when it offers one tool) with `args`, JSON
     /// text as a user typed it: checked once to be an object, then passed on as it is.
     pub async fn call(&self, name: &str, args: &str) -> Result<ToolOutput, CallError> {
+        let e = match Args::parse(args) {
+            Ok(args) => return self.call_cancellable(name, &args, Caller::default(), std::future::pending()).await,
+            Err(e) => e,
+        };
         let started = Instant::now();
         let (inst, tool) = self.resolve(name)?;
-        let parsed = check_size(&inst, &tool, args.len()).and_then(|()| {
-            Args::parse(args).map_err(|e| {
+        let qualified = format!("{}.{tool}", inst.name);
+        let out = Err(match e {
+            ArgsError::TooLarge(size) => CallError::ArgsTooLarge { tool: qualified, size, limit: MAX_ARGS_BYTES },
+            ArgsError::NotAnObject(message) => {
                 let tools = inst.tools();
                 let example = tools
                     .iter()
                     .find(|t| t.spec.name == tool)
                     .map_or_else(|| "{}".into(), |t| crate::args::example(&t.schema));
-                CallError::BadArgs { tool: format!("{}.{tool}", inst.name), example, message: e.to_string() }
-            })
+                CallError::BadArgs { tool: qualified, example, message }
+            }
         });
-        let out = match parsed {
-            Ok(args) => inst.call_cancellable(&tool, &args, Caller::default(), std::future::pending()).await,
-            Err(e) => Err(e),
-        };
         self.count(&inst, &tool, started, &out);
         out
     }
@@ -581,7 +594,7 @@ impl Registry {
     }
 
     /// Calls `name` with `args` for `caller`, given up if `cancelled` completes before the call
-    /// starts to run (see [`ToolInstance::call_cancellable`]).
+    /// starts to run (see [`ToolInstance::ask`]).
     pub async fn call_cancellable(
         &self,
         name: &str,
@@ -591,10 +604,7 @@ impl Registry {
     ) -> Result<ToolOutput, CallError> {
         let started = Instant::now();
         let (inst, tool) = self.resolve(name)?;
-        let out = match check_size(&inst, &tool, args.len()) {
-            Ok(()) => inst.call_cancellable(&tool, args, caller, cancelled).await,
-            Err(e) => Err(e),
-        };
+        let out = inst.ask(Call { tool: tool.clone(), args: args.clone() }, caller, cancelled).await;
         self.count(&inst, &tool, started, &out);
         out
     }
@@ -782,14 +792,6 @@ pub fn build_linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<StoreS
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     crate::capability::link_all(&mut linker)?;
     Ok(linker)
-}
-
-/// Arguments over [`MAX_ARGS_BYTES`] are refused before they reach an instance.
-fn check_size(inst: &ToolInstance, tool: &str, size: usize) -> Result<(), CallError> {
-    if size > MAX_ARGS_BYTES {
-        return Err(CallError::ArgsTooLarge { tool: format!("{}.{tool}", inst.name), size, limit: MAX_ARGS_BYTES });
-    }
-    Ok(())
 }
 
 /// Near-miss test for suggestions: a shared prefix of the instance part, or a small edit distance.

@@ -17,7 +17,7 @@ use wasmtime::component::{HasData, Linker};
 use crate::bindings::quarry::retrieval::embedder as wit;
 use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 
-pub use backend::{BoxFuture, Caller, EmbedderBackend};
+pub use backend::{BoxFuture, EmbedCaller, EmbedderBackend};
 
 /// The WIT name of the import.
 pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.5.0";
@@ -98,8 +98,8 @@ pub fn link<T: Send + 'static>(l: &mut Linker<T>, get: fn(&mut T) -> View<'_>) -
 }
 
 impl View<'_> {
-    fn caller(&self) -> Caller<'_> {
-        Caller { client: &self.state.client, deadline: Some(self.deadline) }
+    fn caller(&self) -> EmbedCaller<'_> {
+        EmbedCaller { client: &self.state.client, deadline: Some(self.deadline) }
     }
 }
 
