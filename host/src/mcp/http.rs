@@ -61,7 +61,8 @@ use crate::mcp::budget::{Budget, Held};
 use crate::mcp::call_log::CallLog;
 use crate::mcp::handler::{ClientGone, QuarryMcp};
 use crate::mcp::notify::{Peers, fan_out};
-use crate::mcp::ops;
+use crate::mcp::ops::{self, HttpReply};
+use crate::mcp::scan::{self, Admitted, Edge};
 use crate::registry::Registry;
 
 /// The environment variable holding the bearer token clients must send.
@@ -355,7 +356,10 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
 /// token); then the connection counts as accepted; then a POST's message is read, bounded in
 /// size and time and charged to the request budget ([`ReadMessage`]); then the endpoint
 /// ([`serve_mcp`]), or `/metrics` ([`ops::metrics`]).
-fn endpoint(shared: Arc<Shared>, connection: Arc<Connection>) -> BoxCloneService<Request<Incoming>, Reply, Infallible> {
+fn endpoint(
+    shared: Arc<Shared>,
+    connection: Arc<Connection>,
+) -> BoxCloneService<Request<Incoming>, HttpReply, Infallible> {
     let checked = checked_endpoint(shared.clone(), connection);
     tower::service_fn(move |req: Request<Incoming>| {
         let (shared, checked) = (shared.clone(), checked.clone());
@@ -375,7 +379,7 @@ fn endpoint(shared: Arc<Shared>, connection: Arc<Connection>) -> BoxCloneService
 fn checked_endpoint(
     shared: Arc<Shared>,
     connection: Arc<Connection>,
-) -> BoxCloneService<Request<Incoming>, Reply, Infallible> {
+) -> BoxCloneService<Request<Incoming>, HttpReply, Infallible> {
     use tower_http::validate_request::ValidateRequestHeaderLayer as Check;
     let (origins, tokens, reader) = (shared.clone(), shared.clone(), shared.clone());
     tower::ServiceBuilder::new()
@@ -420,12 +424,12 @@ struct ReadMessage<S> {
 
 impl<S> tower::Service<Request<Incoming>> for ReadMessage<S>
 where
-    S: tower::Service<Request<Full<Bytes>>, Response = Reply, Error = Infallible> + Clone + Send + 'static,
+    S: tower::Service<Request<Full<Bytes>>, Response = HttpReply, Error = Infallible> + Clone + Send + 'static,
     S::Future: Send,
 {
-    type Response = Reply;
+    type Response = HttpReply;
     type Error = Infallible;
-    type Future = Pin<Box<dyn std::future::Future<Output = Result<Reply, Infallible>> + Send>>;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<HttpReply, Infallible>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         self.inner.poll_ready(cx)
@@ -526,7 +530,7 @@ fn with_the_token(shared: &Shared, req: &Request<Incoming>) -> Result<(), Refusa
 
 /// The MCP endpoint, for a request that passed the layers ([`endpoint`]): the session cap on
 /// a new `initialize`, then rmcp serves it.
-async fn serve_mcp(shared: &Shared, req: Request<Full<Bytes>>) -> Response<BoxBody<Bytes, Infallible>> {
+async fn serve_mcp(shared: &Shared, req: Request<Full<Bytes>>) -> HttpReply {
     let service = &shared.service;
     let ends_session = req.method() == hyper::Method::DELETE;
     // Cancelled when the client is gone: when this future is dropped (the connection closed
@@ -555,7 +559,7 @@ async fn serve_mcp(shared: &Shared, req: Request<Full<Bytes>>) -> Response<BoxBo
         && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
         && let Err(e) = serde_json::from_slice::<rmcp::model::ClientJsonRpcMessage>(&bytes)
     {
-        return malformed(e.into(), id);
+        return refused(scan::Refusal::malformed(e.into(), id, Edge::Http));
     }
     // The answer's body lives as long as the client waits for it: when it is dropped (sent, or
     // the connection closed), a call still waiting for its instance is dropped too.
@@ -596,10 +600,8 @@ impl http_body::Body for Guarded {
     }
 }
 
-/// What the server answers a request with.
-type Reply = Response<BoxBody<Bytes, Infallible>>;
 /// An answer that refuses a request.
-type Refusal = Reply;
+type Refusal = HttpReply;
 
 /// A POST body [`read_message`] let through.
 struct Message {
@@ -690,17 +692,9 @@ async fn read_message(mut body: Incoming, headers: &hyper::HeaderMap, shared: &S
             return Err(rpc_error(StatusCode::REQUEST_TIMEOUT, -32600, &msg, serde_json::Value::Null));
         }
     };
-    let envelope = crate::mcp::scan::envelope(&bytes).map_err(|e| malformed(e, crate::mcp::scan::id_of(&bytes)))?;
-    let id = envelope.id_value();
-    // An `initialize` as rmcp decodes it, whatever escapes spell its method.
-    let initialize = envelope.is_initialize().then(|| id.clone());
-    // Arguments over the limit are taken out, never parsed; the handler answers the call as a
-    // tool error (and logs it) from what was refused, which travels in the request's extensions.
-    let (smaller, refused) = crate::mcp::scan::refuse_large_arguments(&bytes, &envelope).unzip();
-    let tree = match &smaller {
-        Some(s) => crate::mcp::scan::nodes(s).saturating_mul(crate::mcp::scan::NODE_BYTES),
-        None => envelope.tree_bytes(),
-    };
+    let admitted = scan::admit(&bytes, Edge::Http).map_err(refused)?;
+    let Admitted { smaller, id, initialize, refused, tree } = admitted;
+    let initialize = initialize.then(|| id.clone());
     let bytes = smaller.map_or(bytes, Bytes::from);
     // The tree rmcp will build, the only one.
     if !budget.charge(&mut held, tree) {
@@ -709,24 +703,12 @@ async fn read_message(mut body: Incoming, headers: &hyper::HeaderMap, shared: &S
     Ok(Message { bytes, held, id, initialize, refused })
 }
 
-/// The answer to a body that is not one JSON-RPC message: 400 with a parse error (-32700) or
-/// an invalid request (-32600), echoing `id` (null when none could be read).
-fn malformed(e: crate::mcp::scan::ScanError, id: serde_json::Value) -> Refusal {
-    let msg = match &e {
-        crate::mcp::scan::ScanError::Syntax(e) => format!("parse error: the body is not JSON ({e})"),
-        crate::mcp::scan::ScanError::Shape(e) => {
-            format!("invalid request: the body is not a JSON-RPC 2.0 request, notification or response ({e})")
-        }
-    };
-    rpc_error(StatusCode::BAD_REQUEST, e.code(), &msg, id)
+/// The answer to a body that is not one JSON-RPC message: 400 with its JSON-RPC error.
+fn refused(m: scan::Refusal) -> Refusal {
+    rpc_error(StatusCode::BAD_REQUEST, m.code, &m.message, m.id)
 }
 
-fn rpc_error(
-    status: StatusCode,
-    code: i64,
-    message: &str,
-    id: serde_json::Value,
-) -> Response<BoxBody<Bytes, Infallible>> {
+fn rpc_error(status: StatusCode, code: i64, message: &str, id: serde_json::Value) -> HttpReply {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
     let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
     *r.status_mut() = status;
@@ -746,7 +728,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn plain(status: StatusCode, message: &str) -> Response<BoxBody<Bytes, Infallible>> {
+fn plain(status: StatusCode, message: &str) -> HttpReply {
     let mut r = Response::new(Full::new(Bytes::from(format!("{message}\n"))).boxed());
     *r.status_mut() = status;
     r.headers_mut()

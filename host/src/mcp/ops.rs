@@ -36,11 +36,12 @@ pub struct ServerFigures {
     pub sessions: usize,
 }
 
-type Reply = Response<BoxBody<Bytes, Infallible>>;
+/// An HTTP answer of the MCP endpoint or a probe, its body boxed.
+pub type HttpReply = Response<BoxBody<Bytes, Infallible>>;
 
 /// The answer to a probe (`path` is [`HEALTHZ`] or [`READYZ`]), or `None` for another path.
 /// `details`: whether the caller may read why the host is not ready.
-pub async fn probe(registry: &Registry, method: &Method, path: &str, details: bool) -> Option<Reply> {
+pub async fn probe(registry: &Registry, method: &Method, path: &str, details: bool) -> Option<HttpReply> {
     if path != HEALTHZ && path != READYZ {
         return None;
     }
@@ -69,7 +70,7 @@ pub async fn probe(registry: &Registry, method: &Method, path: &str, details: bo
 
 /// The answer to `GET /metrics` (another method is refused before, with the MCP endpoint's
 /// checks).
-pub fn metrics(registry: &Registry, server: ServerFigures) -> Reply {
+pub fn metrics(registry: &Registry, server: ServerFigures) -> HttpReply {
     let mut e = Exposition::default();
     crate::metrics::write(registry, &mut e);
     e.single("quarry_http_connections_open", Kind::Gauge, "HTTP connections open now.", server.connections as f64);
@@ -78,13 +79,13 @@ pub fn metrics(registry: &Registry, server: ServerFigures) -> Reply {
 }
 
 /// 405 to a method other than `GET` or `HEAD`.
-pub fn not_allowed() -> Reply {
+pub fn not_allowed() -> HttpReply {
     let mut r = reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain; charset=utf-8", "use GET\n".into());
     r.headers_mut().insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static("GET, HEAD"));
     r
 }
 
-fn reply(status: StatusCode, content_type: &'static str, body: String) -> Reply {
+fn reply(status: StatusCode, content_type: &'static str, body: String) -> HttpReply {
     let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
     *r.status_mut() = status;
     let h = r.headers_mut();

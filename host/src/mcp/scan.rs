@@ -13,8 +13,6 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::args::MAX_ARGS_BYTES;
-
 /// What the host charges for one node of a parsed JSON tree: its 32-byte value, its share of
 /// a vector or map grown by doubling (and the old buffer while it is copied), a map entry's
 /// key, and serde's buffer of the same node while rmcp's untagged message types try their
@@ -130,7 +128,7 @@ pub fn envelope(bytes: &[u8]) -> Result<Envelope<'_>, ScanError> {
     Ok(Envelope { method: raw.method, id: raw.id, arguments, nodes: nodes(bytes) })
 }
 
-/// The arguments of a `tools/call` refused for their size (over [`MAX_ARGS_BYTES`]) where the
+/// The arguments of a `tools/call` refused for their size (over [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES)) where the
 /// message was read: their size, and their first bytes for the call log. The transport hands it
 /// to the handler out of band, in the request's extensions, beside the message with the
 /// arguments replaced by `{}` ([`refuse_large_arguments`]): no tree of them is ever built, the
@@ -146,11 +144,11 @@ pub struct RefusedArguments {
 /// How much of refused arguments is kept for the call log (its own cut).
 const HEAD_BYTES: usize = crate::mcp::call_log::MAX_ARGS;
 
-/// `bytes` with the arguments of a `tools/call` over [`MAX_ARGS_BYTES`] replaced by `{}`, and
+/// `bytes` with the arguments of a `tools/call` over [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES) replaced by `{}`, and
 /// what was refused; `None` when they fit.
 pub fn refuse_large_arguments(bytes: &[u8], envelope: &Envelope<'_>) -> Option<(Vec<u8>, RefusedArguments)> {
     let args = envelope.arguments?.get();
-    if args.len() <= MAX_ARGS_BYTES {
+    if crate::args::fits(args.len()) {
         return None;
     }
     // The raw value borrows from `bytes`: its place there is the difference of the pointers.
@@ -165,6 +163,74 @@ pub fn refuse_large_arguments(bytes: &[u8], envelope: &Envelope<'_>) -> Option<(
     out.extend_from_slice(b"{}");
     out.extend_from_slice(&bytes[end..]);
     Some((out, RefusedArguments { bytes: args.len(), head: args[..cut].to_string() }))
+}
+
+/// Which edge a message came in by: the words its refusals use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// A POST body of Streamable HTTP.
+    Http,
+    /// A line of stdio.
+    Stdio,
+}
+
+/// A message refused at the edge, as its client is told: the JSON-RPC error code, the message,
+/// and the `id` to echo (null when none could be read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// -32700 (not JSON) or -32600 (not one JSON-RPC message).
+    pub code: i64,
+    /// What is wrong, and what to send instead.
+    pub message: String,
+    /// The message's `id`, or null.
+    pub id: serde_json::Value,
+}
+
+impl Refusal {
+    /// A message that is not one JSON-RPC message (`e`), that came in by `edge` with `id`.
+    pub fn malformed(e: ScanError, id: serde_json::Value, edge: Edge) -> Refusal {
+        let (unit, hint) = match edge {
+            Edge::Http => ("body", ""),
+            Edge::Stdio => ("message", "; send one JSON-RPC message per line"),
+        };
+        let message = match &e {
+            ScanError::Syntax(e) => format!("parse error: the {unit} is not JSON ({e}){hint}"),
+            ScanError::Shape(e) => {
+                format!("invalid request: the {unit} is not a JSON-RPC 2.0 request, notification or response ({e})")
+            }
+        };
+        Refusal { code: e.code(), message, id }
+    }
+}
+
+/// A message admitted at the edge, before any tree: what the transport hands rmcp and charges.
+#[derive(Debug)]
+pub struct Admitted {
+    /// The message with arguments over [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES) replaced by `{}`; `None` when it is
+    /// the bytes as read.
+    pub smaller: Option<Vec<u8>>,
+    /// Its `id` (null when it has none a JSON-RPC error can echo).
+    pub id: serde_json::Value,
+    /// Whether it is an `initialize` request, as rmcp decodes it.
+    pub initialize: bool,
+    /// The arguments taken out, for the handler to answer ([`RefusedArguments`]).
+    pub refused: Option<RefusedArguments>,
+    /// What the one tree rmcp builds of the message costs ([`NODE_BYTES`] a node).
+    pub tree: usize,
+}
+
+/// Admits `bytes`, one message as it came in by `edge`: reads its envelope (JSON, one message
+/// object), takes out arguments over the bound (never parsed; the handler answers the call as a
+/// tool error from what was refused, handed on in the request's extensions), and counts the
+/// tree rmcp will build. Builds no tree; the transport charges [`Admitted::tree`].
+pub fn admit(bytes: &[u8], edge: Edge) -> Result<Admitted, Refusal> {
+    let envelope = envelope(bytes).map_err(|e| Refusal::malformed(e, id_of(bytes), edge))?;
+    let (smaller, refused) = refuse_large_arguments(bytes, &envelope).unzip();
+    let tree = match &smaller {
+        Some(s) => nodes(s).saturating_mul(NODE_BYTES),
+        None => envelope.tree_bytes(),
+    };
+    Ok(Admitted { id: envelope.id_value(), initialize: envelope.is_initialize(), smaller, refused, tree })
 }
 
 /// The nodes of the tree `json` parses into, counted from its bytes: one for the top value, and
@@ -193,6 +259,7 @@ pub fn nodes(json: &[u8]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::MAX_ARGS_BYTES;
 
     #[test]
     fn the_method_is_decoded_as_rmcp_decodes_it() {

@@ -32,7 +32,7 @@ use crate::mcp::ServeError;
 use crate::mcp::call_log::CallLog;
 use crate::mcp::handler::QuarryMcp;
 use crate::mcp::notify::{Peers, fan_out};
-use crate::mcp::scan::{self, ScanError};
+use crate::mcp::scan::{self, Admitted, Edge, Refusal};
 use crate::registry::Registry;
 
 /// The longest message accepted, in bytes (16 MiB, rmcp's own line limit).
@@ -108,14 +108,6 @@ pub struct LineTransport<R> {
     max_tree_bytes: usize,
 }
 
-/// Why a line is answered with an error instead of passed on.
-#[derive(Debug, PartialEq)]
-struct Refusal {
-    code: i64,
-    message: String,
-    id: serde_json::Value,
-}
-
 impl<R: AsyncRead + Unpin> LineTransport<R> {
     /// A transport reading `input`, writing whole lines to `lines`; one message may take at most
     /// `max_tree_bytes` once parsed.
@@ -164,15 +156,8 @@ impl<R: AsyncRead + Unpin> LineTransport<R> {
         if body.iter().all(u8::is_ascii_whitespace) {
             return Ok(None);
         }
-        let envelope = scan::envelope(body).map_err(|e| malformed(e, scan::id_of(body)))?;
-        let id = envelope.id_value();
-        // Arguments over the limit are taken out, so no tree of them is built (the handler
-        // answers the call as a tool error from what was refused).
-        let (smaller, refused) = scan::refuse_large_arguments(body, &envelope).unzip();
-        let (body, tree) = match &smaller {
-            Some(s) => (s.as_slice(), scan::nodes(s).saturating_mul(scan::NODE_BYTES)),
-            None => (body, envelope.tree_bytes()),
-        };
+        let Admitted { smaller, id, refused, tree, .. } = scan::admit(body, Edge::Stdio)?;
+        let body = smaller.as_deref().unwrap_or(body);
         let needed = body.len().saturating_add(tree);
         if needed > self.max_tree_bytes {
             let msg = format!(
@@ -191,23 +176,9 @@ impl<R: AsyncRead + Unpin> LineTransport<R> {
                 Ok(Some(message))
             }
             Err(_) if ignored_notification(body) => Ok(None),
-            Err(e) => Err(malformed(e.into(), id)),
+            Err(e) => Err(Refusal::malformed(e.into(), id, Edge::Stdio)),
         }
     }
-}
-
-/// The answer to a line that is not one JSON-RPC message: a parse error (-32700) or an invalid
-/// request (-32600), echoing `id` (null when none could be read).
-fn malformed(e: ScanError, id: serde_json::Value) -> Refusal {
-    let message = match &e {
-        ScanError::Syntax(e) => {
-            format!("parse error: the message is not JSON ({e}); send one JSON-RPC message per line")
-        }
-        ScanError::Shape(e) => {
-            format!("invalid request: the message is not a JSON-RPC 2.0 request, notification or response ({e})")
-        }
-    };
-    Refusal { code: e.code(), message, id }
 }
 
 /// A notification (no `id`) of a method MCP does not define, which rmcp ignores rather than
