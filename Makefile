@@ -11,7 +11,7 @@ guests = $(shell awk '$$1 ~ /^[a-z]/ && $$2 ~ /^($(1))$$/ {print $$1}' component
 GUESTS := $(addprefix -p ,$(call guests,wasm|both|lib))
 NOT_GUESTS := $(addprefix --exclude ,$(call guests,wasm)) --exclude chapter-eval
 
-.PHONY: setup models components host install wheel demo test lint fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase bench-corpus profile eval eval-couchbase eval-docx
+.PHONY: setup models components host install wheel demo test lint docs fuzz ci bench bench-oci bench-hostile bench-embedder bench-docx bench-chapters bench-mcp bench-couchbase bench-corpus profile eval eval-couchbase eval-docx
 
 setup:
 	rustup target add wasm32-wasip2
@@ -87,6 +87,13 @@ lint: setup
 	$(CARGO) clippy --target wasm32-wasip2 $(GUESTS) -- -D warnings
 	$(CARGO) clippy -p chapter-eval -- -D warnings
 	$(CARGO) clippy -p chapter-eval --features couchbase -- -D warnings
+
+# The guide (docs/, an mdBook) into $(CARGO_TARGET_DIR)/book; then its links, and every command it
+# and the README show (make targets, quarry subcommands and their flags, asked of the built host).
+docs:
+	bash docs/mdbook.sh build docs --dest-dir $(abspath $(or $(CARGO_TARGET_DIR),target))/book
+	$(CARGO) build -p quarry
+	python3 .ci/docs-check.py --quarry $(BIN)
 
 bench: setup
 	$(CARGO) bench -p quarry-tests --bench host

@@ -145,7 +145,7 @@ fn check_prepares_every_instance_and_sizes_the_pools() {
     assert!(out.contains("pool h: 1 instance, memory at most 256 MiB"), "{out}");
 }
 
-/// `quarry init` writes the model the README recommends (q8 on onnxruntime) where both are
+/// `quarry init` writes the model the guide recommends (q8 on onnxruntime) where both are
 /// installed, else fp32 on tract, saying which and why.
 #[test]
 fn init_writes_the_recommended_model_where_it_is_installed() {

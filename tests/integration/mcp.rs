@@ -209,7 +209,7 @@ fn crewai_adapter_over_http() {
     crewai_example(Some(&served.url), &m);
 }
 
-/// The README's promise for a first start: CrewAI's `MCPServerAdapter`, with its default 30 s
+/// The guide's promise for a first start (docs/src/mcp.md): CrewAI's `MCPServerAdapter`, with its default 30 s
 /// connect timeout, starts `quarry serve --stdio` on a manual whose index takes longer than that
 /// to build (the toy embedder waits 8 s per batch of 32 chunks, and the manual, cut in small
 /// chunks, makes more than four), lists the tools at once, and gets the answer once the index is
@@ -331,7 +331,7 @@ fn progress_and_logging_over_http() {
 }
 
 /// A launcher nobody here wrote: the MCP Inspector's CLI starts quarry over stdio. It takes
-/// `--config` as a flag of its own (and refuses it without `--server`), so the README and
+/// `--config` as a flag of its own (and refuses it without `--server`), so the README, the guide and
 /// `quarry init` give `-c`; `QUARRY_CONFIG` works as well.
 #[test]
 fn the_mcp_inspector_launches_quarry_with_dash_c_or_quarry_config() {

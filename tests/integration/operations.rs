@@ -168,7 +168,7 @@ async fn prometheus_scrapes_what_the_calls_did() {
     prometheus.wait_for("process_resident_memory_bytes{job=\"quarry\"}", 30, |v| v > 1e6).await;
 }
 
-/// What an operator alerts on, scraped by a real Prometheus that evaluates the README's rules
+/// What an operator alerts on, scraped by a real Prometheus that evaluates the guide's rules (docs/src/mcp.md)
 /// (host/prometheus/alerts.yml): an instance that did not load is not ready (and its alert is
 /// pending), each instance says which component version serves, a corpus its generation, size
 /// and last commit, and a refused hot swap is counted and fires its alert while the old version
