@@ -186,7 +186,7 @@ fn quoted(s: &str) -> String {
 }
 
 /// The model section `quarry init` writes: MiniLM with int8 matrix products on onnxruntime, as
-/// the README recommends, where both are installed; else the fp32 graph on tract, which every
+/// the guide recommends (docs/src/benchmarks.md), where both are installed; else the fp32 graph on tract, which every
 /// install has, saying why.
 pub struct ModelChoice {
     /// The `[models.minilm]` section, with its comment.
@@ -207,14 +207,14 @@ impl ModelChoice {
             (Ok(_), Ok(_)) => ModelChoice {
                 section: "# The embedding model: all-MiniLM-L6-v2 (384 dimensions) with int8 matrix products, run by
 # onnxruntime: about half the CPU of the fp32 graph on tract, within two questions of 40 of
-# it on the README's benchmark. The host loads it once and runs it natively. For the fp32
+# it on Quarry's benchmark (docs/src/benchmarks.md). The host loads it once and runs it natively. For the fp32
 # graph on tract, the backend built into quarry: dir = \"builtin:all-minilm-l6-v2\", no backend.
 [models.minilm]
 dir = \"builtin:all-minilm-l6-v2-q8\"
 backend = \"onnxruntime\"
 "
                 .into(),
-                said: "model: all-MiniLM-L6-v2 q8 on onnxruntime (installed here; the README's recommendation)".into(),
+                said: "model: all-MiniLM-L6-v2 q8 on onnxruntime (installed here; the recommended model)".into(),
             },
             (q8, runtime) => {
                 let why = [
@@ -228,7 +228,7 @@ backend = \"onnxruntime\"
                 ModelChoice {
                     section: format!(
                         "# The embedding model: all-MiniLM-L6-v2 (384 dimensions), fp32, on tract (built into quarry).
-# The README recommends the q8 graph on onnxruntime (about half the CPU); this machine has
+# The recommended model is the q8 graph on onnxruntime (about half the CPU); this machine has
 # {why} (`make models` from source installs both). The host loads the model once and runs
 # it natively; `builtin:` finds it beside quarry or in ~/.cache/quarry/models.
 [models.minilm]
@@ -236,7 +236,7 @@ dir = \"builtin:all-minilm-l6-v2\"
 "
                     ),
                     said: format!(
-                        "model: all-MiniLM-L6-v2 fp32 on tract ({why} here for the q8 graph on onnxruntime the README recommends; `make models` installs both)"
+                        "model: all-MiniLM-L6-v2 fp32 on tract ({why} here for the recommended q8 graph on onnxruntime; `make models` installs both)"
                     ),
                 }
             }
@@ -249,7 +249,7 @@ fn render(instances: &[Instance], model: &ModelChoice) -> String {
     let model = &model.section;
     let mut out = format!(
         r#"# Written by `quarry init`, quarry {version}.
-# Paths are absolute; every key is in the README ("Config (TOML)").
+# Paths are absolute; every key is in the guide (docs/src/configuration.md).
 #
 # Serve these tools to an agent (what CrewAI's MCPServerAdapter starts):
 #   quarry -c quarry.toml serve --stdio

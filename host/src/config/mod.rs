@@ -516,7 +516,7 @@ fn validate_instance(
         return Err(KeyError::new(
             key(".component"),
             format!(
-                "component file {} does not exist; build it (see README.md) or fix the path (relative paths start at the config file's directory)",
+                "component file {} does not exist; build it (`make components`, or `make demo` for the main job's) or fix the path (relative paths start at the config file's directory)",
                 component.display()
             ),
         ));
