@@ -183,21 +183,20 @@ impl QuarryMcp {
         RoundAsker::new(seal, (call, args, caller), caps, responses, state).map(|a| CallAsker::Round(Arc::new(a)))
     }
 
-    /// Runs `run`, a request that runs guest code, once the instances are listed, for this
-    /// session's caller with the asker of its era (see [`QuarryMcp::asker`]); returns its
-    /// outcome and the asker, which says whether the client is to answer an input round
-    /// instead, and what the request asked that the client did not declare.
-    async fn run_asking<T>(
-        &self,
-        context: &RequestContext<RoleServer>,
-        asked: Asked<'_>,
-        run: impl AsyncFnOnce(Caller<'_>) -> T,
-    ) -> Result<(T, CallAsker), ErrorData> {
+    /// Who answers the questions of a request that runs guest code (see [`QuarryMcp::asker`]),
+    /// once the instances are listed. Made before the request waits: it reads what it needs of
+    /// the request (its era, the client's capabilities, its credentials).
+    async fn asking(&self, context: &RequestContext<RoleServer>, asked: Asked<'_>) -> Result<CallAsker, ErrorData> {
         self.registry.loaded().await;
-        let asker = self.asker(context, asked.name, asked.args, asked.responses, asked.state)?;
+        self.asker(context, asked.name, asked.args, asked.responses, asked.state)
+    }
+
+    /// Runs `run` for this session's caller, `asker` answering its questions; then `asker`
+    /// says whether the client is to answer an input round instead, and what the request asked
+    /// that the client did not declare.
+    async fn run_asking<T>(&self, asker: &CallAsker, run: impl AsyncFnOnce(Caller<'_>) -> T) -> T {
         let shared = asker.shared();
-        let outcome = run(Caller { asker: Some(&shared), ..self.caller() }).await;
-        Ok((outcome, asker))
+        run(Caller { asker: Some(&shared), ..self.caller() }).await
     }
 
     /// This session as a caller that asks its client nothing and hears nothing.
@@ -438,11 +437,12 @@ impl ServerHandler for QuarryMcp {
         let GetPromptRequestParams { name, arguments, input_responses, request_state, .. } = request;
         let args = serde_json::Value::Object(arguments.unwrap_or_default()).to_string();
         let asked = Asked { name: &name, args: &args, responses: input_responses, state: request_state.as_deref() };
-        let (outcome, asker) = self
-            .run_asking(&context, asked, async |caller| {
+        let asker = self.asking(&context, asked).await?;
+        let outcome = self
+            .run_asking(&asker, async |caller| {
                 self.registry.get_prompt(&name, args.clone(), caller, context.ct.cancelled()).await
             })
-            .await?;
+            .await;
         if let Some(round) = asker.input_required(&self.seal) {
             return Ok(GetPromptResponse::InputRequired(round));
         }
@@ -487,9 +487,10 @@ impl ServerHandler for QuarryMcp {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let ReadResourceRequestParams { uri, input_responses, request_state, .. } = request;
         let asked = Asked { name: &uri, args: "", responses: input_responses, state: request_state.as_deref() };
-        let (outcome, asker) = self
-            .run_asking(&context, asked, async |caller| self.registry.read(&uri, caller, context.ct.cancelled()).await)
-            .await?;
+        let asker = self.asking(&context, asked).await?;
+        let outcome = self
+            .run_asking(&asker, async |caller| self.registry.read(&uri, caller, context.ct.cancelled()).await)
+            .await;
         if let Some(round) = asker.input_required(&self.seal) {
             return Ok(ReadResourceResponse::InputRequired(round));
         }
@@ -572,7 +573,6 @@ impl ServerHandler for QuarryMcp {
         // rest of the request (`_meta`) is a tree the client sized, and unused.
         let CallToolRequestParams { name, arguments, input_responses, request_state, .. } = request;
         let token = crate::mcp::listen::progress_token(&context.meta);
-        context.meta = Default::default();
         let args = arguments_of(arguments, &context);
         // What the call log shows of them: the head of refused ones, all of the others.
         let logged = match &args {
@@ -623,8 +623,11 @@ impl ServerHandler for QuarryMcp {
                 };
                 let asked =
                     Asked { name: &name, args: logged, responses: input_responses, state: request_state.as_deref() };
-                let (outcome, asker) = self
-                    .run_asking(&context, asked, async |caller| {
+                let asker = self.asking(&context, asked).await?;
+                // The rest of `_meta` is a tree the client sized: not kept across the wait.
+                context.meta = Default::default();
+                let outcome = self
+                    .run_asking(&asker, async |caller| {
                         let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
                         let listening = listener.as_ref().map(|l| l as &dyn crate::registry::instance::Listener);
                         let caller = Caller { listener: listening, ..caller };
@@ -634,7 +637,7 @@ impl ServerHandler for QuarryMcp {
                         }
                         outcome
                     })
-                    .await?;
+                    .await;
                 (Answer::Call(outcome), Some(asker))
             }
         };
