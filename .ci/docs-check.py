@@ -34,13 +34,17 @@ def slug(heading):
 
 
 def anchors(path):
-    found, fence = set(), False
-    for line in path.read_text(encoding="utf-8").splitlines():
+    return {slug(line.lstrip("#")) for _, line in prose(path) if line.startswith("#")}
+
+
+def prose(path):
+    """(line number, line) of every line outside fenced blocks."""
+    fence = False
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if FENCE.match(line):
             fence = not fence
-        elif not fence and line.startswith("#"):
-            found.add(slug(line.lstrip("#")))
-    return found
+        elif not fence:
+            yield n, line
 
 
 def blocks(path):
@@ -83,13 +87,7 @@ class Quarry:
 
 
 def check_links(path, problems):
-    fence = False
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if FENCE.match(line):
-            fence = not fence
-            continue
-        if fence:
-            continue
+    for n, line in prose(path):
         for target in LINK.findall(line):
             if re.match(r"^[a-z]+:", target):
                 continue
@@ -103,13 +101,7 @@ def check_links(path, problems):
 
 def check_inline_make(path, problems, targets):
     """`make TARGET` in prose, as an inline code span."""
-    fence = False
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if FENCE.match(line):
-            fence = not fence
-            continue
-        if fence:
-            continue
+    for n, line in prose(path):
         for target in re.findall(r"`(?:[A-Z_]+=\S+ )*make ([a-z][a-z0-9-]*)[^`]*`", line):
             if target not in targets:
                 problems.append(f"{path.relative_to(ROOT)}:{n}: make {target}: no such target in the Makefile")
