@@ -108,12 +108,12 @@ async fn six_tools_over_the_rclone_manual() {
     assert!(!inside.hits.is_empty() && inside.hits.len() <= 3);
     for h in &inside.hits {
         let m: Value = serde_json::from_str(&h.metadata).unwrap();
-        let cid = m["chapter_id"].as_str().unwrap();
+        let cid = h.location.as_ref().and_then(|l| l.chapter.as_deref()).unwrap();
         assert!(
             cid == first
                 || cid.starts_with(&format!("{first}."))
                 || m["chapter_ids"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().starts_with(&first)),
-            "{m}"
+            "{cid} {m}"
         );
         assert!(h.score.is_some() && h.source.as_deref().unwrap().starts_with("/docs/MANUAL.md > "));
     }
@@ -126,9 +126,7 @@ async fn six_tools_over_the_rclone_manual() {
     // section's second one. The same question inside the top chapter, unspread
     // (search_chapter_content), gives a second fragment of a section before a new section.
     let sections = |hits: &[quarry::bindings::Hit]| -> Vec<String> {
-        hits.iter()
-            .map(|h| serde_json::from_str::<Value>(&h.metadata).unwrap()["chapter_id"].as_str().unwrap().to_string())
-            .collect()
+        hits.iter().map(|h| h.location.as_ref().and_then(|l| l.chapter.clone()).unwrap()).collect()
     };
     let spread_ok = |ids: &[String]| {
         let first_repeat = (0..ids.len()).find(|&i| ids[..i].contains(&ids[i])).unwrap_or(ids.len());

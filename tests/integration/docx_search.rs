@@ -88,7 +88,7 @@ async fn general_mode_schema_search_output_and_hits() {
     let score = hit.score.unwrap();
     assert!((0.0..=1.0).contains(&score), "{score}");
     let meta: Value = serde_json::from_str(&hit.metadata).unwrap();
-    assert_eq!(meta["heading_path"], json!(["Test with tables"]));
+    assert_eq!(hit.location.as_ref().map(|l| l.path.clone()), Some(vec!["Test with tables".to_string()]));
     assert_eq!(meta["heading"], "Test with tables");
     assert!(meta["chunk_index"].is_u64());
     // Tables are searchable text.

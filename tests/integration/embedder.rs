@@ -140,7 +140,7 @@ async fn a_tool_importing_an_embedder_must_name_one() {
     let host = quarry::Registry::new(cfg).unwrap();
     let failures = host.load_all().await;
     let msg = failures[0].1.to_string();
-    assert!(msg.contains("imports `quarry:retrieval/embedder@0.5.0`") && msg.contains("embedder = \"NAME\""), "{msg}");
+    assert!(msg.contains("imports `quarry:retrieval/embedder@0.6.0`") && msg.contains("embedder = \"NAME\""), "{msg}");
 }
 
 #[tokio::test]

@@ -89,7 +89,7 @@ async def main() -> None:
             assert not res.isError and len(res.content) == 1, res.content
             hits = res.structuredContent["hits"]
             for h in hits:
-                assert h["metadata"]["resource"] == f"quarry://{inst}/chapter/{h['metadata']['chapter_id']}", h
+                assert h["resource"] == f"quarry://{inst}/chapter/{h['location']['chapter']}", h
             step(f"search: {len(hits)} hits, each naming its chapter's resource")
 
             prompts = (await session.list_prompts()).prompts

@@ -134,10 +134,11 @@ def quarry_call(quarry: str, config: str, tool: str, args: dict[str, Any]) -> di
 
 
 def expect_mirror(name: str, text: str, structured: Any, cli: dict[str, Any]) -> None:
-    """content[0] is the whole text; structuredContent mirrors the hits and extra data."""
+    """content[0] is the whole text; structuredContent mirrors the hits, the route and extra data."""
     assert text == cli["text"], f"{name}: content[0].text differs from `quarry call`:\n{text[:500]}\n---\n{cli['text'][:500]}"
     assert isinstance(structured, dict), f"{name}: structuredContent is {structured!r}"
     assert structured.get("hits") == cli["hits"], f"{name}: structuredContent.hits differ from `quarry call`"
+    assert structured.get("route") == cli["route"], f"{name}: structuredContent.route differs from `quarry call`"
     # Ingest reports ("opened", "added") say what this process indexed for the call, which
     # differs between the long-running server and a fresh CLI process; the rest must match.
     def stable(extra: Any) -> Any:

@@ -5,7 +5,7 @@ wit_bindgen::generate!({
     world: "bedrock-kb",
     // Quarry's own types are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.5.0": tool_guest::types,
+        "quarry:retrieval/types@0.6.0": tool_guest::types,
     },
     generate_all,
 });

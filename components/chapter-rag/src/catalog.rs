@@ -119,7 +119,7 @@ impl ChapterTool {
         let tree = &self.built_ref().tree;
         let mut seen = std::collections::BTreeSet::new();
         hits.iter()
-            .filter_map(|h| h.metadata["chapter_id"].as_str())
+            .filter_map(|h| h.location.as_ref().and_then(|l| l.chapter.as_deref()))
             .filter(|id| seen.insert(id.to_string()))
             .filter_map(|id| tree.find(id).map(|i| (id, i)))
             .map(|(id, i)| {

@@ -6,11 +6,11 @@ wit_bindgen::generate!({
     world: "chapter-rag",
     // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.5.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.5.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.5.0": tool_guest::progress,
-        "quarry:retrieval/corpus@0.5.0": tool_guest::corpus,
-        "quarry:retrieval/client@0.5.0": tool_guest::client,
+        "quarry:retrieval/types@0.6.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.6.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.6.0": tool_guest::progress,
+        "quarry:retrieval/corpus@0.6.0": tool_guest::corpus,
+        "quarry:retrieval/client@0.6.0": tool_guest::client,
     },
     generate_all,
 });

@@ -420,7 +420,7 @@ pub fn reopen(
     let mut slots: Vec<Option<Chunk>> = vec![None; ids.len()];
     let mut report = Report { chapters: tree.nodes.len(), warning: tree.warning.clone(), ..Report::default() };
     for batch in ids.chunks(CORPUS_BATCH) {
-        for r in corpus.get(batch).map_err(corpus_error)?.into_iter().flatten() {
+        for r in corpus.get_without_vectors(batch).map_err(corpus_error)?.into_iter().flatten() {
             let position = r.id.rsplit_once('#').and_then(|(_, p)| p.parse::<usize>().ok());
             let Some(slot) = position.and_then(|p| slots.get_mut(p)) else { return Ok(None) };
             let Some(chunk) = chunk_of(&r, &text, &node_of) else { return Ok(None) };

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use tool_guest::args::Spec;
-pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError, corpus_error};
+pub use tool_guest::tool::{BaseEnv, Hit, Location, Model, Output, RoutedChapter, ToolError, corpus_error};
 
 use crate::args::{GetArgs, ListArgs, Retrieval, RouteArgs, SearchArgs, SearchInArgs, ValidateArgs};
 use crate::index::{self, Built, Report, Reuse};
@@ -439,6 +439,7 @@ impl ChapterTool {
         Ok(Output {
             text,
             hits: Vec::new(),
+            route: None,
             extra: json!({"nodes": nodes, "not_shown": more, "report": self.built.report}),
             content: Vec::new(),
         })
@@ -478,6 +479,7 @@ impl ChapterTool {
         Ok(Output {
             text,
             hits: Vec::new(),
+            route: None,
             extra: json!({
                 "chapter_id": n.id, "title": n.title, "level": n.level,
                 "parent_id": parent.map(|p| &p.id), "parent_title": parent.map(|p| &p.title),
@@ -531,7 +533,7 @@ impl ChapterTool {
         let route = self.route_question(env, &q, &a.question)?;
         audit(env, "route", &a.question, &route, &[]);
         let body = serde_json::to_value(&route).unwrap_or_default();
-        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body, content: Vec::new() })
+        Ok(Output { text: pretty(&body), hits: Vec::new(), route: None, extra: body, content: Vec::new() })
     }
 
     fn hit(&self, s: &Scored) -> Hit {
@@ -542,16 +544,18 @@ impl ChapterTool {
             content: c.text.clone(),
             score: Some(s.score),
             source: Some(format!("{} > {}", self.settings.manual, tree.path(c.chapter).join(" > "))),
+            location: Some(Location {
+                path: tree.path(c.chapter),
+                lines: Some((line(c.lines.0), line(c.lines.1))),
+                chapter: Some(n.id.clone()),
+            }),
+            // The chapter as a resource (resources/read), as the host lists it.
+            resource: Some(crate::tree::chapter_uri(&n.id)),
             metadata: json!({
-                "chapter_id": n.id,
                 "chapter_title": n.title,
-                // The chapter as a resource (resources/read), as the host lists it.
-                "resource": crate::tree::chapter_uri(&n.id),
                 "chapter_ids": c.chapters.iter().map(|&x| &tree.nodes[x].id).collect::<Vec<_>>(),
                 "parent_id": n.parent.map(|p| &tree.nodes[p].id),
-                "path": tree.path(c.chapter),
                 "chunk_index": c.chunk_index,
-                "lines": [c.lines.0, c.lines.1],
             }),
         }
     }
@@ -584,7 +588,7 @@ impl ChapterTool {
             .iter()
             .map(|h| {
                 json!({
-                    "chapter_id": h.metadata["chapter_id"], "chapter_title": h.metadata["chapter_title"],
+                    "chapter_id": chapter_of(h), "chapter_title": h.metadata["chapter_title"],
                     "chunk_index": h.metadata["chunk_index"], "score": h.score.map(json_f32), "content": h.content,
                 })
             })
@@ -592,6 +596,7 @@ impl ChapterTool {
         Ok(Output {
             text: pretty(&Value::Array(results)),
             hits,
+            route: None,
             extra: json!({"chapter_ids": ids, "threshold": json_f32(threshold)}),
             content: Vec::new(),
         })
@@ -667,7 +672,7 @@ impl ChapterTool {
             }
         };
         let hits: Vec<Hit> = found.iter().map(|s| self.hit(s)).collect();
-        let cited: Vec<&str> = hits.iter().filter_map(|h| h.metadata["chapter_id"].as_str()).collect();
+        let cited: Vec<&str> = hits.iter().filter_map(chapter_of).collect();
         audit(env, "search", &a.question, &route, &cited);
         let routed: Vec<String> = route
             .chapters
@@ -692,38 +697,49 @@ impl ChapterTool {
         }
         for (k, h) in hits.iter().enumerate() {
             let m = &h.metadata;
+            let at = h.location.clone().unwrap_or_default();
+            let (first, last) = at.lines.unwrap_or_default();
             // A chunk of merged short chapters names them all.
             let ids: Vec<&str> =
                 m["chapter_ids"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
             let ids = match ids.len() {
-                0 | 1 => format!("chapter {}", m["chapter_id"].as_str().unwrap_or_default()),
+                0 | 1 => format!("chapter {}", chapter_of(h).unwrap_or_default()),
                 _ => format!("chapters {}", ids.join(", ")),
             };
             text.push_str(&format!(
                 "\n[{}] {} ({ids}, lines {}-{}, score {:.2})\n{}\n",
                 k + 1,
-                m["path"]
-                    .as_array()
-                    .map(|p| p.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(" > "))
-                    .unwrap_or_default(),
-                m["lines"][0],
-                m["lines"][1],
+                at.path.join(" > "),
+                first,
+                last,
                 h.score.unwrap_or_default(),
                 h.content
             ));
         }
+        // The chapters searched and every top-level chapter with evidence, best first (for
+        // `quarry eval`'s chapter recall), typed; how the route was made is this tool's own.
+        let typed = tool_guest::tool::Route {
+            chapters: route
+                .chapters
+                .iter()
+                .map(|r| RoutedChapter {
+                    chapter: r.chapter_id.clone(),
+                    path: r.path.clone(),
+                    confidence: Some(r.confidence),
+                })
+                .collect(),
+            ranking: route.ranking.iter().map(|&n| self.built.tree.nodes[n].title.clone()).collect(),
+        };
         Ok(Output {
             text,
             hits,
+            route: Some(typed),
             extra: json!({"route": {
-                "chapters": route.chapters,
                 "confidence": json_f32(route.confidence),
                 "reason": route.reason,
                 "routed_by": route.routed_by,
                 "model": route.model,
                 "fallback": route.fallback,
-                // Every top-level chapter with evidence, best first, for `quarry eval`'s chapter recall.
-                "chapter_ranking": route.ranking.iter().map(|&n| &self.built.tree.nodes[n].title).collect::<Vec<_>>(),
             }}),
             content: Vec::new(),
         })
@@ -755,7 +771,7 @@ impl ChapterTool {
         let unknown: Vec<&String> =
             a.candidates.iter().zip(&candidates).filter(|(_, n)| n.is_none()).map(|(c, _)| c).collect();
         let body = json!({"valid": valid, "cited": checks, "unknown_candidates": unknown});
-        Ok(Output { text: pretty(&body), hits: Vec::new(), extra: body, content: Vec::new() })
+        Ok(Output { text: pretty(&body), hits: Vec::new(), route: None, extra: body, content: Vec::new() })
     }
 }
 
@@ -848,6 +864,16 @@ fn nearest_ids(tree: &crate::tree::Tree, id: &str, n: usize) -> Vec<String> {
         .collect();
     scored.sort();
     scored.into_iter().take(n).map(|(_, _, s)| s.to_string()).collect()
+}
+
+/// The chapter a hit lies in.
+fn chapter_of(h: &Hit) -> Option<&str> {
+    h.location.as_ref().and_then(|l| l.chapter.as_deref())
+}
+
+/// A line number as WIT carries it.
+fn line(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -188,11 +188,11 @@ fn tree_chapter_route_search_and_citations() {
     for text in [&route.text, &found.text] {
         assert!(!widened(text), "{text}");
     }
-    assert!(found.hits.iter().all(|h| h.metadata["chapter_id"].as_str().unwrap().starts_with('2')));
+    assert!(found.hits.iter().all(|h| chapter(h).starts_with('2')));
     // Inside chapter 1 there is no bandwidth text: whatever comes back is from chapter 1.
     let other =
         call(&mut t, &env, "search_chapter_content", json!({"chapter_ids": ["1.1"], "query": "bwlimit"})).unwrap();
-    assert!(other.hits.iter().all(|h| h.metadata["chapter_id"] == "1.1"));
+    assert!(other.hits.iter().all(|h| chapter(h) == "1.1"));
 
     let s = call(&mut t, &env, "search", json!({"question": "bandwidth throttle bwlimit"})).unwrap();
     assert!(s.text.starts_with("Routed to: 2"), "{}", s.text);
@@ -320,8 +320,8 @@ fn a_chinese_manual_builds_with_lines_on_multibyte_text() {
         .unwrap();
     assert!(out.hits.len() >= 2);
     for h in &out.hits {
-        let lines = h.metadata["lines"].as_array().unwrap();
-        assert!(lines[0].as_u64().unwrap() >= 1 && lines[0].as_u64() <= lines[1].as_u64(), "{}", h.metadata);
+        let (first, last) = h.location.as_ref().and_then(|l| l.lines).unwrap();
+        assert!(first >= 1 && first <= last, "{:?}", h.location);
     }
 }
 
@@ -521,10 +521,7 @@ fn chapters_are_resources_hits_name_them_and_ids_complete() {
     let found = call(&mut t, &env, "search", json!({"question": "bwlimit bandwidth timetable"})).unwrap();
     assert!(!found.hits.is_empty());
     for h in &found.hits {
-        assert_eq!(
-            h.metadata["resource"],
-            format!("quarry://self/chapter/{}", h.metadata["chapter_id"].as_str().unwrap())
-        );
+        assert_eq!(h.resource, Some(format!("quarry://self/chapter/{}", chapter(h))));
     }
     assert!(found.content.is_empty(), "a search stays one text block");
     let prompt = t.prompt(&env, "answer", &json!({"question": "How do I cap the bandwidth?"}).to_string()).unwrap();
@@ -542,4 +539,9 @@ fn chapters_are_resources_hits_name_them_and_ids_complete() {
     assert!(prompt.messages.len() > 1);
     assert!(matches!(t.prompt(&env, "answer", "{}"), Err(ToolError::InvalidArgs(_))));
     assert!(matches!(t.prompt(&env, "other", "{}"), Err(ToolError::NotFound(_))));
+}
+
+/// The chapter a hit lies in (its typed location's).
+fn chapter(h: &chapter_rag::tool::Hit) -> &str {
+    h.location.as_ref().and_then(|l| l.chapter.as_deref()).expect("a chapter-rag hit names its chapter")
 }

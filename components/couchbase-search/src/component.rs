@@ -6,8 +6,8 @@ wit_bindgen::generate!({
     world: "couchbase-search",
     // Quarry's own interfaces are bound once, in tool-guest, for every tool component.
     with: {
-        "quarry:retrieval/types@0.5.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.5.0": tool_guest::embedder,
+        "quarry:retrieval/types@0.6.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.6.0": tool_guest::embedder,
     },
     generate_all,
 });

@@ -7,10 +7,10 @@ wit_bindgen::generate!({
     world: "docx-search",
     // Quarry's own interfaces are bound once, in tool-guest, for every RAG component.
     with: {
-        "quarry:retrieval/types@0.5.0": tool_guest::types,
-        "quarry:retrieval/embedder@0.5.0": tool_guest::embedder,
-        "quarry:retrieval/progress@0.5.0": tool_guest::progress,
-        "quarry:retrieval/corpus@0.5.0": tool_guest::corpus,
+        "quarry:retrieval/types@0.6.0": tool_guest::types,
+        "quarry:retrieval/embedder@0.6.0": tool_guest::embedder,
+        "quarry:retrieval/progress@0.6.0": tool_guest::progress,
+        "quarry:retrieval/corpus@0.6.0": tool_guest::corpus,
     },
     generate_all,
 });

@@ -60,7 +60,9 @@ impl<E: Env> DocxTool<E> {
         let mut sections: Vec<Section> = Vec::new();
         for start in (0..chunks).step_by(BATCH) {
             let ids: Vec<String> = (start..chunks.min(start + BATCH)).map(|n| format!("{key}#{n}")).collect();
-            for record in corpus.get(&ids).map_err(tool_guest::tool::corpus_error)?.into_iter().flatten() {
+            for record in
+                corpus.get_without_vectors(&ids).map_err(tool_guest::tool::corpus_error)?.into_iter().flatten()
+            {
                 let meta: Value = serde_json::from_str(&record.metadata).unwrap_or_default();
                 let path: Vec<String> = meta["heading_path"]
                     .as_array()

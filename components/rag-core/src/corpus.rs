@@ -206,6 +206,14 @@ pub trait Corpus {
     ) -> Result<Vec<Found>, CorpusError>;
     /// The chunks of `ids`, in order (`None` for an id it does not hold).
     fn get(&self, ids: &[String]) -> Result<Vec<Option<Record>>, CorpusError>;
+    /// As [`Corpus::get`], each record's vector left empty: for a reader that needs only the
+    /// texts, metadata and fields (a tool reopening its index), so that no vector is read or
+    /// copied. A corpus that keeps its vectors in memory anyway may answer with `get`'s records.
+    fn get_without_vectors(&self, ids: &[String]) -> Result<Vec<Option<Record>>, CorpusError> {
+        let mut records = self.get(ids)?;
+        records.iter_mut().flatten().for_each(|r| r.vector = Vec::new());
+        Ok(records)
+    }
     /// Ids of the chunks `filter` lets through, from the `offset`th on, at most `limit`, in the
     /// order they were first added.
     fn list(&self, filter: &Filter, offset: usize, limit: usize) -> Result<Vec<String>, CorpusError>;

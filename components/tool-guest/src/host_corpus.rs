@@ -36,6 +36,20 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+fn records(got: Vec<Option<wit::Chunk>>) -> Vec<Option<Record>> {
+    got.into_iter()
+        .map(|c| {
+            c.map(|c| Record {
+                id: c.id,
+                text: c.text,
+                vector: c.vector,
+                metadata: c.metadata,
+                fields: c.fields.into_iter().map(|f| (f.name, f.values)).collect(),
+            })
+        })
+        .collect()
+}
+
 /// Corpus `name` as the host keeps it, opened for vectors of `shape`.
 pub fn open(name: &str, shape: Shape) -> Result<HostCorpus, CorpusError> {
     let metric = match shape.metric {
@@ -71,19 +85,11 @@ impl Corpus for HostCorpus {
     }
 
     fn get(&self, ids: &[String]) -> Result<Vec<Option<Record>>, CorpusError> {
-        let got = self.0.get(ids).map_err(from_wit)?;
-        Ok(got
-            .into_iter()
-            .map(|c| {
-                c.map(|c| Record {
-                    id: c.id,
-                    text: c.text,
-                    vector: c.vector,
-                    metadata: c.metadata,
-                    fields: c.fields.into_iter().map(|f| (f.name, f.values)).collect(),
-                })
-            })
-            .collect())
+        Ok(records(self.0.get(ids).map_err(from_wit)?))
+    }
+
+    fn get_without_vectors(&self, ids: &[String]) -> Result<Vec<Option<Record>>, CorpusError> {
+        Ok(records(self.0.get_without_vectors(ids).map_err(from_wit)?))
     }
 
     fn list(&self, filter: &Filter, offset: usize, limit: usize) -> Result<Vec<String>, CorpusError> {

@@ -29,9 +29,23 @@ pub fn output(out: Output) -> types::ToolOutput {
                 content: h.content,
                 score: h.score,
                 source: h.source,
+                location: h.location.map(|l| types::Location {
+                    path: l.path,
+                    lines: l.lines.map(|(first, last)| types::LineRange { first, last }),
+                    chapter: l.chapter,
+                }),
+                resource: h.resource,
                 metadata: h.metadata.to_string(),
             })
             .collect(),
+        route: out.route.map(|r| types::Route {
+            chapters: r
+                .chapters
+                .into_iter()
+                .map(|c| types::RoutedChapter { chapter: c.chapter, path: c.path, confidence: c.confidence })
+                .collect(),
+            ranking: r.ranking,
+        }),
         extra: Some(out.extra.to_string()),
         content: out.content.into_iter().map(block_to_wit).collect(),
     }

@@ -42,6 +42,19 @@ pub struct Model {
     pub max_tokens: usize,
 }
 
+/// Where a hit lies in its source (WIT's `location`): Quarry's own terms, which clients and
+/// `quarry eval` read without knowing the tool.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Location {
+    /// The heading path from the top of the document, outermost first; empty before the first
+    /// heading.
+    pub path: Vec<String>,
+    /// The lines it spans, 1-based, both inclusive.
+    pub lines: Option<(u32, u32)>,
+    /// The id of the chapter it lies in, for a tool that numbers chapters.
+    pub chapter: Option<String>,
+}
+
 /// One result of a call, as WIT's `hit` carries it (each component maps it onto its bindings).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
@@ -51,8 +64,32 @@ pub struct Hit {
     pub score: Option<f32>,
     /// Where the content came from.
     pub source: Option<String>,
-    /// Any further fields, a JSON object.
+    /// Where in its source, when the tool knows.
+    pub location: Option<Location>,
+    /// A resource holding the hit (`quarry://self/...`), which the client may read.
+    pub resource: Option<String>,
+    /// The tool's own further fields, a JSON object.
     pub metadata: serde_json::Value,
+}
+
+/// One chapter a question was routed to (WIT's `routed-chapter`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutedChapter {
+    /// Its id.
+    pub chapter: String,
+    /// Its heading path, outermost first.
+    pub path: Vec<String>,
+    /// How sure the tool is, in [0, 1].
+    pub confidence: Option<f32>,
+}
+
+/// Where a tool that routes sent a question (WIT's `route`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Route {
+    /// The chapters searched, best first.
+    pub chapters: Vec<RoutedChapter>,
+    /// Every top-level chapter's title, most likely first.
+    pub ranking: Vec<String>,
 }
 
 /// A call's result, as WIT's `tool-output` carries it.
@@ -62,7 +99,9 @@ pub struct Output {
     pub text: String,
     /// The results, typed.
     pub hits: Vec<Hit>,
-    /// Extra structured data (paging tokens, the query's settings).
+    /// Where the question was routed, for a tool that routes.
+    pub route: Option<Route>,
+    /// The tool's own further data (paging tokens, the query's settings).
     pub extra: serde_json::Value,
     /// Blocks after the text (links to the resources the hits lie in); usually none.
     pub content: Vec<crate::catalog::Block>,

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 use super::questions::Question;
 use super::score::{DEPTH, Fragment, Row, Tally, chapter_order, chapters_of, percentile};
 use crate::args::Args;
+use crate::bindings::quarry::retrieval::types::Route;
 use crate::bindings::{Hit, ToolError};
 use crate::registry::Registry;
 use crate::registry::errors::CallError;
@@ -130,34 +131,20 @@ impl Plan {
     }
 }
 
-/// Where a hit lies, from its metadata: `path` (chapter-rag) or `heading_path` (docx-search),
-/// and `lines`. An empty heading path places a hit before the first heading (it answers no
-/// section); a hit with neither key cannot be placed.
+/// Where a hit lies, from its typed location (WIT's `location`): its heading path and lines.
+/// An empty heading path places a hit before the first heading (it answers no section); a hit
+/// without a location cannot be placed.
 fn fragment(hit: &Hit) -> Option<Fragment> {
-    let meta: Value = serde_json::from_str(&hit.metadata).ok()?;
-    let path: Option<Vec<String>> = ["path", "heading_path"]
-        .iter()
-        .find_map(|k| meta[*k].as_array())
-        .map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect());
-    let lines = match (meta["lines"][0].as_u64(), meta["lines"][1].as_u64()) {
-        (Some(a), Some(b)) => Some((a as usize, b as usize)),
-        _ => None,
-    };
-    (path.is_some() || lines.is_some()).then(|| Fragment { path: path.unwrap_or_default(), lines })
+    let l = hit.location.as_ref()?;
+    Some(Fragment { path: l.path.clone(), lines: l.lines.map(|r| (r.first as usize, r.last as usize)) })
 }
 
 /// The chapters a tool ranks: those it routed to and then the rest of its ranking, when it
-/// reports a route (chapter-rag's `extra.route`), then the fragments' chapters.
-fn chapters(extra: Option<&str>, fragments: &[Fragment]) -> Vec<String> {
-    let extra: Value = extra.and_then(|e| serde_json::from_str(e).ok()).unwrap_or(Value::Null);
-    let titles = |v: &Value| -> Vec<String> {
-        v.as_array().map(|a| a.iter().filter_map(|t| t.as_str().map(str::to_string)).collect()).unwrap_or_default()
-    };
-    let routed: Vec<String> = extra["route"]["chapters"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|c| c["path"][0].as_str().map(str::to_string)).collect())
-        .unwrap_or_default();
-    let ranking = titles(&extra["route"]["chapter_ranking"]);
+/// reports a route (WIT's `route`), then the fragments' chapters.
+fn chapters(route: Option<&Route>, fragments: &[Fragment]) -> Vec<String> {
+    let routed: Vec<String> =
+        route.map(|r| r.chapters.iter().filter_map(|c| c.path.first().cloned()).collect()).unwrap_or_default();
+    let ranking = route.map(|r| r.ranking.clone()).unwrap_or_default();
     chapter_order([routed.as_slice(), ranking.as_slice(), chapters_of(fragments).as_slice()])
 }
 
@@ -214,22 +201,18 @@ pub struct Scored {
     pub seen: std::collections::BTreeSet<Vec<String>>,
 }
 
-/// What `--details` reads of the route in a tool's `extra` (chapter-rag's `route.chapters`).
-fn routed_chapters(extra: Option<&str>) -> Vec<RoutedChapter> {
-    let extra: Value = extra.and_then(|e| serde_json::from_str(e).ok()).unwrap_or(Value::Null);
-    let text = |v: &Value| crate::support::text::cut(v.as_str().unwrap_or_default(), 200);
-    extra["route"]["chapters"]
-        .as_array()
-        .map(|a| {
-            a.iter()
+/// What `--details` shows of the route a tool reported (WIT's `route`).
+fn routed_chapters(route: Option<&Route>) -> Vec<RoutedChapter> {
+    let text = |s: &str| crate::support::text::cut(s, 200);
+    route
+        .map(|r| {
+            r.chapters
+                .iter()
                 .take(SHOWN_HITS)
                 .map(|c| RoutedChapter {
-                    id: text(&c["chapter_id"]),
-                    path: c["path"]
-                        .as_array()
-                        .map(|p| p.iter().map(&text).collect::<Vec<_>>().join(" > "))
-                        .unwrap_or_default(),
-                    confidence: c["confidence"].as_f64(),
+                    id: text(&c.chapter),
+                    path: c.path.iter().map(|p| text(p)).collect::<Vec<_>>().join(" > "),
+                    confidence: c.confidence.map(f64::from),
                 })
                 .collect()
         })
@@ -270,13 +253,13 @@ pub async fn run(
                 seen.insert(f.path[..n].to_vec());
             }
         }
-        tally.add(q, &fragments, &chapters(out.extra.as_deref(), &fragments));
+        tally.add(q, &fragments, &chapters(out.route.as_ref(), &fragments));
         let top = &fragments[..fragments.len().min(DEPTH)];
         details.push(Detail {
             id: q.id.clone(),
             found_at: top.iter().position(|f| q.gold.iter().chain(&q.acceptable).any(|s| s.holds(f))).map(|r| r + 1),
             all_found: q.multi.then(|| q.gold.iter().all(|s| top.iter().any(|f| s.holds(f)))),
-            routed: routed_chapters(out.extra.as_deref()),
+            routed: routed_chapters(out.route.as_ref()),
             hits: fragments
                 .iter()
                 .zip(&out.hits)
@@ -297,19 +280,25 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bindings::quarry::retrieval::types::{LineRange, Location};
 
-    fn hit(metadata: &str) -> Hit {
-        Hit { content: "x".into(), score: Some(0.5), source: None, metadata: metadata.into() }
+    fn hit(location: Option<Location>) -> Hit {
+        Hit { content: "x".into(), score: Some(0.5), source: None, location, resource: None, metadata: "{}".into() }
+    }
+
+    fn at(path: &[&str], lines: Option<(u32, u32)>) -> Option<Location> {
+        let lines = lines.map(|(first, last)| LineRange { first, last });
+        Some(Location { path: path.iter().map(|p| p.to_string()).collect(), lines, chapter: None })
     }
 
     #[test]
     fn hits_are_placed_by_heading_path_or_lines() {
-        let f = fragment(&hit(r#"{"heading_path": ["A", "B"]}"#)).unwrap();
+        let f = fragment(&hit(at(&["A", "B"], None))).unwrap();
         assert_eq!((f.path, f.lines), (vec!["A".to_string(), "B".to_string()], None));
-        let f = fragment(&hit(r#"{"path": ["A"], "lines": [3, 9]}"#)).unwrap();
+        let f = fragment(&hit(at(&["A"], Some((3, 9))))).unwrap();
         assert_eq!(f.lines, Some((3, 9)));
         // Before the first heading: placed, in no section.
-        assert_eq!(fragment(&hit(r#"{"heading_path": []}"#)).map(|f| f.path.len()), Some(0));
-        assert_eq!(fragment(&hit(r#"{"chunk_index": 1}"#)), None);
+        assert_eq!(fragment(&hit(at(&[], None))).map(|f| f.path.len()), Some(0));
+        assert_eq!(fragment(&hit(None)), None);
     }
 }

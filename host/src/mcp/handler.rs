@@ -711,6 +711,7 @@ impl ServerHandler for QuarryMcp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bindings::quarry::retrieval::types::{LineRange, Location, Route, RoutedChapter};
     use crate::bindings::{Hit, ToolError};
 
     #[test]
@@ -721,9 +722,23 @@ mod tests {
                 content: "use apt".into(),
                 score: Some(0.5),
                 source: Some("/m.md".into()),
-                metadata: r#"{"chapter_id":"1.1"}"#.into(),
+                location: Some(Location {
+                    path: vec!["Install".into(), "Linux".into()],
+                    lines: Some(LineRange { first: 3, last: 9 }),
+                    chapter: Some("1.1".into()),
+                }),
+                resource: Some("quarry://m/chapter/1.1".into()),
+                metadata: r#"{"chunk_index":0}"#.into(),
             }],
-            extra: Some(r#"{"route":[]}"#.into()),
+            route: Some(Route {
+                chapters: vec![RoutedChapter {
+                    chapter: "1".into(),
+                    path: vec!["Install".into()],
+                    confidence: Some(0.9),
+                }],
+                ranking: vec!["Install".into(), "Usage".into()],
+            }),
+            extra: Some(r#"{"route":{"reason":"r"}}"#.into()),
             content: Vec::new(),
         };
         let r = to_response(Ok(out)).unwrap();
@@ -733,8 +748,14 @@ mod tests {
         assert_eq!(
             r.structured_content,
             Some(serde_json::json!({
-                "hits": [{"content": "use apt", "score": 0.5, "source": "/m.md", "metadata": {"chapter_id": "1.1"}}],
-                "extra": {"route": []},
+                "hits": [{
+                    "content": "use apt", "score": 0.5, "source": "/m.md",
+                    "location": {"path": ["Install", "Linux"], "lines": [3, 9], "chapter": "1.1"},
+                    "resource": "quarry://m/chapter/1.1",
+                    "metadata": {"chunk_index": 0},
+                }],
+                "route": {"chapters": [{"chapter": "1", "path": ["Install"], "confidence": 0.9}], "ranking": ["Install", "Usage"]},
+                "extra": {"route": {"reason": "r"}},
             }))
         );
     }

@@ -86,7 +86,7 @@ impl ComponentVersion {
         let link = |message: String| OpenError::Link { path: path.to_path_buf(), message };
         let pre = linker.instantiate_pre(&component).map_err(|e| link(format!("{e:#}")))?;
         let pre = ToolHostPre::new(pre).map_err(|e| {
-            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.5.0`; see wit/)"))
+            link(format!("{e:#} (a tool component must export `quarry:retrieval/tool@0.6.0`; see wit/)"))
         })?;
         Ok(Arc::new(ComponentVersion { hash, version, imports_embedder, pre, _component: component }))
     }

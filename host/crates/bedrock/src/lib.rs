@@ -29,7 +29,7 @@ mod json;
 pub mod wit {
     wasmtime::component::bindgen!({
         path: "../../../wit",
-        inline: "package quarry:bedrock-host; world host { import quarry:retrieval/bedrock@0.5.0; }",
+        inline: "package quarry:bedrock-host; world host { import quarry:retrieval/bedrock@0.6.0; }",
         world: "quarry:bedrock-host/host",
         imports: { default: async | trappable },
     });

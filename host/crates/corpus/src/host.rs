@@ -47,7 +47,7 @@ use quarry_support::held::{Charge, HostHeld};
 pub mod wit {
     wasmtime::component::bindgen!({
         path: "../../../wit",
-        inline: "package quarry:corpus-host; world host { import quarry:retrieval/corpus@0.5.0; }",
+        inline: "package quarry:corpus-host; world host { import quarry:retrieval/corpus@0.6.0; }",
         world: "quarry:corpus-host/host",
         with: {
             "quarry:retrieval/corpus.collection": super::CollectionHandle,
@@ -359,14 +359,26 @@ impl Shared {
         }
     }
 
-    async fn get(self: &Arc<Self>, ids: &[String]) -> Wit<Vec<Option<Record>>> {
+    /// The chunks of `ids`, with their vectors or without (a local corpus then reads none; a
+    /// Couchbase one reads its documents whole and drops them before they reach the guest).
+    async fn get(self: &Arc<Self>, ids: &[String], vectors: bool) -> Wit<Vec<Option<Record>>> {
         match &self.kept {
             Kept::Local(_) => {
                 let ids = ids.to_vec();
-                self.local(move |s| s.get(&ids)).await
+                if vectors {
+                    self.local(move |s| s.get(&ids)).await
+                } else {
+                    self.local(move |s| s.get_without_vectors(&ids)).await
+                }
             }
             #[cfg(feature = "couchbase")]
-            Kept::Couchbase(c) => Box::pin(c.get(ids)).await.map_err(from_rag),
+            Kept::Couchbase(c) => {
+                let mut records = Box::pin(c.get(ids)).await.map_err(from_rag)?;
+                if !vectors {
+                    records.iter_mut().flatten().for_each(|r| r.vector = Vec::new());
+                }
+                Ok(records)
+            }
         }
     }
 
@@ -615,6 +627,48 @@ fn lease_wait(deadline: Instant) -> Duration {
 }
 
 impl View<'_> {
+    /// `get` and `get-without-vectors`: the chunks of `ids`, bounded by the instance's
+    /// `max_output`.
+    async fn chunks(
+        &mut self,
+        h: Resource<CollectionHandle>,
+        ids: Vec<String>,
+        vectors: bool,
+    ) -> wasmtime::Result<Wit<Vec<Option<wit::Chunk>>>> {
+        if let Err(e) = check_ids(&ids) {
+            return Ok(Err(e));
+        }
+        let max_output = self.state.max_output;
+        let shared = self.collection(&h)?.shared.clone();
+        let found = match shared.get(&ids, vectors).await {
+            Ok(f) => f,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut out = Vec::with_capacity(ids.len());
+        let mut bytes = 0u64;
+        for r in found {
+            let Some(r) = r else {
+                out.push(None);
+                continue;
+            };
+            bytes += (r.id.len() + r.text.len() + r.metadata.len() + r.vector.len() * 4) as u64;
+            if bytes > max_output {
+                return Ok(invalid(format!(
+                    "these {} chunks come to over {max_output} bytes, this instance's max_output; ask for fewer at a time",
+                    ids.len()
+                )));
+            }
+            out.push(Some(wit::Chunk {
+                id: r.id,
+                text: r.text,
+                vector: r.vector,
+                metadata: r.metadata,
+                fields: r.fields.into_iter().map(|(name, values)| wit::Field { name, values }).collect(),
+            }));
+        }
+        Ok(Ok(out))
+    }
+
     fn collection(&self, h: &Resource<CollectionHandle>) -> wasmtime::Result<&CollectionHandle> {
         Ok(self.state.table.get(h)?)
     }
@@ -783,38 +837,15 @@ impl wit::HostCollection for View<'_> {
         h: Resource<CollectionHandle>,
         ids: Vec<String>,
     ) -> wasmtime::Result<Wit<Vec<Option<wit::Chunk>>>> {
-        if let Err(e) = check_ids(&ids) {
-            return Ok(Err(e));
-        }
-        let max_output = self.state.max_output;
-        let shared = self.collection(&h)?.shared.clone();
-        let found = match shared.get(&ids).await {
-            Ok(f) => f,
-            Err(e) => return Ok(Err(e)),
-        };
-        let mut out = Vec::with_capacity(ids.len());
-        let mut bytes = 0u64;
-        for r in found {
-            let Some(r) = r else {
-                out.push(None);
-                continue;
-            };
-            bytes += (r.id.len() + r.text.len() + r.metadata.len() + r.vector.len() * 4) as u64;
-            if bytes > max_output {
-                return Ok(invalid(format!(
-                    "these {} chunks come to over {max_output} bytes, this instance's max_output; ask for fewer at a time",
-                    ids.len()
-                )));
-            }
-            out.push(Some(wit::Chunk {
-                id: r.id,
-                text: r.text,
-                vector: r.vector,
-                metadata: r.metadata,
-                fields: r.fields.into_iter().map(|(name, values)| wit::Field { name, values }).collect(),
-            }));
-        }
-        Ok(Ok(out))
+        self.chunks(h, ids, true).await
+    }
+
+    async fn get_without_vectors(
+        &mut self,
+        h: Resource<CollectionHandle>,
+        ids: Vec<String>,
+    ) -> wasmtime::Result<Wit<Vec<Option<wit::Chunk>>>> {
+        self.chunks(h, ids, false).await
     }
 
     async fn ids(

@@ -448,6 +448,15 @@ impl Snapshot {
 
     /// The chunks of `ids`, in order (`None` for an id it does not hold).
     pub fn get(&self, ids: &[String]) -> Result<Vec<Option<Record>>> {
+        self.records(ids, true)
+    }
+
+    /// As [`Snapshot::get`], each vector left empty and unread.
+    pub fn get_without_vectors(&self, ids: &[String]) -> Result<Vec<Option<Record>>> {
+        self.records(ids, false)
+    }
+
+    fn records(&self, ids: &[String], vectors: bool) -> Result<Vec<Option<Record>>> {
         let c = self.c();
         let mut s =
             c.prepare_cached("SELECT n, text, metadata, fields FROM chunks WHERE id = ?1").map_err(|e| self.err(e))?;
@@ -466,7 +475,7 @@ impl Snapshot {
                     text,
                     metadata,
                     fields: serde_json::from_str(&fields).unwrap_or_default(),
-                    vector: self.vector(n)?.unwrap_or_default(),
+                    vector: if vectors { self.vector(n)?.unwrap_or_default() } else { Vec::new() },
                 }),
             });
         }

@@ -33,7 +33,7 @@ pub mod store;
 pub mod wit {
     wasmtime::component::bindgen!({
         path: "../../../wit",
-        inline: "package quarry:couchbase-host; world host { import quarry:retrieval/couchbase@0.5.0; }",
+        inline: "package quarry:couchbase-host; world host { import quarry:retrieval/couchbase@0.6.0; }",
         world: "quarry:couchbase-host/host",
         imports: { default: async | trappable },
     });

@@ -20,7 +20,7 @@ use crate::bindings::{EmbedError, Embedding, InputKind, ModelInfo, TokenSpan};
 pub use backend::{BoxFuture, EmbedCaller, EmbedderBackend};
 
 /// The WIT name of the import.
-pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.5.0";
+pub const EMBEDDER_IMPORT: &str = "quarry:retrieval/embedder@0.6.0";
 /// The most texts a backend embeds for one caller before it serves the next (the component
 /// pool's chunk: callers share the pool in turn, chunk by chunk).
 pub const MAX_CHUNK: usize = 32;

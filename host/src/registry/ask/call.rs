@@ -6,9 +6,10 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use super::content::{block, block_size, qualify_block};
-use super::{Ask, RECORD_OVERHEAD, SELF_PREFIX, opt};
+use super::{Ask, RECORD_OVERHEAD, opt, qualify};
 use crate::args::Args;
-use crate::bindings::{ToolError, ToolHost, ToolOutput};
+use crate::bindings::quarry::retrieval::types::{Location, Route};
+use crate::bindings::{Hit, ToolError, ToolHost, ToolOutput};
 use crate::runtime::store::StoreState;
 
 /// Tool `tool` with `args`.
@@ -42,22 +43,30 @@ impl Ask for Call {
 
     fn qualify(out: &mut ToolOutput, instance: &str, _schemes: &[String]) {
         out.content.iter_mut().for_each(|b| qualify_block(b, instance));
-        // A hit names its resource in its metadata (chapter-rag's `resource`), which WIT 0.5
-        // carries as JSON text: the URI is qualified where it stands as a JSON string.
-        let own = format!("\"{SELF_PREFIX}");
-        for h in out.hits.iter_mut().filter(|h| h.metadata.contains(&own)) {
-            h.metadata = h.metadata.replace(&own, &format!("\"quarry://{instance}/"));
+        for r in out.hits.iter_mut().filter_map(|h| h.resource.as_mut()) {
+            *r = qualify(r, instance);
         }
     }
 
     fn size(out: &ToolOutput) -> usize {
+        let strings = |v: &[String]| v.iter().map(|s| s.len() + 4).sum::<usize>();
+        let location = |l: &Location| RECORD_OVERHEAD + strings(&l.path) + opt(&l.chapter);
+        let hit = |h: &Hit| {
+            RECORD_OVERHEAD
+                + h.content.len()
+                + h.metadata.len()
+                + opt(&h.source)
+                + opt(&h.resource)
+                + h.location.as_ref().map_or(0, location)
+        };
+        let route = |r: &Route| {
+            r.chapters.iter().map(|c| RECORD_OVERHEAD + c.chapter.len() + strings(&c.path)).sum::<usize>()
+                + strings(&r.ranking)
+        };
         out.text.len()
             + opt(&out.extra)
-            + out
-                .hits
-                .iter()
-                .map(|h| RECORD_OVERHEAD + h.content.len() + h.metadata.len() + opt(&h.source))
-                .sum::<usize>()
+            + out.hits.iter().map(hit).sum::<usize>()
+            + out.route.as_ref().map_or(0, route)
             + out.content.iter().map(block_size).sum::<usize>()
     }
 }

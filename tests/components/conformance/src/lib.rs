@@ -15,8 +15,8 @@ wit_bindgen::generate!({
     inline: "
         package quarry:conformance;
         world conformance {
-            include quarry:retrieval/asking-tool@0.5.0;
-            import quarry:retrieval/progress@0.5.0;
+            include quarry:retrieval/asking-tool@0.6.0;
+            import quarry:retrieval/progress@0.6.0;
         }
     ",
     world: "quarry:conformance/conformance",
@@ -114,7 +114,7 @@ fn sleep_ms(ms: u64) {
 }
 
 fn text(s: impl Into<String>) -> ToolOutput {
-    ToolOutput { text: s.into(), hits: Vec::new(), extra: None, content: Vec::new() }
+    ToolOutput { text: s.into(), hits: Vec::new(), route: None, extra: None, content: Vec::new() }
 }
 
 fn with(s: &str, content: Vec<ContentBlock>) -> ToolOutput {

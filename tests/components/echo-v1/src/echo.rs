@@ -91,8 +91,11 @@ impl GuestInstance for Echo {
                 content: answer,
                 score: Some(1.0),
                 source: Some(format!("echo-{VERSION}")),
+                location: None,
+                resource: None,
                 metadata: format!(r#"{{"version":"{VERSION}"}}"#),
             }],
+            route: None,
             extra: None,
             content: Vec::new(),
         })

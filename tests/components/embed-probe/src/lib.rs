@@ -89,7 +89,7 @@ impl GuestInstance for Probe {
             "vectors": vectors.iter().map(|v| &v.vector).collect::<Vec<_>>(),
             "truncated": vectors.iter().map(|v| v.truncated).collect::<Vec<_>>(),
         });
-        Ok(ToolOutput { text: out.to_string(), hits: vec![], extra: None, content: Vec::new() })
+        Ok(ToolOutput { text: out.to_string(), hits: vec![], route: None, extra: None, content: Vec::new() })
     }
 }
 

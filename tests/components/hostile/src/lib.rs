@@ -12,11 +12,11 @@ wit_bindgen::generate!({
     inline: "
         package quarry:hostile;
         world hostile {
-            include quarry:retrieval/http-tool@0.5.0;
-            import quarry:retrieval/couchbase@0.5.0;
-            import quarry:retrieval/bedrock@0.5.0;
-            import quarry:retrieval/progress@0.5.0;
-            import quarry:retrieval/corpus@0.5.0;
+            include quarry:retrieval/http-tool@0.6.0;
+            import quarry:retrieval/couchbase@0.6.0;
+            import quarry:retrieval/bedrock@0.6.0;
+            import quarry:retrieval/progress@0.6.0;
+            import quarry:retrieval/corpus@0.6.0;
             import wasi:nn/graph@0.2.0-rc-2024-10-28;
             import wasi:nn/inference@0.2.0-rc-2024-10-28;
             import wasi:nn/tensor@0.2.0-rc-2024-10-28;
@@ -224,7 +224,15 @@ fn bad_args(msg: impl Into<String>) -> ToolError {
 fn text(s: String) -> ToolOutput {
     ToolOutput {
         text: s.clone(),
-        hits: vec![Hit { content: s, score: None, source: None, metadata: "{}".into() }],
+        hits: vec![Hit {
+            content: s,
+            score: None,
+            source: None,
+            location: None,
+            resource: None,
+            metadata: "{}".into(),
+        }],
+        route: None,
         extra: None,
         content: Vec::new(),
     }
@@ -388,6 +396,7 @@ impl GuestInstance for Hostile {
             "big_output" => Ok(ToolOutput {
                 text: "x".repeat(n("mb")? as usize * (1 << 20)),
                 hits: vec![],
+                route: None,
                 extra: None,
                 content: Vec::new(),
             }),
@@ -457,8 +466,16 @@ impl GuestInstance for Hostile {
             "many_hits" => Ok(ToolOutput {
                 text: String::new(),
                 hits: (0..n("n")?)
-                    .map(|_| Hit { content: String::new(), score: None, source: None, metadata: String::new() })
+                    .map(|_| Hit {
+                        content: String::new(),
+                        score: None,
+                        source: None,
+                        location: None,
+                        resource: None,
+                        metadata: String::new(),
+                    })
                     .collect(),
+                route: None,
                 extra: None,
                 content: Vec::new(),
             }),
