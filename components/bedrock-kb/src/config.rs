@@ -54,7 +54,17 @@ pub fn check_next_token(t: &str) -> Result<(), String> {
 
 /// The rules on `number_of_results`, shared by the config and per-call arguments.
 pub fn check_number_of_results(v: &Value) -> Result<i64, String> {
-    let n = v.as_i64().filter(|_| !v.is_f64()).ok_or_else(|| failed("number_of_results must be an integer"))?;
+    let n = v.as_i64().filter(|_| !v.is_f64()).ok_or_else(not_an_integer)?;
+    check_count(n)
+}
+
+/// `number_of_results` given as something other than an integer.
+pub fn not_an_integer() -> String {
+    failed("number_of_results must be an integer")
+}
+
+/// The rule on an integer `number_of_results`.
+pub fn check_count(n: i64) -> Result<i64, String> {
     if n < 1 {
         return Err(failed("number_of_results must be greater than 0"));
     }

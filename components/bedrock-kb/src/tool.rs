@@ -1,7 +1,8 @@
 //! The tool: one instance per configured knowledge base, one tool, `retrieve`.
 
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tool_guest::args::{JsonSchema, Spec, names, unknown_key};
+use tool_guest::args::{self, ArgsError, JsonSchema, Spec};
 
 use crate::config::{self, Config};
 use crate::output;
@@ -9,14 +10,15 @@ use crate::output;
 /// Why a call or an open failed: rag-core's, which tool-guest maps to WIT's `tool-error`.
 pub use tool_guest::tool::ToolError;
 
-/// A call's arguments, as the schema gives them (the call checks them by hand, in boto3's
-/// and CrewAI's words: see [`Tool::request`]).
-#[derive(JsonSchema)]
-#[allow(dead_code, reason = "the type is the schema; the call reads the JSON object")]
+/// A call's arguments: the type the spec's schema is derived from and the call parses into.
+/// Missing and blank values, and the ranges, are checked after the parse, in boto3's and
+/// CrewAI's words (see [`Tool::request`]).
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
     /// The query to retrieve information from the knowledge base
-    query: String,
+    #[schemars(required)]
+    query: Option<String>,
     /// How many results to return (default: the instance's)
     #[schemars(range(min = 1, max = 100))]
     number_of_results: Option<i64>,
@@ -25,6 +27,21 @@ struct Args {
     next_token: Option<String>,
     /// A Bedrock metadata filter, e.g. {"equals": {"key": "year", "value": 2024}} or {"andAll": [...]}
     filter: Option<Map<String, Value>>,
+}
+
+/// A parse failure in this tool's words.
+fn bad_args(e: ArgsError) -> ToolError {
+    ToolError::InvalidArgs(match e {
+        ArgsError::NotJson(e) => format!("arguments are not JSON: {e}"),
+        ArgsError::NotObject => "arguments must be an object".into(),
+        ArgsError::Unknown { key, names } => format!("unknown argument `{key}`; this tool takes {}", names.join(", ")),
+        ArgsError::Missing(arg) => format!("`{arg}` is required"),
+        ArgsError::Invalid { arg, .. } if arg == "number_of_results" => config::not_an_integer(),
+        ArgsError::Invalid { arg, .. } if arg == "filter" => {
+            "`filter` must be an object, like {\"equals\": {\"key\": \"k\", \"value\": \"v\"}}".into()
+        }
+        ArgsError::Invalid { arg, expected } => format!("`{arg}` must be {expected}"),
+    })
 }
 
 /// How the host's `bedrock` capability failed (see the WIT `bedrock-error`).
@@ -85,36 +102,18 @@ impl Tool {
 
     /// The RetrieveRequest body for a call.
     pub fn request(&self, args: &Value) -> Result<Value, ToolError> {
-        let a = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be an object".into()))?;
-        if let Some(k) = unknown_key::<Args>(a) {
-            return Err(ToolError::InvalidArgs(format!(
-                "unknown argument `{k}`; this tool takes {}",
-                names::<Args>().join(", ")
-            )));
-        }
-        let query = match a.get("query") {
-            Some(Value::String(q)) if !q.trim().is_empty() => q.clone(),
-            Some(Value::String(_)) | None | Some(Value::Null) => {
+        let a: Args = args::parse(args).map_err(bad_args)?;
+        let query = match a.query {
+            Some(q) if !q.trim().is_empty() => q,
+            _ => {
                 return Err(ToolError::InvalidArgs(
                     "`query` is required: the text to search the knowledge base for".into(),
                 ));
             }
-            Some(_) => return Err(ToolError::InvalidArgs("`query` must be a string".into())),
         };
+        let per_call_n = a.number_of_results.map(config::check_count).transpose().map_err(ToolError::InvalidArgs)?;
+        let filter = a.filter.map(Value::Object);
         let mut configuration = self.config.retrieval_configuration.clone();
-        let per_call_n = match a.get("number_of_results") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(config::check_number_of_results(v).map_err(ToolError::InvalidArgs)?),
-        };
-        let filter = match a.get("filter") {
-            None | Some(Value::Null) => None,
-            Some(f @ Value::Object(_)) => Some(f.clone()),
-            Some(_) => {
-                return Err(ToolError::InvalidArgs(
-                    "`filter` must be an object, like {\"equals\": {\"key\": \"k\", \"value\": \"v\"}}".into(),
-                ));
-            }
-        };
         if per_call_n.is_some() || filter.is_some() {
             let vs = configuration
                 .as_object_mut()
@@ -130,13 +129,12 @@ impl Tool {
                 vs.insert("filter".into(), f);
             }
         }
-        let next_token = match a.get("next_token") {
-            None | Some(Value::Null) => self.config.next_token.clone(),
-            Some(Value::String(t)) => {
-                config::check_next_token(t).map_err(ToolError::InvalidArgs)?;
-                Some(t.clone())
+        let next_token = match a.next_token {
+            None => self.config.next_token.clone(),
+            Some(t) => {
+                config::check_next_token(&t).map_err(ToolError::InvalidArgs)?;
+                Some(t)
             }
-            Some(_) => return Err(ToolError::InvalidArgs("`next_token` must be a string".into())),
         };
         let mut body = Map::new();
         body.insert("retrievalQuery".into(), json!({ "text": query }));
@@ -154,8 +152,7 @@ impl Tool {
 
     /// Runs `retrieve` with `args` (a JSON object).
     pub fn call(&self, args: &str, env: &dyn Bedrock) -> Result<Output, ToolError> {
-        let args: Value =
-            serde_json::from_str(args).map_err(|e| ToolError::InvalidArgs(format!("arguments are not JSON: {e}")))?;
+        let args: Value = serde_json::from_str(args).map_err(|e| bad_args(ArgsError::NotJson(e.to_string())))?;
         let request = self.request(&args)?;
         let kb = &self.config.knowledge_base_id;
         let body = env.retrieve(kb, &request.to_string()).map_err(|f| match f {
@@ -179,7 +176,7 @@ impl Tool {
                 extra[key] = v.clone();
             }
         }
-        Ok(Output { text: output::dumps(&answer), hits, extra, content: Vec::new() })
+        Ok(Output { text: output::dumps(&answer), hits, route: None, extra, content: Vec::new() })
     }
 }
 
@@ -208,6 +205,8 @@ fn hit(r: &Value) -> Hit {
         content,
         score: r.get("score").and_then(Value::as_f64).map(|s| s as f32),
         source: o["source_uri"].as_str().map(str::to_string),
+        location: None,
+        resource: None,
         metadata: Value::Object(metadata),
     }
 }

@@ -7,8 +7,9 @@
 //! CrewAI's `k = size = limit` and `fields = ["*"]`, and prints the rows' fields as CrewAI does.
 
 use rag_core::pyjson::{self, Ordered};
-use serde_json::{Value, json};
-use tool_guest::args::{JsonSchema, Spec, names, unknown_key};
+use serde::Deserialize;
+use serde_json::json;
+use tool_guest::args::{self, ArgsError, JsonSchema, Spec};
 pub use tool_guest::tool::{Model, ToolError};
 
 use crate::config::Config;
@@ -19,14 +20,14 @@ pub const NAME: &str = "search";
 /// CrewAI's description of the tool.
 pub const DESCRIPTION: &str = "A tool to search the Couchbase database for relevant information on internal documents.";
 
-/// A call's arguments, as the schema gives them (the call checks them by hand, in CrewAI's
-/// words: see `parse_args`).
-#[derive(JsonSchema)]
-#[allow(dead_code, reason = "the type is the schema; the call reads the JSON object")]
+/// A call's arguments: the type the spec's schema is derived from and the call parses into
+/// (`parse_args`); blank values are checked after the parse, in CrewAI's words.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
     /// The query to search retrieve relevant information from the Couchbase database. Pass only the query, not the question.
-    query: String,
+    #[schemars(required)]
+    query: Option<String>,
     /// Optional. Only documents matching this Couchbase Search query string are ranked, e.g. `+city:paris stars:>=4`.
     prefilter: Option<String>,
 }
@@ -266,6 +267,8 @@ impl Tool {
                 content: pyjson::dumps(&fields),
                 score: normalised.then(|| rag_core::score::from_cosine(row.score as f32)),
                 source: Some(format!("{}.{}.{}/{}", c.bucket_name, c.scope_name, c.collection_name, row.id)),
+                location: None,
+                resource: None,
                 metadata: json!({"id": row.id, "score": row.score, "fields": pyjson::to_value(&fields)}),
             });
             printed.push(fields);
@@ -273,6 +276,7 @@ impl Tool {
         Ok(Output {
             text: pyjson::dumps(&Ordered::Array(printed)),
             hits,
+            route: None,
             extra: json!({
                 "index": c.index_name,
                 "scoped_index": c.scoped_index,
@@ -284,30 +288,28 @@ impl Tool {
     }
 }
 
-/// `{query, prefilter?}`.
+/// `{query, prefilter?}`, parsed into [`Args`].
 fn parse_args(args: &str) -> Result<(String, Option<String>), ToolError> {
-    let bad = |m: String| ToolError::InvalidArgs(m);
-    let v: Value = serde_json::from_str(args).map_err(|e| bad(format!("arguments are not JSON: {e}")))?;
-    let Value::Object(o) = v else { return Err(bad("arguments must be an object like {\"query\": \"...\"}".into())) };
-    if let Some(k) = unknown_key::<Args>(&o) {
-        return Err(bad(format!("unknown argument `{k}`; the arguments are {}", names::<Args>().join(", "))));
-    }
-    let query = match o.get("query") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        Some(Value::String(_)) => return Err(bad("query cannot be empty".into())),
-        None | Some(Value::Null) => return Err(bad("query is required: the text to search for".into())),
-        Some(_) => return Err(bad("query must be a string".into())),
-    };
-    let prefilter = match o.get("prefilter") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) if s.trim().is_empty() => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => {
-            return Err(bad(
+    let a: Args = args::parse_text(args).map_err(|e| {
+        ToolError::InvalidArgs(match e {
+            ArgsError::NotJson(e) => format!("arguments are not JSON: {e}"),
+            ArgsError::NotObject => "arguments must be an object like {\"query\": \"...\"}".into(),
+            ArgsError::Unknown { key, names } => {
+                format!("unknown argument `{key}`; the arguments are {}", names.join(", "))
+            }
+            ArgsError::Missing(arg) => format!("{arg} is required"),
+            ArgsError::Invalid { arg, .. } if arg == "prefilter" => {
                 "prefilter must be a string in the Search query-string syntax, like \"+city:paris\"".into()
-            ));
-        }
+            }
+            ArgsError::Invalid { arg, expected } => format!("{arg} must be {expected}"),
+        })
+    })?;
+    let query = match a.query {
+        Some(s) if !s.trim().is_empty() => s,
+        Some(_) => return Err(ToolError::InvalidArgs("query cannot be empty".into())),
+        None => return Err(ToolError::InvalidArgs("query is required: the text to search for".into())),
     };
+    let prefilter = a.prefilter.filter(|s| !s.trim().is_empty());
     Ok((query, prefilter))
 }
 

@@ -32,7 +32,7 @@ use rag_core::score::{from_cosine, json_f32};
 use rag_core::store::{Index, StoreError, content_hash};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tool_guest::args::{JsonSchema, Spec, names, unknown_key};
+use tool_guest::args::{self, ArgsError, JsonSchema, Spec};
 
 use crate::extract;
 use crate::sections;
@@ -56,16 +56,16 @@ fn spec(description: String, general: bool, threshold: f32, limit: usize) -> Spe
     if general { spec.require("docx") } else { spec }
 }
 
-/// A call's arguments, as the schema gives them (the call checks them by hand, in CrewAI's
-/// words: see [`DocxTool::call`]).
-#[derive(JsonSchema)]
-#[allow(dead_code, reason = "the type is the schema; the call reads the JSON object")]
+/// A call's arguments: the type the spec's schema is derived from and the call parses into
+/// ([`DocxTool::call`]); blank values and ranges are checked after the parse, in CrewAI's words.
+#[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Args {
     /// File path or URL of a DOCX file to be searched
     docx: Option<String>,
     /// Mandatory search query you want to use to search the DOCX's content
-    search_query: String,
+    #[schemars(required)]
+    search_query: Option<String>,
     #[schemars(range(min = 0, max = 1))]
     similarity_threshold: Option<f64>,
     #[schemars(range(min = 1, max = MAX_LIMIT))]
@@ -77,12 +77,26 @@ struct Args {
 /// [`Args`]'s `retrieval`: docx-search does not route, both search every document (what
 /// `quarry eval --compare` sets for each); the variants undocumented, so that the schema is a
 /// plain `enum`.
-#[derive(JsonSchema)]
-#[allow(dead_code, reason = "the type is the schema")]
+#[derive(Deserialize, JsonSchema, Clone, Copy)]
 #[serde(rename_all = "snake_case")]
 enum ArgRetrieval {
     GlobalHybrid,
     GlobalVector,
+}
+
+/// A parse failure in this tool's words.
+fn bad_args(e: ArgsError) -> ToolError {
+    ToolError::InvalidArgs(match e {
+        ArgsError::NotJson(e) => format!("arguments are not a JSON object: {e}"),
+        ArgsError::NotObject => "arguments must be a JSON object".into(),
+        ArgsError::Unknown { key, names } => format!("unknown argument `{key}`; accepted: {}", names.join(", ")),
+        ArgsError::Missing(arg) => format!("`{arg}` is required"),
+        ArgsError::Invalid { arg, .. } if arg == "retrieval" => {
+            "retrieval is not offered: docx-search does not route; use \"global_hybrid\" or \"global_vector\"".into()
+        }
+        ArgsError::Invalid { arg, .. } if arg == "limit" => "`limit` must be a positive integer".into(),
+        ArgsError::Invalid { arg, expected } => format!("`{arg}` must be {expected}"),
+    })
 }
 /// CrewAI's download timeout.
 pub const DEFAULT_DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(30);
@@ -93,7 +107,7 @@ pub const INDEX_FILE: &str = "docx-search.qix";
 /// Texts per embedder call while ingesting.
 const EMBED_BATCH: usize = 32;
 
-pub use tool_guest::tool::{BaseEnv, Hit, Model, Output, ToolError, corpus_error};
+pub use tool_guest::tool::{BaseEnv, Hit, Location, Model, Output, ToolError, corpus_error};
 
 /// The key of the corpus's notes under which this tool keeps its documents.
 const NOTES_KEY: &str = "docx-search";
@@ -518,59 +532,31 @@ impl<E: Env> DocxTool<E> {
     /// Runs a call: `args` as the schema describes.
     pub fn call(&mut self, args: &str) -> Result<Output, ToolError> {
         self.prepare()?;
-        let args: Value = serde_json::from_str(args)
-            .map_err(|e| ToolError::InvalidArgs(format!("arguments are not a JSON object: {e}")))?;
-        let obj = args.as_object().ok_or_else(|| ToolError::InvalidArgs("arguments must be a JSON object".into()))?;
-        if let Some(k) = unknown_key::<Args>(obj) {
-            return Err(ToolError::InvalidArgs(format!(
-                "unknown argument `{k}`; accepted: {}",
-                names::<Args>().join(", ")
-            )));
-        }
-        let text_arg = |k: &str| -> Result<Option<String>, ToolError> {
-            match obj.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(other) => Err(ToolError::InvalidArgs(format!("`{k}` must be a string, got {other}"))),
-            }
-        };
-        let query = text_arg("search_query")?.unwrap_or_default();
+        let a: Args = args::parse_text(args).map_err(bad_args)?;
+        let query = a.search_query.unwrap_or_default();
         if query.trim().is_empty() {
             return Err(ToolError::InvalidArgs("`search_query` is required and must not be empty".into()));
         }
-        let docx = text_arg("docx")?;
+        let docx = a.docx;
         if docx.is_none() && self.fixed.is_none() {
             return Err(ToolError::InvalidArgs(
                 "`docx` is required: the file path or URL of a DOCX file to search".into(),
             ));
         }
-        let threshold = match obj.get("similarity_threshold") {
-            None | Some(Value::Null) => self.threshold,
-            Some(v) => {
-                let t = v.as_f64().ok_or_else(|| {
-                    ToolError::InvalidArgs(format!("`similarity_threshold` must be a number, got {v}"))
-                })?;
-                check_threshold(t as f32, "`similarity_threshold`").map_err(ToolError::InvalidArgs)?
-            }
+        let threshold = match a.similarity_threshold {
+            None => self.threshold,
+            Some(t) => check_threshold(t as f32, "`similarity_threshold`").map_err(ToolError::InvalidArgs)?,
         };
-        let limit = match obj.get("limit") {
-            None | Some(Value::Null) => self.limit,
-            Some(v) => {
-                let l = v
-                    .as_u64()
-                    .ok_or_else(|| ToolError::InvalidArgs(format!("`limit` must be a positive integer, got {v}")))?;
+        let limit = match a.limit {
+            None => self.limit,
+            Some(l) => {
                 check_limit(usize::try_from(l).unwrap_or(usize::MAX), "`limit`").map_err(ToolError::InvalidArgs)?
             }
         };
-        let retrieval = match text_arg("retrieval")?.as_deref() {
+        let retrieval = match a.retrieval {
             None => self.retrieval,
-            Some("global_hybrid") => Retrieval::Hybrid,
-            Some("global_vector") => Retrieval::Vector,
-            Some(other) => {
-                return Err(ToolError::InvalidArgs(format!(
-                    "retrieval {other:?} is not offered: docx-search does not route; use \"global_hybrid\" or \"global_vector\""
-                )));
-            }
+            Some(ArgRetrieval::GlobalHybrid) => Retrieval::Hybrid,
+            Some(ArgRetrieval::GlobalVector) => Retrieval::Vector,
         };
         let added = match &docx {
             Some(d) => Some(self.add(d)?),
@@ -714,7 +700,7 @@ impl<E: Env> DocxTool<E> {
         let corpus = self.corpus()?;
         let filter = only.map_or_else(Filter::all, |d| Filter::exact("source", d));
         let fetch = |ids: Vec<String>| -> Result<Vec<Record>, ToolError> {
-            let got = corpus.get(&ids).map_err(corpus_error)?;
+            let got = corpus.get_without_vectors(&ids).map_err(corpus_error)?;
             got.into_iter()
                 .map(|r| r.ok_or_else(|| ToolError::Internal("a chunk the search found is not in the corpus".into())))
                 .collect()
@@ -782,16 +768,23 @@ impl<E: Env> DocxTool<E> {
             .map(|(chunk, score)| {
                 let source = chunk.fields.get("source").and_then(|s| s.first()).cloned().unwrap_or_default();
                 let mut meta: Value = serde_json::from_str(&chunk.metadata).unwrap_or_default();
+                let mut location = None;
                 if let Some(m) = meta.as_object_mut() {
-                    let path: Vec<String> = m
-                        .get("heading_path")
-                        .and_then(Value::as_array)
-                        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-                        .unwrap_or_default();
+                    // The heading path is Quarry's (the hit's location); the rest is this tool's.
+                    let path: Vec<String> =
+                        m.remove("heading_path").and_then(|p| serde_json::from_value(p).ok()).unwrap_or_default();
                     m.insert("heading".into(), Value::String(path.join(" > ")));
                     m.insert("document".into(), Value::String(source.clone()));
+                    location = Some(Location { path, lines: None, chapter: None });
                 }
-                Hit { content: chunk.text, score: Some(score), source: Some(source), metadata: meta }
+                Hit {
+                    content: chunk.text,
+                    score: Some(score),
+                    source: Some(source),
+                    location,
+                    resource: None,
+                    metadata: meta,
+                }
             })
             .collect();
         let text = if hits.is_empty() {
@@ -818,7 +811,7 @@ impl<E: Env> DocxTool<E> {
             extra["added"] = a.json();
             extra["added"]["docx"] = json!(d);
         }
-        Ok(Output { text, hits, extra, content: Vec::new() })
+        Ok(Output { text, hits, route: None, extra, content: Vec::new() })
     }
 }
 
@@ -881,7 +874,7 @@ fn note_of(r: &Record) -> Option<(String, DocNote)> {
 fn head(corpus: &dyn Corpus, source: &str) -> Result<Option<DocNote>, ToolError> {
     let only = heads().and(Clause { field: "source".into(), values: vec![source.into()], how: Match::Exact });
     let ids = corpus.list(&only, 0, 1).map_err(corpus_error)?;
-    let first = corpus.get(&ids).map_err(corpus_error)?.into_iter().flatten().next();
+    let first = corpus.get_without_vectors(&ids).map_err(corpus_error)?.into_iter().flatten().next();
     Ok(first.as_ref().and_then(note_of).map(|(_, n)| n))
 }
 
@@ -902,7 +895,7 @@ fn all_documents(corpus: &dyn Corpus) -> Result<std::collections::BTreeMap<Strin
     loop {
         let page = corpus.list(&heads(), offset, 1024).map_err(corpus_error)?;
         offset += page.len();
-        for r in corpus.get(&page).map_err(corpus_error)?.into_iter().flatten() {
+        for r in corpus.get_without_vectors(&page).map_err(corpus_error)?.into_iter().flatten() {
             if let Some((source, note)) = note_of(&r) {
                 out.insert(source, note);
             }

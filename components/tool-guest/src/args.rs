@@ -2,8 +2,10 @@
 //! [`JsonSchema`] (the spec's schema), so the two cannot disagree. Doc comments on its fields
 //! are the schema's descriptions; `#[schemars(range(min = 1, max = 50))]` and the like its
 //! bounds; what depends on the instance (a configured default) is patched into the derived
-//! schema ([`Spec::default_of`]). Validation that CrewAI words its own way stays in the tool:
-//! the type says what is accepted, the tool says what is wrong.
+//! schema ([`Spec::default_of`]). Every tool parses a call's arguments into its type with
+//! [`parse`], whose failure comes in parts ([`ArgsError`]: not an object, an unknown or missing
+//! argument, a wrong type) that the tool words its own way (CrewAI's wording, where it matches a
+//! CrewAI tool); what the type cannot say (a blank query, a range) the tool checks after.
 //!
 //! The schema is what MCP clients and CrewAI's models read, so it is kept to what they handle:
 //! no `$schema`, `title` or root description (the spec's description is the tool's), no `format` annotations, and no nullable types (an optional argument
@@ -120,12 +122,58 @@ pub fn names<A: JsonSchema>() -> Vec<String> {
     names
 }
 
-/// The first key of `args` that is not an argument of `A` (a tool accepts what its schema
-/// offers, nothing more): for a tool that checks its arguments by hand, in its own words,
-/// against the one list its type keeps.
-pub fn unknown_key<A: JsonSchema>(args: &Map<String, Value>) -> Option<&str> {
-    let names = names::<A>();
-    args.keys().map(String::as_str).find(|k| !names.iter().any(|n| n == k))
+/// Why a call's arguments do not parse into the tool's argument type, in parts a tool words its
+/// own way (CrewAI's wording, where the tool matches a CrewAI tool).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgsError {
+    /// The text is not JSON.
+    NotJson(String),
+    /// The JSON is not an object.
+    NotObject,
+    /// A key the type does not have; `names` are the ones it has, sorted.
+    Unknown {
+        /// The key.
+        key: String,
+        /// The arguments the tool takes.
+        names: Vec<String>,
+    },
+    /// A required argument is missing.
+    Missing(String),
+    /// An argument of the wrong type or value: which one, and what it must be (serde's
+    /// `expected` part, like `a string`), or the whole message when serde gives no such part.
+    Invalid {
+        /// The argument (a dotted path for a nested one).
+        arg: String,
+        /// What it must be, e.g. `a string`.
+        expected: String,
+    },
+}
+
+/// Parses a call's arguments (`args`, a JSON object) into `A`, the type its schema is derived
+/// from ([`Spec::of`]): one typed parse, the failure split into what a tool words ([`ArgsError`]).
+/// `A` denies unknown fields; its field names are computed only for that error.
+pub fn parse<A: serde::de::DeserializeOwned + JsonSchema>(args: &Value) -> Result<A, ArgsError> {
+    if !args.is_object() {
+        return Err(ArgsError::NotObject);
+    }
+    serde_path_to_error::deserialize::<_, A>(args).map_err(|e| {
+        let arg = e.path().to_string();
+        let message = e.into_inner().to_string();
+        if let Some(key) = message.strip_prefix("unknown field `").and_then(|r| r.split('`').next()) {
+            return ArgsError::Unknown { key: key.to_string(), names: names::<A>() };
+        }
+        if let Some(field) = message.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
+            return ArgsError::Missing(field.to_string());
+        }
+        let expected = message.split_once(", expected ").map_or(message.clone(), |(_, x)| x.to_string());
+        ArgsError::Invalid { arg, expected }
+    })
+}
+
+/// [`parse`] of JSON text.
+pub fn parse_text<A: serde::de::DeserializeOwned + JsonSchema>(args: &str) -> Result<A, ArgsError> {
+    let value: Value = serde_json::from_str(args).map_err(|e| ArgsError::NotJson(e.to_string()))?;
+    parse(&value)
 }
 
 /// Drops `format` annotations, `null` from type unions and enums (an optional argument is
@@ -174,9 +222,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[derive(serde::Deserialize, JsonSchema)]
+    #[derive(serde::Deserialize, JsonSchema, Debug, PartialEq)]
     #[serde(deny_unknown_fields)]
-    #[allow(dead_code)]
     struct Args {
         /// The question, in words
         question: String,
@@ -210,5 +257,26 @@ mod tests {
         let text = spec.schema_text();
         assert!(text.starts_with(r#"{"additionalProperties":false,"properties":{"ids":"#), "{text}");
         assert_eq!(spec.optional("question").schema["required"], json!([]));
+    }
+
+    #[test]
+    fn arguments_parse_into_the_schema_type_and_failures_come_in_parts() {
+        let a: Args = parse(&json!({"question": "q", "limit": 9})).unwrap();
+        assert_eq!(a, Args { question: "q".into(), limit: Some(9), ids: None, threshold: None });
+        assert_eq!(parse::<Args>(&json!([1])), Err(ArgsError::NotObject));
+        assert!(matches!(parse_text::<Args>("{"), Err(ArgsError::NotJson(_))));
+        assert_eq!(
+            parse::<Args>(&json!({"question": "q", "k": 1})),
+            Err(ArgsError::Unknown { key: "k".into(), names: names::<Args>() })
+        );
+        assert_eq!(parse::<Args>(&json!({})), Err(ArgsError::Missing("question".into())));
+        assert_eq!(
+            parse::<Args>(&json!({"question": 1})),
+            Err(ArgsError::Invalid { arg: "question".into(), expected: "a string".into() })
+        );
+        assert_eq!(
+            parse::<Args>(&json!({"question": "q", "ids": [1]})),
+            Err(ArgsError::Invalid { arg: "ids[0]".into(), expected: "a string".into() })
+        );
     }
 }
