@@ -12,7 +12,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quarry::registry::instance::{ComponentVersion, ToolInstance};
+use quarry::registry::instance::ToolInstance;
+use quarry::registry::version::ComponentVersion;
 use quarry::runtime::engine::QuarryEngine;
 use quarry_tests::{ECHO_V1, ECHO_V2, HOSTILE, TestEnv};
 

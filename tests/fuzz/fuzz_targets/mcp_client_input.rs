@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use quarry::mcp::asking::{RoundAsker, StateSeal};
 use quarry::mcp::subscriptions::{SESSION_BYTES, Subscriptions, host_budget};
-use quarry::registry::request::{SELF_PREFIX, localize, owns, qualify};
+use quarry::registry::ask::{SELF_PREFIX, localize, owns, qualify};
 use quarry::registry::uri_template::Template;
 
 fn seal() -> &'static StateSeal {

@@ -1,7 +1,7 @@
 //! What a tool instance can be asked, one kind per file: a tool [`call`], its [`resources`], a
 //! resource [`read`], a [`prompt`], a [`complete`]ion. Each kind is one type implementing
 //! [`Ask`]: the bytes the client sent with it (bounded once, by
-//! [`crate::registry::instance::ToolInstance::ask`]), the guest function it calls on a member of
+//! `ToolInstance::ask`), the guest function it calls on a member of
 //! the instance's pool, how its answer names the instance's resources, what the answer costs
 //! against `max_output`, and, beside it in the same file, the answer's MCP shape. A new kind is
 //! a new file here and a handler method in `mcp/`.
