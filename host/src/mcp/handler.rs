@@ -356,6 +356,72 @@ fn to_response(outcome: Result<ToolOutput, CallError>) -> Result<CallToolResult,
 }
 
 impl QuarryMcp {
+    /// Runs an admitted call of tool `asked.name` with `args`: makes its asker, drops the rest of
+    /// the request's `_meta` (a tree the client sized, not kept across the wait), and runs it
+    /// with this session's progress listener. A `notifications/cancelled` for this request
+    /// cancels `context.ct`, and a closed connection the HTTP request's `ClientGone`: a call
+    /// still waiting for its instance is dropped from the queue; one already running finishes
+    /// (its answer is then ignored), since stopping it would cost the instance a restart.
+    async fn run_call(
+        &self,
+        context: &mut RequestContext<RoleServer>,
+        args: &Args,
+        asked: Asked<'_>,
+    ) -> Result<(Result<ToolOutput, CallError>, CallAsker), ErrorData> {
+        let name = asked.name;
+        let token = crate::mcp::listen::progress_token(&context.meta);
+        let asker = self.asking(context, asked).await?;
+        context.meta = Default::default();
+        let parts = context.extensions.get::<hyper::http::request::Parts>();
+        let gone = parts.and_then(|p| p.extensions.get::<ClientGone>()).map(|g| g.0.clone()).unwrap_or_default();
+        let cancelled = async {
+            tokio::select! {
+                () = context.ct.cancelled() => {}
+                () = gone.cancelled() => {}
+            }
+        };
+        let outcome = self
+            .run_asking(&asker, async |caller| {
+                let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
+                let listening = listener.as_ref().map(|l| l as &dyn crate::registry::instance::Listener);
+                let outcome = self
+                    .registry
+                    .call_cancellable(name, args, Caller { listener: listening, ..caller }, cancelled)
+                    .await;
+                if let Some(l) = listener {
+                    l.finish().await;
+                }
+                outcome
+            })
+            .await;
+        if let Err(e) = &outcome
+            && let Some(held) = FAILURES_LOG.take()
+        {
+            let e = crate::support::text::cut(&e.to_string(), 1024);
+            let tool = crate::support::text::cut(name, 256);
+            tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::support::log_budget::held_note(held));
+        }
+        Ok((outcome, asker))
+    }
+
+    /// A call's answer as MCP's: an input round when a 2026-07-28 call asked what its client has
+    /// not answered yet; -32021 for a failed call that asked for a capability the client did not
+    /// declare; else the result (only an unknown tool is a protocol error).
+    fn call_response(&self, answer: Answer, asker: Option<&CallAsker>) -> Result<CallToolResponse, ErrorData> {
+        if let Some(round) = asker.and_then(|a| a.input_required(&self.seal)) {
+            return Ok(CallToolResponse::InputRequired(round));
+        }
+        let missing = asker.map(CallAsker::missing).unwrap_or_default();
+        if matches!(answer, Answer::Call(Err(_))) && !missing.is_empty() {
+            return Err(crate::mcp::asking::missing_error(&missing));
+        }
+        let response = match answer {
+            Answer::Busy(message) => Ok(tool_error("busy", message)),
+            Answer::Call(outcome) => to_response(outcome),
+        };
+        response.map(Into::into)
+    }
+
     /// Writes a call to the call log (`--call-log`), if there is one.
     fn log_call(
         &self,
@@ -569,19 +635,13 @@ impl ServerHandler for QuarryMcp {
         mut context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let start = std::time::Instant::now();
-        // Only the name, the arguments and the client's answers are kept across the wait: the
-        // rest of the request (`_meta`) is a tree the client sized, and unused.
         let CallToolRequestParams { name, arguments, input_responses, request_state, .. } = request;
-        let token = crate::mcp::listen::progress_token(&context.meta);
         let args = arguments_of(arguments, &context);
         // What the call log shows of them: the head of refused ones, all of the others.
         let logged = match &args {
             Ok(a) => a.as_str(),
             Err((_, head)) => head.as_str(),
         };
-        // Cancelled when the client closes the connection this call came on (HTTP).
-        let parts = context.extensions.get::<hyper::http::request::Parts>();
-        let gone = parts.and_then(|p| p.extensions.get::<ClientGone>()).map(|g| g.0.clone()).unwrap_or_default();
         let waiting = self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let _slot = CallSlot(self.calls.clone());
         let held = self.budget.take(logged.len());
@@ -594,14 +654,8 @@ impl ServerHandler for QuarryMcp {
             ),
             Err((size, _)) => {
                 let tool = crate::support::text::cut(&name, 256);
-                (
-                    Answer::Call(Err(CallError::ArgsTooLarge {
-                        tool,
-                        size: *size,
-                        limit: crate::args::MAX_ARGS_BYTES,
-                    })),
-                    None,
-                )
+                let too_large = CallError::ArgsTooLarge { tool, size: *size, limit: crate::args::MAX_ARGS_BYTES };
+                (Answer::Call(Err(too_large)), None)
             }
             Ok(_) if held.is_none() => (
                 Answer::Busy(format!(
@@ -611,57 +665,15 @@ impl ServerHandler for QuarryMcp {
                 None,
             ),
             Ok(args) => {
-                // A `notifications/cancelled` for this request cancels `context.ct`, and a closed
-                // connection cancels `gone`: a call still waiting for its instance is dropped from
-                // the queue; one already running finishes (its answer is then ignored), since
-                // stopping it would cost the instance a restart.
-                let cancelled = async {
-                    tokio::select! {
-                        () = context.ct.cancelled() => {}
-                        () = gone.cancelled() => {}
-                    }
-                };
                 let asked =
                     Asked { name: &name, args: logged, responses: input_responses, state: request_state.as_deref() };
-                let asker = self.asking(&context, asked).await?;
-                // The rest of `_meta` is a tree the client sized: not kept across the wait.
-                context.meta = Default::default();
-                let outcome = self
-                    .run_asking(&asker, async |caller| {
-                        let listener = CallListener::new(context.peer.clone(), token, &self.log_level);
-                        let listening = listener.as_ref().map(|l| l as &dyn crate::registry::instance::Listener);
-                        let caller = Caller { listener: listening, ..caller };
-                        let outcome = self.registry.call_cancellable(&name, args, caller, cancelled).await;
-                        if let Some(l) = listener {
-                            l.finish().await;
-                        }
-                        outcome
-                    })
-                    .await;
+                let (outcome, asker) = self.run_call(&mut context, args, asked).await?;
                 (Answer::Call(outcome), Some(asker))
             }
         };
         drop(held);
-        if let Answer::Call(Err(e)) = &answer
-            && let Some(held) = FAILURES_LOG.take()
-        {
-            let e = crate::support::text::cut(&e.to_string(), 1024);
-            let tool = crate::support::text::cut(&name, 256);
-            tracing::info!(target: "quarry::mcp", %tool, "call failed: {e}{}", crate::support::log_budget::held_note(held));
-        }
         self.log_call(&context, &name, logged, &answer, start.elapsed());
-        if let Some(round) = asker.as_ref().and_then(|a| a.input_required(&self.seal)) {
-            return Ok(CallToolResponse::InputRequired(round));
-        }
-        let missing = asker.as_ref().map(CallAsker::missing).unwrap_or_default();
-        if matches!(answer, Answer::Call(Err(_))) && !missing.is_empty() {
-            return Err(crate::mcp::asking::missing_error(&missing));
-        }
-        let response = match answer {
-            Answer::Busy(message) => Ok(tool_error("busy", message)),
-            Answer::Call(outcome) => to_response(outcome),
-        };
-        response.map(Into::into)
+        self.call_response(answer, asker.as_ref())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
