@@ -1,7 +1,7 @@
 //! What the host counts for `/metrics` (served beside the MCP endpoint): each tool's calls,
 //! errors by kind and latency (kept by the registry, [`crate::registry::tool_metrics`]); and,
 //! read at scrape time, each instance's members and queue, each capability's own figures (the
-//! Couchbase calls, the inference pool), and the process's memory. Names follow Prometheus's
+//! Couchbase calls, the inference threads), and the process's memory. Names follow Prometheus's
 //! conventions: a `quarry_` prefix, base units (seconds, bytes), `_total` on counters; a tool
 //! instance is labelled `tool_instance`, since Prometheus gives `instance` to the scraped
 //! target.

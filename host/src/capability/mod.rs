@@ -234,8 +234,8 @@ pub struct CallCx<'a> {
     /// The client and deadline of the tool call an embedder's call computes for; none: the
     /// store's own instance and call.
     pub for_caller: Option<(&'a str, Instant)>,
-    /// Whether this is a tool's own code (a call, a preparation), which the inference pool
-    /// counts (see `quarry_nn::pool::Busy`).
+    /// Whether this is a tool's own code (a call, a preparation), which the inference threads
+    /// count (see `quarry_nn::inference::Busy`).
     pub tool_code: bool,
 }
 

@@ -107,7 +107,7 @@ impl Capability for Nn {
     }
 
     fn metrics(_: &BTreeMap<String, Arc<ModelSection>>, app: &AppState, out: &mut Exposition) {
-        let s = app.pool.stats();
+        let s = app.inference.stats();
         out.single("quarry_inference_slots", Kind::Gauge, "Inference threads (wasi-nn).", s.slots as f64);
         out.single("quarry_inference_slots_busy", Kind::Gauge, "Inference threads running a job now.", s.busy as f64);
         out.single(

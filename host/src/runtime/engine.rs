@@ -101,7 +101,7 @@ impl QuarryEngine {
     }
 
     /// The capabilities' app-level state of every store made with this engine (one per
-    /// registry: its loaded models, inference pool, progress bus, lookup threads, directory
+    /// registry: its loaded models, inference threads, progress bus, lookup threads, directory
     /// usage).
     pub fn apps(&self) -> &Arc<AppStates> {
         &self.apps

@@ -1,7 +1,7 @@
 //! Where inference runs: a thread per core off the async runtime, each pinned to its core where
 //! the process owns its cores ([`crate::threads::pin_to`]), shared by every instance through a
 //! [`FairQueue`], so a tool ingesting a manual takes its turn with a tool answering a query, and
-//! the MCP server's workers stay free. The threads are the pool's own, not the runtime's blocking
+//! the MCP server's workers stay free. The threads are their own, not the runtime's blocking
 //! pool, which hands each job to whichever of its many threads is idle: with it, `perf sched`
 //! showed jobs queued beside a busy core while the other idled (see [`crate::threads::pin_to`]).
 //!
@@ -37,7 +37,7 @@ pub fn wide_min_tokens() -> usize {
 const CONCURRENT_FOR: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// One app's inference slots, and what it knows of the tool calls running beside them.
-pub struct Pool {
+pub struct InferenceThreads {
     queue: Arc<FairQueue>,
     /// Tool calls running, all instances together (see [`Busy`]).
     tool_calls: AtomicUsize,
@@ -57,7 +57,7 @@ pub struct Pool {
 /// A job as its thread runs it.
 type Job = Box<dyn FnOnce() + Send>;
 
-/// Starts inference thread `slot`: it pins itself, then runs the jobs sent to it until the pool
+/// Starts inference thread `slot`: it pins itself, then runs the jobs sent to it until the threads
 /// is dropped.
 fn start_thread(slot: usize) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
@@ -70,7 +70,7 @@ fn start_thread(slot: usize) -> std::io::Result<std::sync::mpsc::Sender<Job>> {
     Ok(tx)
 }
 
-/// What the pool has done and holds now, for `/metrics`.
+/// What the threads have done and hold now, for `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stats {
     /// Inference threads.
@@ -85,9 +85,9 @@ pub struct Stats {
     pub seconds: f64,
 }
 
-impl Default for Pool {
+impl Default for InferenceThreads {
     fn default() -> Self {
-        Pool {
+        InferenceThreads {
             workers: parking_lot::Mutex::default(),
             queue: FairQueue::new(cores()),
             tool_calls: AtomicUsize::new(0),
@@ -104,7 +104,7 @@ impl Default for Pool {
 /// the cores the wide job splits over, and tract's matrix products wait for their slowest
 /// thread. Measured with `make bench-mcp` (2 cores, `pool = 2`, 8 clients): 81 calls/s when
 /// jobs went wide beside another call's guest code, 106 when every job kept to one thread.
-pub struct Busy(Arc<Pool>);
+pub struct Busy(Arc<InferenceThreads>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
@@ -112,7 +112,7 @@ impl Drop for Busy {
     }
 }
 
-impl Pool {
+impl InferenceThreads {
     fn since_epoch_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
@@ -138,7 +138,7 @@ impl Pool {
         self.queue.load()
     }
 
-    /// What the pool has done and holds now.
+    /// What the threads have done and hold now.
     pub fn stats(&self) -> Stats {
         let (free, waiting) = self.queue.load();
         let slots = cores();
@@ -155,7 +155,7 @@ impl Pool {
     /// telling it the cores it may use (see the module docs), unless `deadline` passes first: a
     /// job never waits past it, and one that would start after it is refused. A caller
     /// that gives up does not stop a job that has started; the job keeps its slot until it ends,
-    /// so the pool never runs more jobs than it has slots.
+    /// so the threads never run more jobs than there are slots.
     pub async fn run<T: Send + 'static>(
         &self,
         client: &str,
@@ -188,7 +188,7 @@ impl Pool {
         let sent = thread.send(Box::new(move || {
             let _slot = permit;
             let started = Instant::now();
-            // A panic ends the job, not the thread: the caller gets an error, the pool its thread.
+            // A panic ends the job, not the thread: the caller gets an error, the slot its thread.
             let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(threads)));
             busy.fetch_add(u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
             let _ = tx.send(out);
@@ -212,7 +212,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_never_waits_or_starts_past_its_deadline() {
-        let pool = Pool::default();
+        let pool = InferenceThreads::default();
         // Past already: refused without running.
         let ran = Arc::new(AtomicBool::new(false));
         let r = ran.clone();
@@ -262,7 +262,7 @@ mod tests {
     /// A job that panics fails its caller with an error; its thread lives on and runs the next.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_panicking_job_fails_its_call_and_leaves_the_pool_working() {
-        let pool = Pool::default();
+        let pool = InferenceThreads::default();
         let soon = || Instant::now() + Duration::from_secs(10);
         let e = pool.run("a", soon(), 1, |_| -> Result<(), NnError> { panic!("a faulty backend") }).await.unwrap_err();
         assert_eq!(e.code, Code::Runtime);
@@ -277,9 +277,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_question_keeps_to_one_thread_and_a_lone_batch_goes_wide() {
-        let pool = Arc::new(Pool::default());
+        let pool = Arc::new(InferenceThreads::default());
         let due = || Instant::now() + Duration::from_secs(30);
-        let threads = |pool: Arc<Pool>, tokens: usize| async move { pool.run("t", due(), tokens, Ok).await.unwrap() };
+        let threads = |pool: Arc<InferenceThreads>, tokens: usize| async move { pool.run("t", due(), tokens, Ok).await.unwrap() };
         let wide = if cores() > 1 { Threads::Every } else { Threads::One };
         assert_eq!(threads(pool.clone(), 48).await, Threads::One, "a question of 48 tokens");
         assert_eq!(threads(pool.clone(), wide_min_tokens()).await, wide, "a batch alone on the pool");

@@ -10,7 +10,7 @@
 //!   guest-supplied bytes is refused (the host never parses a model a component sends).
 //! - **Once per host.** A model is loaded, checked and optimised once ([`native`]) and shared by
 //!   every instance; a store holds only its handles.
-//! - **Off the async workers.** `compute` runs on the inference pool ([`pool`]), in turn with
+//! - **Off the async workers.** `compute` runs on the inference threads ([`inference`]), in turn with
 //!   other callers, within the deadline of the call that asked: the embedder's own call, or the
 //!   tool call it is embedding for ([`State::set_caller`]).
 //! - **Bounded.** A tensor's size is checked against its data before anything is allocated; a
@@ -24,7 +24,7 @@
 //!
 //! Files: `grant.rs` (the section and the grant), `tensor.rs` (the tensor, its caps and the
 //! error both backends use), `native.rs` (tract, the shared models), `onnxruntime.rs` and
-//! `ort_library.rs` (the second backend and where its library is found), `pool.rs` (the
+//! `ort_library.rs` (the second backend and where its library is found), `inference.rs` (the
 //! inference threads).
 
 #![deny(missing_docs)]
@@ -34,7 +34,7 @@ pub mod native;
 #[cfg(feature = "onnxruntime")]
 pub mod onnxruntime;
 pub mod ort_library;
-pub mod pool;
+pub mod inference;
 pub mod tensor;
 pub mod threads;
 
@@ -89,14 +89,14 @@ pub struct Tensor(Result<RawTensor, NnError>);
 pub struct Error(NnError);
 
 /// One store's wasi-nn state: what it is granted, who its calls are for, what it holds.
-/// wasi-nn's state for one app: the models it has loaded and its inference pool, shared by
+/// wasi-nn's state for one app: the models it has loaded and its inference threads, shared by
 /// every store of the app.
 #[derive(Clone, Default)]
 pub struct AppState {
     /// The loaded models, by file.
     pub models: Arc<native::Models>,
     /// The inference threads.
-    pub pool: Arc<pool::Pool>,
+    pub inference: Arc<inference::InferenceThreads>,
 }
 
 /// One store's wasi-nn: its grant, what it holds, and who its running call computes for.
@@ -104,8 +104,8 @@ pub struct State {
     grant: ModelGrant,
     instance: String,
     app: AppState,
-    /// Held while the store runs a tool's own code (see [`pool::Busy`]).
-    busy: Option<pool::Busy>,
+    /// Held while the store runs a tool's own code (see [`inference::Busy`]).
+    busy: Option<inference::Busy>,
     /// The tool instance (and its deadline) the running call computes for, when another
     /// instance's call asked for it (an embedder embedding for a tool).
     caller: Option<(String, Instant)>,
@@ -155,13 +155,13 @@ impl State {
     }
 
     /// Before a guest call: who it computes for. An embedder's call computes for the tool
-    /// that asked (the inference pool serves it in that client's turn, and refuses work past
+    /// that asked (the inference threads serve it in that client's turn, and refuses work past
     /// its deadline); a tool's own code counts as a running tool call.
     /// `for_caller`: the client and deadline of the tool call it computes for (none: the
     /// store's own); `tool_code`: whether it is a tool's own call or preparation.
     pub fn begin_call(&mut self, for_caller: Option<(&str, Instant)>, tool_code: bool) {
         self.caller = for_caller.map(|(c, d)| (c.to_string(), d));
-        self.busy = tool_code.then(|| self.app.pool.enter());
+        self.busy = tool_code.then(|| self.app.inference.enter());
     }
 
     /// After a guest call.
@@ -373,7 +373,7 @@ impl wit::wasi::nn::inference::HostGraphExecutionContext for View<'_> {
         // The job's size: the first input's elements (the token ids, batch times length).
         let tokens = inputs.first().map_or(0, |t| t.dims.iter().map(|&d| d as usize).product());
         let outputs =
-            match self.state.app.pool.run(&client, deadline, tokens, move |threads| model.run(inputs, threads)).await {
+            match self.state.app.inference.run(&client, deadline, tokens, move |threads| model.run(inputs, threads)).await {
                 Ok(outputs) => outputs,
                 Err(e) => return self.fail(e),
             };

@@ -172,7 +172,7 @@ impl NativeModel {
     }
 
     /// Runs the graph on inputs that passed [`NativeModel::check_inputs`], on `threads`; the
-    /// outputs, named. Blocks: call it from the inference pool, never from an async worker.
+    /// outputs, named. Blocks: call it from the inference threads, never from an async worker.
     pub fn run(&self, inputs: Vec<RawTensor>, threads: Threads) -> Result<Vec<(String, RawTensor)>, NnError> {
         // Without the onnxruntime feature the match has one arm.
         #[allow(clippy::infallible_destructuring_match)]

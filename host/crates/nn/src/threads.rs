@@ -1,4 +1,4 @@
-//! How many cores one inference may use: the inference pool decides (`pool::Pool::run`), each
+//! How many cores one inference may use: the inference threads decide (`inference::InferenceThreads::run`), each
 //! backend runs accordingly (`native`, `onnxruntime`). And where the pool's threads run: each
 //! on a core of its own where the process owns its cores ([`pin_to`]).
 

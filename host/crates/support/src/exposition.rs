@@ -2,7 +2,7 @@
 //! kind of metric the host keeps that is more than a counter: a latency [`Histogram`].
 //!
 //! Written here rather than through a client library: every value is read at scrape time from
-//! counters the host keeps anyway (an instance's queue, the inference pool's slots, the
+//! counters the host keeps anyway (an instance's queue, the inference threads' slots, the
 //! Couchbase capability's calls), and the format is a handful of rules (`# HELP`, `# TYPE`,
 //! samples with escaped label values, cumulative histogram buckets). A real Prometheus server
 //! scrapes it in the tests (the host's `tests/integration/operations.rs`).
