@@ -279,7 +279,8 @@ mod tests {
     async fn a_question_keeps_to_one_thread_and_a_lone_batch_goes_wide() {
         let pool = Arc::new(InferenceThreads::default());
         let due = || Instant::now() + Duration::from_secs(30);
-        let threads = |pool: Arc<InferenceThreads>, tokens: usize| async move { pool.run("t", due(), tokens, Ok).await.unwrap() };
+        let threads =
+            |pool: Arc<InferenceThreads>, tokens: usize| async move { pool.run("t", due(), tokens, Ok).await.unwrap() };
         let wide = if cores() > 1 { Threads::Every } else { Threads::One };
         assert_eq!(threads(pool.clone(), 48).await, Threads::One, "a question of 48 tokens");
         assert_eq!(threads(pool.clone(), wide_min_tokens()).await, wide, "a batch alone on the pool");

@@ -30,11 +30,11 @@
 #![deny(missing_docs)]
 
 mod grant;
+pub mod inference;
 pub mod native;
 #[cfg(feature = "onnxruntime")]
 pub mod onnxruntime;
 pub mod ort_library;
-pub mod inference;
 pub mod tensor;
 pub mod threads;
 
@@ -372,11 +372,16 @@ impl wit::wasi::nn::inference::HostGraphExecutionContext for View<'_> {
         };
         // The job's size: the first input's elements (the token ids, batch times length).
         let tokens = inputs.first().map_or(0, |t| t.dims.iter().map(|&d| d as usize).product());
-        let outputs =
-            match self.state.app.inference.run(&client, deadline, tokens, move |threads| model.run(inputs, threads)).await {
-                Ok(outputs) => outputs,
-                Err(e) => return self.fail(e),
-            };
+        let outputs = match self
+            .state
+            .app
+            .inference
+            .run(&client, deadline, tokens, move |threads| model.run(inputs, threads))
+            .await
+        {
+            Ok(outputs) => outputs,
+            Err(e) => return self.fail(e),
+        };
         let bytes: u64 = outputs.iter().map(|(_, t)| t.data.len() as u64).sum();
         if !self.state.charge(bytes, self.tensor_limit) {
             return self.fail(NnError::new(
