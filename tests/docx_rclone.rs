@@ -37,10 +37,9 @@ fn questions() -> Vec<Question> {
     all.into_iter().filter(|q| !q.multi).collect()
 }
 
-/// Where a hit lies, from its heading path.
+/// Where a hit lies, from its heading path (its typed location).
 fn fragment(h: &quarry::bindings::Hit) -> Fragment {
-    let meta: Value = serde_json::from_str(&h.metadata).unwrap();
-    let path = meta["heading_path"].as_array().unwrap().iter().filter_map(|t| t.as_str().map(str::to_string)).collect();
+    let path = h.location.as_ref().expect("a docx-search hit has a location").path.clone();
     Fragment { path, lines: None }
 }
 
