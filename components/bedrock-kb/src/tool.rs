@@ -40,7 +40,7 @@ fn bad_args(e: ArgsError) -> ToolError {
         ArgsError::Invalid { arg, .. } if arg == "filter" => {
             "`filter` must be an object, like {\"equals\": {\"key\": \"k\", \"value\": \"v\"}}".into()
         }
-        ArgsError::Invalid { arg, expected } => format!("`{arg}` must be {expected}"),
+        ArgsError::Invalid { arg, expected, .. } => format!("`{arg}` must be {expected}"),
     })
 }
 

@@ -301,7 +301,7 @@ fn parse_args(args: &str) -> Result<(String, Option<String>), ToolError> {
             ArgsError::Invalid { arg, .. } if arg == "prefilter" => {
                 "prefilter must be a string in the Search query-string syntax, like \"+city:paris\"".into()
             }
-            ArgsError::Invalid { arg, expected } => format!("{arg} must be {expected}"),
+            ArgsError::Invalid { arg, expected, .. } => format!("{arg} must be {expected}"),
         })
     })?;
     let query = match a.query {

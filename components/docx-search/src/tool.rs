@@ -91,11 +91,12 @@ fn bad_args(e: ArgsError) -> ToolError {
         ArgsError::NotObject => "arguments must be a JSON object".into(),
         ArgsError::Unknown { key, names } => format!("unknown argument `{key}`; accepted: {}", names.join(", ")),
         ArgsError::Missing(arg) => format!("`{arg}` is required"),
-        ArgsError::Invalid { arg, .. } if arg == "retrieval" => {
-            "retrieval is not offered: docx-search does not route; use \"global_hybrid\" or \"global_vector\"".into()
-        }
+        ArgsError::Invalid { arg, got, .. } if arg == "retrieval" => format!(
+            "retrieval {} is not offered: docx-search does not route; use \"global_hybrid\" or \"global_vector\"",
+            got.strip_prefix("unknown variant ").unwrap_or("of this kind")
+        ),
         ArgsError::Invalid { arg, .. } if arg == "limit" => "`limit` must be a positive integer".into(),
-        ArgsError::Invalid { arg, expected } => format!("`{arg}` must be {expected}"),
+        ArgsError::Invalid { arg, expected, .. } => format!("`{arg}` must be {expected}"),
     })
 }
 /// CrewAI's download timeout.
@@ -946,6 +947,18 @@ fn within(path: &str, dir: &str) -> bool {
 #[cfg(test)]
 mod schema_tests {
     use super::*;
+
+    /// A parse failure names what was given, in this tool's words.
+    #[test]
+    fn a_retrieval_not_offered_is_named() {
+        let e = args::parse::<Args>(&json!({"search_query": "q", "retrieval": "routed"})).map_err(bad_args).err();
+        assert!(
+            matches!(&e, Some(ToolError::InvalidArgs(m)) if m.starts_with("retrieval `routed` is not offered")),
+            "{e:?}"
+        );
+        let e = args::parse::<Args>(&json!({"search_query": "q", "similarity_threshold": "x"})).map_err(bad_args);
+        assert_eq!(e.err(), Some(ToolError::InvalidArgs("`similarity_threshold` must be a number".into())));
+    }
 
     /// The derived schema is the one written by hand before (as of c8d5fbc), in both modes.
     #[test]

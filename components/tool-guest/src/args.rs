@@ -139,13 +139,16 @@ pub enum ArgsError {
     },
     /// A required argument is missing.
     Missing(String),
-    /// An argument of the wrong type or value: which one, and what it must be (serde's
-    /// `expected` part, like `a string`), or the whole message when serde gives no such part.
+    /// An argument of the wrong type or value: which one, what it must be (serde's `expected`
+    /// part, its Rust number types said in words: `a number`, `an integer`, `a non-negative
+    /// integer`), and what was given (serde's words before it, like ``unknown variant `x` ``).
     Invalid {
         /// The argument (a dotted path for a nested one).
         arg: String,
         /// What it must be, e.g. `a string`.
         expected: String,
+        /// What was given, e.g. `invalid type: integer `1``; empty when serde does not say.
+        got: String,
     },
 }
 
@@ -165,9 +168,19 @@ pub fn parse<A: serde::de::DeserializeOwned + JsonSchema>(args: &Value) -> Resul
         if let Some(field) = message.strip_prefix("missing field `").and_then(|r| r.split('`').next()) {
             return ArgsError::Missing(field.to_string());
         }
-        let expected = message.split_once(", expected ").map_or(message.clone(), |(_, x)| x.to_string());
-        ArgsError::Invalid { arg, expected }
+        let (got, expected) = message.split_once(", expected ").unwrap_or(("", message.as_str()));
+        ArgsError::Invalid { arg, expected: in_words(expected).to_string(), got: got.to_string() }
     })
+}
+
+/// What serde expects, with Rust's number types said as a user reads them.
+fn in_words(expected: &str) -> &str {
+    match expected {
+        "f32" | "f64" => "a number",
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "an integer",
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a non-negative integer",
+        other => other,
+    }
 }
 
 /// [`parse`] of JSON text.
@@ -272,11 +285,24 @@ mod tests {
         assert_eq!(parse::<Args>(&json!({})), Err(ArgsError::Missing("question".into())));
         assert_eq!(
             parse::<Args>(&json!({"question": 1})),
-            Err(ArgsError::Invalid { arg: "question".into(), expected: "a string".into() })
+            Err(ArgsError::Invalid {
+                arg: "question".into(),
+                expected: "a string".into(),
+                got: "invalid type: integer `1`".into()
+            })
         );
-        assert_eq!(
+        assert!(matches!(
             parse::<Args>(&json!({"question": "q", "ids": [1]})),
-            Err(ArgsError::Invalid { arg: "ids[0]".into(), expected: "a string".into() })
-        );
+            Err(ArgsError::Invalid { arg, expected, .. }) if arg == "ids[0]" && expected == "a string"
+        ));
+        // Rust's number types are said in words.
+        assert!(matches!(
+            parse::<Args>(&json!({"question": "q", "limit": -1})),
+            Err(ArgsError::Invalid { arg, expected, .. }) if arg == "limit" && expected == "a non-negative integer"
+        ));
+        assert!(matches!(
+            parse::<Args>(&json!({"question": "q", "threshold": "high"})),
+            Err(ArgsError::Invalid { arg, expected, .. }) if arg == "threshold" && expected == "a number"
+        ));
     }
 }
