@@ -6,7 +6,7 @@ use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
 use super::content::{block, block_size, qualify_block};
-use super::{Ask, RECORD_OVERHEAD, opt, qualify};
+use super::{Ask, RECORD_OVERHEAD, opt, owns, qualify};
 use crate::args::Args;
 use crate::bindings::quarry::retrieval::types::{Location, Route};
 use crate::bindings::{Hit, ToolError, ToolHost, ToolOutput};
@@ -41,10 +41,23 @@ impl Ask for Call {
         bindings.quarry_retrieval_tool().instance().call_call(store, handle, &self.tool, self.args.as_str()).await
     }
 
-    fn qualify(out: &mut ToolOutput, instance: &str, _schemes: &[String]) {
+    fn qualify(out: &mut ToolOutput, instance: &str, schemes: &[String]) {
         out.content.iter_mut().for_each(|b| qualify_block(b, instance));
-        for r in out.hits.iter_mut().filter_map(|h| h.resource.as_mut()) {
-            *r = qualify(r, instance);
+        // A hit's resource is one a client reads from this instance: one the component does not
+        // own (another instance's, a scheme not given it) is dropped, as a listing drops it.
+        let mut foreign = 0;
+        for h in &mut out.hits {
+            match h.resource.take() {
+                Some(r) if owns(&r, schemes) => h.resource = Some(qualify(&r, instance)),
+                Some(_) => foreign += 1,
+                None => {}
+            }
+        }
+        if foreign > 0 {
+            tracing::warn!(
+                instance,
+                "dropped the resource of {foreign} hits its component named outside its own namespace"
+            );
         }
     }
 
@@ -81,4 +94,39 @@ pub fn result(out: ToolOutput) -> CallToolResult {
     let mut r = CallToolResult::success(blocks);
     r.structured_content = Some(structured);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(resource: Option<&str>) -> Hit {
+        Hit {
+            content: String::new(),
+            score: None,
+            source: None,
+            location: None,
+            resource: resource.map(str::to_string),
+            metadata: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn a_hits_resource_is_listed_under_its_instance_and_one_not_its_own_is_dropped() {
+        let mut out = ToolOutput {
+            text: String::new(),
+            hits: vec![
+                hit(Some("quarry://self/chapter/3")),
+                hit(Some("quarry://other/chapter/3")),
+                hit(Some("test://x")),
+                hit(None),
+            ],
+            route: None,
+            extra: None,
+            content: Vec::new(),
+        };
+        Call::qualify(&mut out, "manual", &["test".to_string()]);
+        let resources: Vec<Option<&str>> = out.hits.iter().map(|h| h.resource.as_deref()).collect();
+        assert_eq!(resources, [Some("quarry://manual/chapter/3"), None, Some("test://x"), None]);
+    }
 }
