@@ -128,11 +128,12 @@ pub fn envelope(bytes: &[u8]) -> Result<Envelope<'_>, ScanError> {
     Ok(Envelope { method: raw.method, id: raw.id, arguments, nodes: nodes(bytes) })
 }
 
-/// The arguments of a `tools/call` refused for their size (over [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES)) where the
-/// message was read: their size, and their first bytes for the call log. The transport hands it
-/// to the handler out of band, in the request's extensions, beside the message with the
-/// arguments replaced by `{}` ([`refuse_large_arguments`]): no tree of them is ever built, the
-/// call is answered and logged as a tool error, and nothing a client writes can pose as it.
+/// The arguments of a `tools/call` refused for their size (over
+/// [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES)) where the message was read: their size,
+/// and their first bytes for the call log. The transport hands it to the handler out of band,
+/// in the request's extensions, beside the message with the arguments replaced by `{}`
+/// ([`refuse_large_arguments`]): no tree of them is ever built, the call is answered and logged
+/// as a tool error, and nothing a client writes can pose as it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RefusedArguments {
     /// Their size, in bytes.
@@ -144,8 +145,9 @@ pub struct RefusedArguments {
 /// How much of refused arguments is kept for the call log (its own cut).
 const HEAD_BYTES: usize = crate::mcp::call_log::MAX_ARGS;
 
-/// `bytes` with the arguments of a `tools/call` over [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES) replaced by `{}`, and
-/// what was refused; `None` when they fit.
+/// `bytes` with the arguments of a `tools/call` over
+/// [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES) replaced by `{}`, and what was refused;
+/// `None` when they fit.
 pub fn refuse_large_arguments(bytes: &[u8], envelope: &Envelope<'_>) -> Option<(Vec<u8>, RefusedArguments)> {
     let args = envelope.arguments?.get();
     if crate::args::fits(args.len()) {
@@ -206,8 +208,8 @@ impl Refusal {
 /// A message admitted at the edge, before any tree: what the transport hands rmcp and charges.
 #[derive(Debug)]
 pub struct Admitted {
-    /// The message with arguments over [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES) replaced by `{}`; `None` when it is
-    /// the bytes as read.
+    /// The message with arguments over [`MAX_ARGS_BYTES`](crate::args::MAX_ARGS_BYTES) replaced
+    /// by `{}`; `None` when it is the bytes as read.
     pub smaller: Option<Vec<u8>>,
     /// Its `id` (null when it has none a JSON-RPC error can echo).
     pub id: serde_json::Value,
